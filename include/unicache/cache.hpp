@@ -1,0 +1,307 @@
+// unicache/cache.hpp — the unified in-memory cache.
+//
+// One `unified_cache` holds values that are expensive to make — packed constant
+// tensors, compiled kernels, compiled partitions — for every device and context
+// of a process. Each entry lives in a `cache_scope` {engine kind, device id,
+// context id}: entries are shared by callers with the same device and context
+// and never seen from another one. Every device has its own byte budget
+// (capacity per engine kind, optionally per device index) and eviction policy.
+//
+// The core operation is oneDNN's promise/future `get_or_add`:
+//
+//   std::promise<unicache::cache_value> promise;
+//   auto cached = cache.get_or_add(scope, kMyBackend, key, bytes, cost_ns,
+//                                  promise.get_future().share());
+//   if (cached.valid()) {
+//     use(cached.get());                  // hit, or wait for another builder
+//   } else {
+//     auto value = build();               // miss: this caller builds once
+//     promise.set_value(value);           // every waiter gets it
+//     use(value);
+//   }
+//
+// `get_or_build` wraps that pattern, measures the build cost and returns a
+// `cache_handle` that a backend can keep: `handle.valid()` is a single atomic
+// load that turns false once the cache evicts the entry, so an execution loop
+// need not look the key up again.
+//
+// Thread safety: every member function of `unified_cache` may be called
+// concurrently from any thread. Eviction callbacks run on the thread that
+// caused the eviction, after the entry is removed and with no lock of the
+// cache held, so they may call back into the cache.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "unicache/config.hpp"
+
+namespace unicache {
+
+// A cached value. The cache owns one reference; users own theirs, so a value
+// outlives its eviction for as long as anyone uses it.
+using cache_value = std::shared_ptr<void>;
+using cache_future = std::shared_future<cache_value>;
+
+// Who owns an entry: the backend that created it. The backend's own key bytes
+// are compared only with keys of the same backend id.
+using backend_id = std::uint32_t;
+
+// Where an entry lives. Entries are visible only to callers with the same
+// kind, device id and context id. The context id is an opaque value chosen by
+// the backend (a cl_context's address, a counter, 0 for the CPU).
+struct cache_scope {
+  engine_kind kind = engine_kind::cpu;
+  int device_id = 0;
+  std::uint64_t context_id = 0;
+
+  friend bool operator==(const cache_scope&, const cache_scope&) = default;
+};
+
+// Counters of one scope (or, from `total_stats`, of the whole cache). Every
+// get_or_add is exactly one of hit, wait or miss; refusals are misses whose
+// value was not cached. Counters are exact once the cache is quiescent; while
+// other threads run they are a consistent-enough snapshot.
+struct cache_stats {
+  std::uint64_t hits = 0;     // a finished value was returned
+  std::uint64_t waits = 0;    // a value still being built was returned
+  std::uint64_t misses = 0;   // the caller was told to build
+  std::uint64_t inserts = 0;  // misses that created an entry
+  std::uint64_t evictions = 0;       // entries removed to make room or by shrinking
+  std::uint64_t failures = 0;        // entries dropped because their build failed
+  std::uint64_t refused_full = 0;    // not cached: NO_EVICT and no room
+  std::uint64_t refused_oversize = 0;  // not cached: larger than the capacity
+  std::uint64_t bytes = 0;    // declared sizes of the entries now cached
+  std::uint64_t entries = 0;  // entries now cached
+};
+
+// What an eviction callback is told. `key` is the backend's own key bytes and
+// is valid only during the call. `value` is the entry's future: ready unless
+// the entry was evicted while still being built.
+struct eviction_event {
+  cache_scope scope;
+  backend_id backend = 0;
+  std::string_view key;
+  cache_future value;
+};
+using eviction_callback = std::function<void(const eviction_event&)>;
+
+// Thrown by the cache's own API on misuse (a bad argument); build failures
+// reach callers as the exception the builder threw.
+class cache_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+// The part of a cache entry a handle needs inline: a reference count and the
+// residency flag. The rest of the entry is private to the library.
+struct entry_base {
+  std::atomic<std::uint32_t> refs{1};
+  std::atomic<bool> resident{false};
+};
+void destroy_entry(entry_base* entry) noexcept;
+
+// Intrusive reference to an entry; keeps the entry (not its slot) alive.
+class entry_ref {
+ public:
+  entry_ref() = default;
+  // Adopts one reference the caller already counted.
+  static entry_ref adopt(entry_base* e) noexcept { return entry_ref(e); }
+  static entry_ref share(entry_base* e) noexcept {
+    if (e) e->refs.fetch_add(1, std::memory_order_relaxed);
+    return entry_ref(e);
+  }
+  entry_ref(const entry_ref& o) noexcept : e_(o.e_) {
+    if (e_) e_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  entry_ref(entry_ref&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  entry_ref& operator=(entry_ref o) noexcept {
+    std::swap(e_, o.e_);
+    return *this;
+  }
+  ~entry_ref() { reset(); }
+  void reset() noexcept {
+    if (e_ && e_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy_entry(e_);
+    e_ = nullptr;
+  }
+  // Gives up ownership of the reference without dropping it.
+  entry_base* release() noexcept { return std::exchange(e_, nullptr); }
+  entry_base* get() const noexcept { return e_; }
+  explicit operator bool() const noexcept { return e_ != nullptr; }
+
+ private:
+  explicit entry_ref(entry_base* e) noexcept : e_(e) {}
+  entry_base* e_ = nullptr;
+};
+}  // namespace detail
+
+// A value obtained from the cache, kept by a backend between executions.
+// Holding a handle keeps the value alive even after the cache evicts it;
+// `valid()` tells whether the cache still holds it, with one atomic load.
+// Handles are cheap to copy and may outlive the cache (then valid() is false).
+template <typename T>
+class cache_handle {
+ public:
+  cache_handle() = default;
+  cache_handle(detail::entry_ref entry, std::shared_ptr<T> value)
+      : entry_(std::move(entry)), value_(std::move(value)) {}
+
+  // True while the entry is in the cache. False for a default handle, for a
+  // value that was built but not cached (refused), and after eviction.
+  bool valid() const noexcept {
+    return entry_ && entry_.get()->resident.load(std::memory_order_acquire);
+  }
+  T* get() const noexcept { return value_.get(); }
+  T& operator*() const noexcept { return *value_; }
+  T* operator->() const noexcept { return value_.get(); }
+  const std::shared_ptr<T>& value() const noexcept { return value_; }
+  explicit operator bool() const noexcept { return value_ != nullptr; }
+
+ private:
+  detail::entry_ref entry_;
+  std::shared_ptr<T> value_;
+};
+
+class unified_cache {
+ public:
+  // An independent cache with its own configuration. Tests and applications
+  // that want isolation use these; most code uses the process-wide caches
+  // below.
+  explicit unified_cache(cache_config config = {});
+  // Destroying a cache while another thread uses it is undefined. Values held
+  // by users stay alive; their handles become invalid.
+  ~unified_cache();
+  unified_cache(const unified_cache&) = delete;
+  unified_cache& operator=(const unified_cache&) = delete;
+
+  // oneDNN's get_or_add. On a hit returns the cached future (possibly still
+  // being computed by another thread: calling get() on it waits). On a miss
+  // stores `future` and returns an invalid future: the caller owns the promise
+  // and must fulfil it (set_value or set_exception; a destroyed promise counts
+  // as a failure). A failed entry reaches every waiter as the same exception
+  // and is dropped at the next lookup, which then builds again. If the value
+  // cannot be cached (disabled, oversize, NO_EVICT and full) the result is
+  // also invalid and `future` is not stored. `size_bytes` is what the entry
+  // counts against the device's capacity; `cost_ns` is an estimate of the
+  // build time, replaced by `update_cost` when the real time is known.
+  // Throws cache_error if `future` is invalid.
+  cache_future get_or_add(const cache_scope& scope, backend_id backend, std::string_view key,
+                          std::size_t size_bytes, std::uint64_t cost_ns, cache_future future);
+
+  // Single-flight build: returns the cached value, waits for a build in
+  // flight, or runs `builder` (on this thread, outside every lock) and caches
+  // its result with the measured build time as its cost. If the builder (or a
+  // concurrent builder of the same key) throws, the exception is rethrown here
+  // and the entry is removed so that the next call builds again. T must be the
+  // type every builder of this key returns.
+  template <typename T, typename Builder>
+  cache_handle<T> get_or_build(const cache_scope& scope, backend_id backend, std::string_view key,
+                               std::size_t size_bytes, Builder&& builder);
+
+  // Whether the entry is cached (built or in flight, not failed). A pure lookup: it does
+  // not count as a use, a hit or a miss.
+  bool contains(const cache_scope& scope, backend_id backend, std::string_view key) const;
+
+  // Replaces the cost of an existing entry (no effect if absent). Backends
+  // call it when a build finishes and its real duration is known.
+  void update_cost(const cache_scope& scope, backend_id backend, std::string_view key,
+                   std::uint64_t cost_ns);
+
+  // Removes one entry (no callback: the caller asked). Returns whether it was present.
+  bool remove(const cache_scope& scope, backend_id backend, std::string_view key);
+  // Removes every entry; eviction callbacks run for each.
+  void clear();
+
+  // Capacity in MB, a budget for each device of `kind`. Applies to existing
+  // and future devices of that kind and clears per-device overrides.
+  // Shrinking evicts (per policy; NO_EVICT in least-recently-used order) down
+  // to the new size; growing keeps every entry. 0 caches nothing.
+  void set_capacity(engine_kind kind, std::size_t capacity_mb);
+  void set_capacity(engine_kind kind, std::size_t capacity_mb, eviction_policy policy);
+  // Capacity in MB of one device index, overriding the kind's value.
+  void set_capacity(engine_kind kind, int device_id, std::size_t capacity_mb);
+  std::size_t capacity(engine_kind kind) const;
+  std::size_t capacity(engine_kind kind, int device_id) const;
+  eviction_policy policy(engine_kind kind) const;
+  void set_enabled(bool enabled);
+  bool enabled() const;
+
+  // Registers the callback for entries of `backend`, replacing any earlier
+  // one. It is called after an entry is evicted or cleared, never for an entry
+  // removed with remove() or dropped after a failed build.
+  void set_eviction_callback(backend_id backend, eviction_callback callback);
+  // After this returns no call of the backend's callback is running, except
+  // one on the calling thread (unregistering from inside the callback is allowed).
+  void clear_eviction_callback(backend_id backend);
+
+  cache_stats stats(const cache_scope& scope) const;
+  cache_stats total_stats() const;
+  const cache_config& initial_config() const;
+
+ private:
+  struct impl;
+  struct lookup_result {
+    enum class outcome { hit, wait, inserted, refused } kind;
+    cache_future future;
+    detail::entry_ref entry;  // set for hit, wait and inserted
+  };
+  lookup_result lookup_or_insert(const cache_scope& scope, backend_id backend,
+                                 std::string_view key, std::size_t size_bytes,
+                                 std::uint64_t cost_ns, cache_future future, bool want_entry);
+  void complete_build(const detail::entry_ref& entry, std::uint64_t cost_ns);
+  void drop_failed(const detail::entry_ref& entry);
+
+  std::unique_ptr<impl> impl_;
+};
+
+// The process-wide caches, configured from the environment on first use (see
+// config.hpp) and never destroyed, so that backends may use them from static
+// destructors. Constant tensors (packed weights) and compiled kernels have
+// separate budgets: a large weight never pushes every kernel out.
+unified_cache& constant_tensor_cache();
+unified_cache& kernel_cache();
+
+// ---------------------------------------------------------------------------
+
+template <typename T, typename Builder>
+cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, backend_id backend,
+                                            std::string_view key, std::size_t size_bytes,
+                                            Builder&& builder) {
+  std::promise<cache_value> promise;
+  auto found = lookup_or_insert(scope, backend, key, size_bytes, /*cost_ns=*/0,
+                                promise.get_future().share(), /*want_entry=*/true);
+  using outcome = lookup_result::outcome;
+  if (found.kind == outcome::hit || found.kind == outcome::wait) {
+    return cache_handle<T>(std::move(found.entry), std::static_pointer_cast<T>(found.future.get()));
+  }
+  std::shared_ptr<T> value;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    value = std::forward<Builder>(builder)();
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    if (found.kind == outcome::inserted) drop_failed(found.entry);
+    throw;
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  promise.set_value(value);
+  if (found.kind != outcome::inserted) return cache_handle<T>({}, std::move(value));
+  complete_build(found.entry,
+                 static_cast<std::uint64_t>(
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
+  return cache_handle<T>(std::move(found.entry), std::move(value));
+}
+
+}  // namespace unicache

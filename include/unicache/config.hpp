@@ -1,0 +1,110 @@
+// unicache/config.hpp — configuration of the unified caches, and the parser of
+// the environment variables that set it.
+//
+// The process-wide caches read their configuration once, on first use:
+//
+//   ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY=cpu:10240:NO_EVICT;gpu:2048:LRU
+//   ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE=0|1
+//   UNICACHE_KERNEL_CACHE_CAPACITY=cpu:256;gpu:512:COST
+//   UNICACHE_KERNEL_CACHE=0|1
+//   UNICACHE_VERBOSE=0|1
+//
+// A capacity is in MB and is the budget of each device of that engine kind;
+// the policy is optional and names are case-insensitive. A malformed value is
+// reported on stderr in one line naming the variable and the bad token, the
+// whole variable is ignored (the defaults stay) and nothing aborts. API calls
+// on a cache override what the environment said.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace unicache {
+
+enum class engine_kind : std::uint8_t { cpu = 0, gpu = 1 };
+inline constexpr int engine_kind_count = 2;
+std::string_view to_string(engine_kind kind);
+
+// What a device does when an entry does not fit.
+enum class eviction_policy : std::uint8_t {
+  // Refuse the new entry and keep everything (oneDNN's constant tensor cache).
+  no_evict,
+  // Evict the least recently used entries.
+  lru,
+  // Evict the entries whose loss costs least per byte freed: priority is
+  // inflation + uses * build cost / size (GreedyDual-Size-Frequency).
+  cost,
+  // The library's choice, today `cost`: rebuild costs of kernels and packed
+  // weights differ by orders of magnitude and so do their sizes, and a policy
+  // that ignores both evicts a one-second compile to keep a microsecond copy.
+  library_default,
+};
+std::string_view to_string(eviction_policy policy);
+// `library_default` resolved to the policy it stands for.
+eviction_policy effective_policy(eviction_policy policy);
+
+// Budget of every device of one engine kind.
+struct kind_capacity {
+  std::size_t capacity_mb = 0;
+  eviction_policy policy = eviction_policy::library_default;
+};
+
+struct cache_config {
+  bool enabled = true;
+  kind_capacity cpu{2048, eviction_policy::library_default};
+  kind_capacity gpu{1024, eviction_policy::library_default};
+  // One stderr line per miss and per eviction (UNICACHE_VERBOSE=1).
+  bool verbose = false;
+
+  kind_capacity& of(engine_kind kind) { return kind == engine_kind::cpu ? cpu : gpu; }
+  const kind_capacity& of(engine_kind kind) const {
+    return kind == engine_kind::cpu ? cpu : gpu;
+  }
+
+  // Defaults of the process-wide constant tensor cache, then the variables
+  // ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY, ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE
+  // and UNICACHE_VERBOSE applied on top. Malformed values are reported on
+  // stderr and ignored.
+  static cache_config constant_tensor_cache_from_environment();
+  // Same for the kernel cache: defaults cpu:256, gpu:256, then
+  // UNICACHE_KERNEL_CACHE_CAPACITY, UNICACHE_KERNEL_CACHE and UNICACHE_VERBOSE.
+  static cache_config kernel_cache_from_environment();
+};
+
+// One `kind:size[:policy]` part of a capacity specification.
+struct capacity_setting {
+  engine_kind kind;
+  std::size_t capacity_mb;
+  std::optional<eviction_policy> policy;
+};
+
+// The outcome of parsing a capacity specification: either settings, or an
+// error that names the offending token.
+struct capacity_spec {
+  std::vector<capacity_setting> settings;
+  std::string error;      // empty when the specification is valid
+  std::string bad_token;  // the part of the input the error is about
+
+  bool ok() const { return error.empty(); }
+};
+
+// Parses `kind:size[:policy](;kind:size[:policy])*`. Kinds are `cpu` and
+// `gpu`, sizes are decimal MB that fit in bytes in a size_t, policies are
+// NO_EVICT, LRU, COST and DEFAULT; names are case-insensitive and spaces
+// around a token are ignored. Empty parts, a kind named twice, signs and
+// anything else are errors. Never throws.
+capacity_spec parse_capacity_spec(std::string_view text);
+
+// Parses an on/off switch: "0" or "1" (spaces around ignored). Returns
+// nullopt for anything else.
+std::optional<bool> parse_switch(std::string_view text);
+
+// Parses a policy name, case-insensitively. Returns nullopt for anything else.
+std::optional<eviction_policy> parse_policy(std::string_view text);
+
+}  // namespace unicache

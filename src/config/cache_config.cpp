@@ -1,0 +1,186 @@
+#include <cctype>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "unicache/config.hpp"
+#include "util/env.hpp"
+#include "util/log.hpp"
+
+namespace unicache {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Largest MB value whose byte count fits in a size_t.
+constexpr std::size_t kMaxMb = std::numeric_limits<std::size_t>::max() >> 20;
+
+capacity_spec failure(std::string error, std::string_view token) {
+  capacity_spec spec;
+  spec.error = std::move(error);
+  spec.bad_token = std::string(token);
+  return spec;
+}
+
+}  // namespace
+
+std::string_view to_string(engine_kind kind) { return kind == engine_kind::cpu ? "cpu" : "gpu"; }
+
+std::string_view to_string(eviction_policy policy) {
+  switch (policy) {
+    case eviction_policy::no_evict: return "NO_EVICT";
+    case eviction_policy::lru: return "LRU";
+    case eviction_policy::cost: return "COST";
+    case eviction_policy::library_default: return "DEFAULT";
+  }
+  return "?";
+}
+
+eviction_policy effective_policy(eviction_policy policy) {
+  return policy == eviction_policy::library_default ? eviction_policy::cost : policy;
+}
+
+std::optional<eviction_policy> parse_policy(std::string_view text) {
+  text = trim(text);
+  for (auto p : {eviction_policy::no_evict, eviction_policy::lru, eviction_policy::cost,
+                 eviction_policy::library_default}) {
+    if (iequals(text, to_string(p))) return p;
+  }
+  return std::nullopt;
+}
+
+std::optional<bool> parse_switch(std::string_view text) {
+  text = trim(text);
+  if (text == "0") return false;
+  if (text == "1") return true;
+  return std::nullopt;
+}
+
+capacity_spec parse_capacity_spec(std::string_view text) {
+  capacity_spec spec;
+  if (trim(text).empty()) return failure("the value is empty", text);
+  bool seen[engine_kind_count] = {false, false};
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = text.find(';', start);
+    const std::string_view part =
+        text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    if (trim(part).empty()) return failure("an empty part between ';'", part);
+
+    // kind:size[:policy]
+    const std::size_t c1 = part.find(':');
+    if (c1 == std::string_view::npos) {
+      return failure("expected kind:size[:policy]", trim(part));
+    }
+    const std::size_t c2 = part.find(':', c1 + 1);
+    const std::string_view kind_text = trim(part.substr(0, c1));
+    const std::string_view size_text = trim(part.substr(
+        c1 + 1, c2 == std::string_view::npos ? std::string_view::npos : c2 - c1 - 1));
+    std::optional<eviction_policy> policy;
+    if (c2 != std::string_view::npos) {
+      const std::string_view policy_text = trim(part.substr(c2 + 1));
+      if (policy_text.find(':') != std::string_view::npos) {
+        return failure("too many ':' in a part", trim(part));
+      }
+      policy = parse_policy(policy_text);
+      if (!policy) {
+        return failure("unknown policy (expected NO_EVICT, LRU, COST or DEFAULT)", policy_text);
+      }
+    }
+
+    engine_kind kind;
+    if (iequals(kind_text, "cpu")) {
+      kind = engine_kind::cpu;
+    } else if (iequals(kind_text, "gpu")) {
+      kind = engine_kind::gpu;
+    } else {
+      return failure("unknown engine kind (expected cpu or gpu)", kind_text);
+    }
+    if (seen[static_cast<int>(kind)]) return failure("engine kind given twice", kind_text);
+    seen[static_cast<int>(kind)] = true;
+
+    if (size_text.empty()) return failure("missing size in MB", trim(part));
+    std::size_t mb = 0;
+    for (char ch : size_text) {
+      if (ch < '0' || ch > '9') {
+        return failure("size must be a non-negative decimal number of MB", size_text);
+      }
+      const std::size_t digit = static_cast<std::size_t>(ch - '0');
+      if (mb > (kMaxMb - digit) / 10) return failure("size in MB overflows", size_text);
+      mb = mb * 10 + digit;
+    }
+    spec.settings.push_back({kind, mb, policy});
+
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return spec;
+}
+
+namespace {
+
+void apply_capacity_variable(const char* name, cache_config& config) {
+  const std::optional<std::string> value = detail::environment_variable(name);
+  if (!value) return;
+  const capacity_spec spec = parse_capacity_spec(*value);
+  if (!spec.ok()) {
+    detail::warn(std::string("ignoring ") + name + "=\"" + *value + "\": bad token \"" +
+                 spec.bad_token + "\": " + spec.error + "; keeping cpu:" +
+                 std::to_string(config.cpu.capacity_mb) +
+                 ";gpu:" + std::to_string(config.gpu.capacity_mb));
+    return;
+  }
+  for (const capacity_setting& s : spec.settings) {
+    config.of(s.kind).capacity_mb = s.capacity_mb;
+    if (s.policy) config.of(s.kind).policy = *s.policy;
+  }
+}
+
+void apply_switch_variable(const char* name, bool& target) {
+  const std::optional<std::string> value = detail::environment_variable(name);
+  if (!value) return;
+  const std::optional<bool> parsed = parse_switch(*value);
+  if (!parsed) {
+    detail::warn(std::string("ignoring ") + name + "=\"" + *value + "\": bad token \"" + *value +
+                 "\": expected 0 or 1; keeping " + (target ? "1" : "0"));
+    return;
+  }
+  target = *parsed;
+}
+
+}  // namespace
+
+cache_config cache_config::constant_tensor_cache_from_environment() {
+  cache_config config;
+  apply_capacity_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY", config);
+  apply_switch_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE", config.enabled);
+  apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
+  return config;
+}
+
+cache_config cache_config::kernel_cache_from_environment() {
+  cache_config config;
+  config.cpu.capacity_mb = 256;
+  config.gpu.capacity_mb = 256;
+  apply_capacity_variable("UNICACHE_KERNEL_CACHE_CAPACITY", config);
+  apply_switch_variable("UNICACHE_KERNEL_CACHE", config.enabled);
+  apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
+  return config;
+}
+
+}  // namespace unicache

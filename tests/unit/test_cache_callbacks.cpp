@@ -1,0 +1,147 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <latch>
+#include <thread>
+#include <vector>
+
+#include "cache_test_support.hpp"
+#include "unicache/cache.hpp"
+
+namespace unicache {
+namespace {
+
+using namespace unicache::testing;
+
+TEST(EvictionCallback, RunsAfterRemovalWithTheEntrysScopeKeyAndValue) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  std::vector<std::string> evicted;
+  cache.set_eviction_callback(kBackend, [&](const eviction_event& e) {
+    EXPECT_FALSE(cache.contains(e.scope, e.backend, e.key)) << "called before removal";
+    EXPECT_EQ(e.scope, (cache_scope{engine_kind::cpu, 0, 9}));
+    EXPECT_EQ(e.backend, kBackend);
+    EXPECT_EQ(*std::static_pointer_cast<int>(e.value.get()), 41);
+    evicted.emplace_back(e.key);
+  });
+  add_int(cache, {engine_kind::cpu, 0, 9}, "old", 41);
+  add_int(cache, {engine_kind::cpu, 0, 9}, "new", 42);
+  EXPECT_EQ(evicted, std::vector<std::string>{"old"});
+}
+
+TEST(EvictionCallback, MayCallBackIntoTheCacheWithoutDeadlock) {
+  unified_cache cache(config_with(2, eviction_policy::lru));
+  int calls = 0;
+  cache.set_eviction_callback(kBackend, [&](const eviction_event& e) {
+    ++calls;
+    // Every kind of reentry: lookups, inserts (which may evict again),
+    // stats, capacity changes and callback registration of another backend.
+    add_int(cache, e.scope, "reinserted_" + std::to_string(calls), 0, 1);
+    (void)cache.stats(e.scope);
+    (void)cache.contains(e.scope, e.backend, e.key);
+    cache.set_capacity(engine_kind::cpu, 2, eviction_policy::lru);
+    cache.set_eviction_callback(kBackend + 1, [](const eviction_event&) {});
+  });
+  for (int i = 0; i < 10; ++i) add_int(cache, cpu_scope(), "k" + std::to_string(i), i);
+  EXPECT_GT(calls, 0);
+}
+
+TEST(EvictionCallback, OnlyTheOwningBackendsCallbackRuns) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  int mine = 0, other = 0;
+  cache.set_eviction_callback(kBackend, [&](const eviction_event&) { ++mine; });
+  cache.set_eviction_callback(kBackend + 1, [&](const eviction_event&) { ++other; });
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(), "b", 1);
+  EXPECT_EQ(mine, 1);
+  EXPECT_EQ(other, 0);
+}
+
+TEST(EvictionCallback, RunsForClearButNotForRemoveOrFailedBuilds) {
+  unified_cache cache;
+  int calls = 0;
+  cache.set_eviction_callback(kBackend, [&](const eviction_event&) { ++calls; });
+  add_int(cache, cpu_scope(), "removed", 1);
+  cache.remove(cpu_scope(), kBackend, "removed");
+  EXPECT_THROW(cache.get_or_build<int>(cpu_scope(), kBackend, "failed", kMb,
+                                       []() -> std::shared_ptr<int> { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  EXPECT_EQ(calls, 0);
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(1), "b", 1);
+  cache.clear();
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(cache.total_stats().entries, 0u);
+}
+
+TEST(EvictionCallback, ClearingItWaitsForARunningCallback) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  std::latch running(1), release(1);
+  std::atomic<bool> finished{false};
+  cache.set_eviction_callback(kBackend, [&](const eviction_event&) {
+    running.count_down();
+    release.wait();
+    finished = true;
+  });
+  add_int(cache, cpu_scope(), "a", 1);
+  std::thread evictor([&] { add_int(cache, cpu_scope(), "b", 1); });
+  running.wait();
+  std::atomic<bool> finished_when_cleared{false};
+  std::thread clearer([&] {
+    cache.clear_eviction_callback(kBackend);
+    finished_when_cleared = finished.load();
+  });
+  std::this_thread::yield();
+  release.count_down();
+  clearer.join();
+  evictor.join();
+  EXPECT_TRUE(finished_when_cleared.load());
+}
+
+TEST(EvictionCallback, MayUnregisterItself) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  int calls = 0;
+  cache.set_eviction_callback(kBackend, [&](const eviction_event&) {
+    ++calls;
+    cache.clear_eviction_callback(kBackend);
+  });
+  for (int i = 0; i < 4; ++i) add_int(cache, cpu_scope(), "k" + std::to_string(i), i);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(EvictionCallback, AnExceptionFromACallbackDoesNotEscapeIntoTheCaller) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  cache.set_eviction_callback(kBackend, [](const eviction_event&) { throw std::runtime_error("bug"); });
+  add_int(cache, cpu_scope(), "a", 1);
+  EXPECT_NO_THROW(add_int(cache, cpu_scope(), "b", 1));
+}
+
+// The handle path of seed 004: a backend keeps the handle and checks valid()
+// (one atomic load) instead of looking the key up at every execution.
+TEST(CacheHandle, IsValidWhileCachedAndInvalidAfterEviction) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  bool dropped_by_callback = false;
+  cache_handle<int> packed = cache.get_or_build<int>(cpu_scope(), kBackend, "w", kMb,
+                                                     [] { return std::make_shared<int>(7); });
+  cache.set_eviction_callback(kBackend, [&](const eviction_event&) {
+    dropped_by_callback = true;
+    EXPECT_FALSE(packed.valid()) << "the callback must see the entry already gone";
+  });
+  EXPECT_TRUE(packed.valid());
+  auto again = cache.get_or_build<int>(cpu_scope(), kBackend, "w", kMb, [] { return std::make_shared<int>(8); });
+  EXPECT_EQ(again.get(), packed.get()) << "a hit returns the cached value";
+  add_int(cache, cpu_scope(), "other", 1);
+  EXPECT_TRUE(dropped_by_callback);
+  EXPECT_FALSE(packed.valid());
+  EXPECT_EQ(*packed, 7) << "the value itself lives on while the handle holds it";
+}
+
+TEST(CacheHandle, ValueThatWasNotCachedGivesAnInvalidHandle) {
+  unified_cache cache(config_with(1, eviction_policy::no_evict));
+  auto h = cache.get_or_build<int>(cpu_scope(), kBackend, "big", 2 * kMb, [] { return std::make_shared<int>(1); });
+  EXPECT_TRUE(h);
+  EXPECT_FALSE(h.valid());
+  EXPECT_FALSE(cache_handle<int>().valid());
+}
+
+}  // namespace
+}  // namespace unicache

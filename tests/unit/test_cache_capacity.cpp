@@ -1,0 +1,229 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "cache_test_support.hpp"
+#include "unicache/cache.hpp"
+#include "util/epoch.hpp"
+
+namespace unicache {
+namespace {
+
+using namespace unicache::testing;
+
+TEST(CachePolicy, NoEvictRefusesNewEntriesWhenFullAndKeepsTheOldOnes) {
+  unified_cache cache(config_with(3, eviction_policy::no_evict));
+  for (const char* k : {"a", "b", "c"}) EXPECT_TRUE(add_int(cache, cpu_scope(), k, 1).built);
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "d", 1).built);
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "d", 1).built) << "a refused value is not cached";
+  for (const char* k : {"a", "b", "c"}) EXPECT_TRUE(contains(cache, cpu_scope(), k)) << k;
+  const cache_stats s = cache.stats(cpu_scope());
+  EXPECT_EQ(s.refused_full, 2u);
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_EQ(s.bytes, 3 * kMb);
+}
+
+TEST(CachePolicy, ValueLargerThanTheCapacityIsRefusedUnderEveryPolicy) {
+  for (auto policy : {eviction_policy::no_evict, eviction_policy::lru, eviction_policy::cost}) {
+    unified_cache cache(config_with(2, policy));
+    add_int(cache, cpu_scope(), "small", 1);
+    EXPECT_TRUE(add_int(cache, cpu_scope(), "huge", 1, 3 * kMb).built);
+    EXPECT_TRUE(add_int(cache, cpu_scope(), "huge", 1, 3 * kMb).built);
+    EXPECT_TRUE(contains(cache, cpu_scope(), "small")) << "an oversize value must not evict";
+    EXPECT_EQ(cache.stats(cpu_scope()).refused_oversize, 2u) << to_string(policy);
+  }
+}
+
+TEST(CachePolicy, LruEvictsTheLeastRecentlyUsedEntry) {
+  unified_cache cache(config_with(3, eviction_policy::lru));
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(), "b", 1);
+  add_int(cache, cpu_scope(), "c", 1);
+  add_int(cache, cpu_scope(), "a", 1);  // use a: b is now least recent
+  add_int(cache, cpu_scope(), "d", 1);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "b"));
+  add_int(cache, cpu_scope(), "c", 1);  // use c: a is now least recent
+  add_int(cache, cpu_scope(), "e", 1);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "a"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "c"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "d"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "e"));
+}
+
+TEST(CachePolicy, CostEvictsTheCheapestToRebuildFirst) {
+  unified_cache cache(config_with(3, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
+  add_int(cache, cpu_scope(), "reorder_10us", 1, kMb, 10'000);
+  add_int(cache, cpu_scope(), "compile_200ms", 1, kMb, 200'000'000);
+  add_int(cache, cpu_scope(), "new", 1, kMb, 50'000'000);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "reorder_10us"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_1s"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_200ms"));
+}
+
+TEST(CachePolicy, CostPrefersToEvictLargeEntriesOfEqualCost) {
+  unified_cache cache(config_with(4, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "small", 1, 1 * kMb, 1'000'000);
+  add_int(cache, cpu_scope(), "large", 1, 2 * kMb, 1'000'000);
+  add_int(cache, cpu_scope(), "next", 1, 2 * kMb, 1'000'000);  // needs 1 MB more
+  EXPECT_FALSE(contains(cache, cpu_scope(), "large"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "small"));
+}
+
+TEST(CachePolicy, CostKeepsFrequentlyUsedEntries) {
+  unified_cache cache(config_with(2, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "hot", 1);
+  add_int(cache, cpu_scope(), "cold", 1);
+  for (int i = 0; i < 10; ++i) add_int(cache, cpu_scope(), "hot", 1);
+  add_int(cache, cpu_scope(), "new", 1);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "hot"));
+  EXPECT_FALSE(contains(cache, cpu_scope(), "cold"));
+}
+
+TEST(CachePolicy, ReportedCostReplacesTheEstimate) {
+  unified_cache cache(config_with(2, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "estimated_dear", 1, kMb, 1'000'000'000);
+  add_int(cache, cpu_scope(), "estimated_cheap", 1, kMb, 1'000);
+  cache.update_cost(cpu_scope(), kBackend, "estimated_dear", 1'000);
+  cache.update_cost(cpu_scope(), kBackend, "estimated_cheap", 1'000'000'000);
+  add_int(cache, cpu_scope(), "new", 1, kMb, 1'000'000);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "estimated_dear"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "estimated_cheap"));
+}
+
+TEST(CachePolicy, LibraryDefaultIsCost) {
+  EXPECT_EQ(effective_policy(eviction_policy::library_default), eviction_policy::cost);
+  unified_cache cache;
+  EXPECT_EQ(cache.policy(engine_kind::cpu), eviction_policy::library_default);
+}
+
+TEST(CacheCapacity, ShrinkingEvictsDownToTheNewSizeAndGrowingKeepsEverything) {
+  unified_cache cache(config_with(10, eviction_policy::lru));
+  for (int i = 0; i < 10; ++i) add_int(cache, cpu_scope(), "k" + std::to_string(i), i);
+  cache.set_capacity(engine_kind::cpu, 20);
+  EXPECT_EQ(cache.stats(cpu_scope()).entries, 10u);
+  cache.set_capacity(engine_kind::cpu, 4);
+  const cache_stats s = cache.stats(cpu_scope());
+  EXPECT_EQ(s.entries, 4u);
+  EXPECT_EQ(s.bytes, 4 * kMb);
+  EXPECT_EQ(s.evictions, 6u);
+  for (int i = 6; i < 10; ++i) EXPECT_TRUE(contains(cache, cpu_scope(), "k" + std::to_string(i))) << i;
+}
+
+TEST(CacheCapacity, ShrinkingANoEvictCacheEvictsLeastRecentlyUsedFirst) {
+  unified_cache cache(config_with(3, eviction_policy::no_evict));
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(), "b", 1);
+  add_int(cache, cpu_scope(), "c", 1);
+  cache.set_capacity(engine_kind::cpu, 1, eviction_policy::no_evict);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "c"));
+  EXPECT_EQ(cache.stats(cpu_scope()).entries, 1u);
+}
+
+TEST(CacheCapacity, ZeroCapacityCachesNothing) {
+  unified_cache cache(config_with(0, eviction_policy::lru));
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "k", 1, 1).built);
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "k", 1, 1).built);
+  EXPECT_EQ(cache.stats(cpu_scope()).refused_oversize, 2u);
+}
+
+TEST(CacheCapacity, BudgetAppliesToEachDeviceSeparately) {
+  unified_cache cache(config_with(2, eviction_policy::lru));
+  for (int device = 0; device < 3; ++device) {
+    for (const char* k : {"a", "b"}) add_int(cache, cpu_scope(device), k, 1);
+  }
+  for (int device = 0; device < 3; ++device) {
+    EXPECT_EQ(cache.stats(cpu_scope(device)).entries, 2u) << device;
+    EXPECT_EQ(cache.stats(cpu_scope(device)).evictions, 0u) << device;
+  }
+}
+
+TEST(CacheCapacity, PerDeviceCapacityOverridesTheKindUntilTheKindIsSetAgain) {
+  unified_cache cache(config_with(4, eviction_policy::lru));
+  for (int i = 0; i < 4; ++i) add_int(cache, cpu_scope(1), "k" + std::to_string(i), i);
+  cache.set_capacity(engine_kind::cpu, 1, 2);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu, 1), 2u);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu, 0), 4u);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu), 4u);
+  EXPECT_EQ(cache.stats(cpu_scope(1)).entries, 2u);
+  for (int i = 0; i < 4; ++i) add_int(cache, cpu_scope(0), "k" + std::to_string(i), i);
+  EXPECT_EQ(cache.stats(cpu_scope(0)).entries, 4u);
+
+  cache.set_capacity(engine_kind::cpu, 3, eviction_policy::lru);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu, 1), 3u) << "setting the kind clears device overrides";
+  EXPECT_EQ(cache.stats(cpu_scope(0)).entries, 3u);
+}
+
+TEST(CacheCapacity, GpuAndCpuBudgetsAreIndependent) {
+  cache_config config;
+  config.cpu = {1, eviction_policy::lru};
+  config.gpu = {3, eviction_policy::no_evict};
+  unified_cache cache(config);
+  EXPECT_EQ(cache.capacity(engine_kind::gpu), 3u);
+  EXPECT_EQ(cache.policy(engine_kind::gpu), eviction_policy::no_evict);
+  const cache_scope gpu{engine_kind::gpu, 0, 0};
+  for (const char* k : {"a", "b", "c"}) add_int(cache, gpu, k, 1);
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(), "b", 1);
+  EXPECT_EQ(cache.stats(gpu).entries, 3u);
+  EXPECT_EQ(cache.stats(cpu_scope()).entries, 1u);
+}
+
+TEST(CacheCapacity, ChangingThePolicyKeepsEntriesAndAppliesTheNewOrder) {
+  unified_cache cache(config_with(3, eviction_policy::lru));
+  add_int(cache, cpu_scope(), "dear", 1, kMb, 1'000'000'000);
+  add_int(cache, cpu_scope(), "cheap", 1, kMb, 1);
+  add_int(cache, cpu_scope(), "mid", 1, kMb, 1'000'000);
+  cache.set_capacity(engine_kind::cpu, 3, eviction_policy::cost);
+  EXPECT_EQ(cache.stats(cpu_scope()).entries, 3u);
+  add_int(cache, cpu_scope(), "new", 1, kMb, 1'000'000);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "cheap"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "dear")) << "LRU would have evicted it";
+}
+
+TEST(CacheCapacity, CachedBytesNeverExceedTheCapacity) {
+  for (auto policy : {eviction_policy::no_evict, eviction_policy::lru, eviction_policy::cost}) {
+    unified_cache cache(config_with(16, policy));
+    std::mt19937 rng(1234);
+    for (int i = 0; i < 3000; ++i) {
+      const std::size_t bytes = 1 + rng() % (3 * kMb);
+      add_int(cache, cpu_scope(), "k" + std::to_string(rng() % 200), i, bytes, 1 + rng() % 1'000'000);
+      if (i % 500 == 499) cache.set_capacity(engine_kind::cpu, 4 + rng() % 16, policy);
+      const std::uint64_t capacity = cache.capacity(engine_kind::cpu) * kMb;
+      ASSERT_LE(cache.stats(cpu_scope()).bytes, capacity) << to_string(policy) << " at " << i;
+    }
+  }
+}
+
+TEST(CacheLifetime, EvictedValueStaysAliveWhileAUserHoldsItAndIsFreedAfter) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  std::weak_ptr<int> watch;
+  {
+    auto held = add_int(cache, cpu_scope(), "a", 11).value;
+    watch = held;
+    add_int(cache, cpu_scope(), "b", 1);  // evicts a
+    ASSERT_FALSE(contains(cache, cpu_scope(), "a"));
+    detail::epoch_domain::instance().synchronize();  // the cache's reference is gone now
+    EXPECT_EQ(*held, 11);
+    EXPECT_FALSE(watch.expired()) << "freed under its user";
+  }
+  EXPECT_TRUE(watch.expired()) << "the cache kept an evicted value alive";
+}
+
+TEST(CacheLifetime, ValuesStillHeldOutliveTheCache) {
+  std::shared_ptr<int> held;
+  cache_handle<int> handle;
+  {
+    unified_cache cache;
+    held = add_int(cache, cpu_scope(), "a", 5).value;
+    handle = cache.get_or_build<int>(cpu_scope(), kBackend, "b", kMb, [] { return std::make_shared<int>(6); });
+    EXPECT_TRUE(handle.valid());
+  }
+  EXPECT_EQ(*held, 5);
+  EXPECT_EQ(*handle, 6);
+  EXPECT_FALSE(handle.valid());
+}
+
+}  // namespace
+}  // namespace unicache
