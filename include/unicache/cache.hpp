@@ -198,7 +198,8 @@ class unified_cache {
   // build time, replaced by `update_cost` when the real time is known.
   // Throws cache_error if `future` is invalid.
   cache_future get_or_add(const cache_scope& scope, backend_id backend, std::string_view key,
-                          std::size_t size_bytes, std::uint64_t cost_ns, cache_future future);
+                          std::size_t size_bytes, std::uint64_t cost_ns,
+                          const cache_future& future);
 
   // Single-flight build: returns the cached value, waits for a build in
   // flight, or runs `builder` (on this thread, outside every lock) and caches
@@ -259,9 +260,12 @@ class unified_cache {
   };
   lookup_result lookup_or_insert(const cache_scope& scope, backend_id backend,
                                  std::string_view key, std::size_t size_bytes,
-                                 std::uint64_t cost_ns, cache_future future, bool want_entry);
-  void complete_build(const detail::entry_ref& entry, std::uint64_t cost_ns);
-  void drop_failed(const detail::entry_ref& entry);
+                                 std::uint64_t cost_ns, const cache_future& future,
+                                 bool want_entry);
+  // The entry's device exists: the entry was inserted into it.
+  void complete_build(const cache_scope& scope, const detail::entry_ref& entry,
+                      std::uint64_t cost_ns);
+  void drop_failed(const cache_scope& scope, const detail::entry_ref& entry);
 
   std::unique_ptr<impl> impl_;
 };
@@ -292,13 +296,13 @@ cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, backend_id
     value = std::forward<Builder>(builder)();
   } catch (...) {
     promise.set_exception(std::current_exception());
-    if (found.kind == outcome::inserted) drop_failed(found.entry);
+    if (found.kind == outcome::inserted) drop_failed(scope, found.entry);
     throw;
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
   promise.set_value(value);
   if (found.kind != outcome::inserted) return cache_handle<T>({}, std::move(value));
-  complete_build(found.entry,
+  complete_build(scope, found.entry,
                  static_cast<std::uint64_t>(
                      std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
   return cache_handle<T>(std::move(found.entry), std::move(value));

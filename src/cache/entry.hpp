@@ -1,15 +1,19 @@
 // One cached value and its bookkeeping, with the backend's key bytes stored
 // inline after the struct: one allocation per entry.
 //
-// Immutable after publication: hash, scope, backend, key, size, future, owner.
+// The first 64 bytes are what a hit reads and writes (the reference count and
+// flags, the identity compared by lookups, the use stamp and counters, the
+// future it returns); the rest is touched only under the owning device's mutex.
+//
+// Immutable after publication: hash, context, backend, key, size, future.
 // Written lock-free on hits: hits, waits, stamp, state. Written under the
-// owning device's mutex: heap_version, member_index, cost (also by
-// update_cost, atomically).
+// owning device's mutex: priority, heap_index, and cost.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "unicache/cache.hpp"
@@ -17,26 +21,26 @@
 namespace unicache::detail {
 
 struct device_cache;
-struct scope_counters;
 
 enum class build_state : std::uint8_t { pending, ready, failed };
 
 struct entry : entry_base {
+  // Hot: read by every lookup, written by hits.
   std::atomic<build_state> state{build_state::pending};
-  backend_id backend = 0;
-  std::uint32_t key_size = 0;
-  std::uint32_t heap_version = 0;  // guarded by owner->mu
-  std::uint32_t member_index = 0;  // guarded by owner->mu
   std::uint64_t hash = 0;
   std::uint64_t context_id = 0;
-  std::uint64_t size_bytes = 0;
-  std::atomic<std::uint64_t> cost_ns{0};
+  backend_id backend = 0;
+  std::uint32_t key_size = 0;
   std::atomic<std::uint64_t> stamp{0};  // policy clock at the last use
   std::atomic<std::uint32_t> hits{0};
   std::atomic<std::uint32_t> waits{0};
-  device_cache* owner = nullptr;
-  scope_counters* counters = nullptr;
   cache_future future;
+
+  // Cold: the eviction bookkeeping, under the owning device's mutex.
+  std::uint64_t size_bytes = 0;
+  double priority = 0;               // the key it has in the eviction queue
+  std::atomic<float> cost_ns{0};     // a heuristic: float precision is plenty
+  std::uint32_t heap_index = 0;      // its position in the eviction queue
 
   std::string_view key() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), key_size};

@@ -77,6 +77,17 @@ void entry_table::erase(const entry* e) noexcept {
   }
 }
 
+std::vector<entry*> entry_table::entries() const {
+  const slot_array* array = slots_.load(std::memory_order_relaxed);
+  std::vector<entry*> out;
+  out.reserve(live_);
+  for (std::size_t i = 0; i <= array->mask; ++i) {
+    entry* e = (*array)[i].load(std::memory_order_relaxed);
+    if (e != nullptr && e != kTombstone) out.push_back(e);
+  }
+  return out;
+}
+
 void entry_table::rebuild(std::size_t capacity) {
   slot_array* old_array = slots_.load(std::memory_order_relaxed);
   slot_array* array = slot_array::create(capacity);
@@ -92,7 +103,8 @@ void entry_table::rebuild(std::size_t capacity) {
   }
   occupied_ = live_;
   slots_.store(array, std::memory_order_release);
-  epoch_domain::instance().retire(old_array, &slot_array::destroy);
+  epoch_domain::instance().retire(old_array, &slot_array::destroy,
+                                  (old_array->mask + 1) * sizeof(std::atomic<entry*>));
 }
 
 }  // namespace unicache::detail

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "cache/entry.hpp"
 
@@ -35,6 +36,8 @@ class entry_table {
   void insert(entry* e);
   void erase(const entry* e) noexcept;
   std::size_t size() const noexcept { return live_; }
+  // Writer side: every entry present.
+  std::vector<entry*> entries() const;
 
  private:
   struct slot_array;

@@ -1,5 +1,6 @@
 #include <array>
 #include <bit>
+#include <cstddef>
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
@@ -32,6 +33,10 @@ entry* entry::create(std::uint64_t hash, std::uint64_t context_id, backend_id ba
   if (key.size() > std::numeric_limits<std::uint32_t>::max()) {
     throw cache_error("unicache: cache key longer than 4 GiB");
   }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+  static_assert(offsetof(entry, size_bytes) <= 64, "the fields a hit touches must fit in 64 bytes");
+#pragma GCC diagnostic pop
   void* raw = ::operator new(sizeof(entry) + key.size());
   auto* e = new (raw) entry();
   e->hash = hash;
@@ -39,7 +44,7 @@ entry* entry::create(std::uint64_t hash, std::uint64_t context_id, backend_id ba
   e->backend = backend;
   e->key_size = static_cast<std::uint32_t>(key.size());
   e->size_bytes = size_bytes;
-  e->cost_ns.store(cost_ns, std::memory_order_relaxed);
+  e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
   e->future = std::move(future);
   if (!key.empty()) std::memcpy(reinterpret_cast<char*>(e + 1), key.data(), key.size());
   return e;
@@ -106,7 +111,6 @@ struct device_cache {
   eviction_policy policy ABSL_GUARDED_BY(mu) = eviction_policy::cost;
   std::uint64_t used_bytes ABSL_GUARDED_BY(mu) = 0;
   std::uint64_t tick ABSL_GUARDED_BY(mu) = 0;  // insertions, the LRU clock
-  std::vector<entry*> members ABSL_GUARDED_BY(mu);
   eviction_queue queue ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::uint64_t, std::unique_ptr<scope_counters>> scopes ABSL_GUARDED_BY(mu);
   // What hits stamp into their entry: the LRU tick, or for the cost policy
@@ -124,33 +128,40 @@ struct device_cache {
     const std::uint64_t stamp = e->stamp.load(std::memory_order_relaxed);
     if (policy != eviction_policy::cost) return static_cast<double>(stamp);
     const double uses = 1.0 + e->hits.load(std::memory_order_relaxed);
-    const double cost = static_cast<double>(e->cost_ns.load(std::memory_order_relaxed));
+    const double cost = e->cost_ns.load(std::memory_order_relaxed);
     const double size = static_cast<double>(std::max<std::uint64_t>(e->size_bytes, 1));
     return std::bit_cast<double>(stamp) + uses * cost / size;
+  }
+
+  void insert_locked(entry* e, scope_counters& counters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (policy != eviction_policy::cost) clock.store(++tick, std::memory_order_relaxed);
+    e->stamp.store(clock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    table.insert(e);
+    used_bytes += e->size_bytes;
+    e->resident.store(true, std::memory_order_release);
+    queue.push(e, priority_of(e));
+    counters.inserts.fetch_add(1, std::memory_order_relaxed);
+    counters.bytes.fetch_add(e->size_bytes, std::memory_order_relaxed);
+    counters.entries.fetch_add(1, std::memory_order_relaxed);
   }
 
   void remove_locked(entry* e, removal reason, std::vector<removed_entry>& removed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     table.erase(e);
-    entry* last = members.back();
-    members[e->member_index] = last;
-    last->member_index = e->member_index;
-    members.pop_back();
+    queue.erase(e);
     used_bytes -= e->size_bytes;
-    ++e->heap_version;  // its queued nodes are stale now
     e->resident.store(false, std::memory_order_release);
-    scope_counters& c = *e->counters;
+    scope_counters& c = counters_for(e->context_id);
     c.bytes.fetch_sub(e->size_bytes, std::memory_order_relaxed);
     c.entries.fetch_sub(1, std::memory_order_relaxed);
     c.retired_hits.fetch_add(e->hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
     c.retired_waits.fetch_add(e->waits.load(std::memory_order_relaxed), std::memory_order_relaxed);
     if (reason == removal::failure) {
       c.failures.fetch_add(1, std::memory_order_relaxed);
-    } else if (reason == removal::capacity || reason == removal::shrink ||
-               reason == removal::clear) {
+    } else if (reason != removal::erase) {
       c.evictions.fetch_add(1, std::memory_order_relaxed);
     }
-    removed.push_back({entry_ref::adopt(e), reason});
+    removed.push_back({entry_ref::adopt(e), reason});  // takes over the table's reference
   }
 
   // Evicts per policy until at most `target` bytes are used.
@@ -158,7 +169,7 @@ struct device_cache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     while (used_bytes > target) {
       double priority = 0;
-      entry_ref victim = queue.pop_victim(
+      entry* victim = queue.victim(
           [this](const entry* e) ABSL_NO_THREAD_SAFETY_ANALYSIS { return priority_of(e); },
           &priority);
       if (!victim) break;
@@ -169,7 +180,7 @@ struct device_cache {
           clock.store(std::bit_cast<std::uint64_t>(priority), std::memory_order_relaxed);
         }
       }
-      remove_locked(as_entry(victim), reason, removed);
+      remove_locked(victim, reason, removed);
     }
   }
 
@@ -180,14 +191,14 @@ struct device_cache {
       const bool to_cost = new_policy == eviction_policy::cost;
       const bool from_cost = policy == eviction_policy::cost;
       policy = new_policy;
+      const std::vector<entry*> all = table.entries();
       if (to_cost != from_cost) {
         // The clock changes meaning: restart it and every stamp.
         const std::uint64_t restart = to_cost ? std::bit_cast<std::uint64_t>(0.0) : tick;
         clock.store(restart, std::memory_order_relaxed);
-        for (entry* e : members) e->stamp.store(restart, std::memory_order_relaxed);
+        for (entry* e : all) e->stamp.store(restart, std::memory_order_relaxed);
       }
-      queue.rebuild(members,
-                    [this](const entry* e) ABSL_NO_THREAD_SAFETY_ANALYSIS { return priority_of(e); });
+      for (entry* e : all) queue.update(e, priority_of(e));
     }
     capacity_bytes = bytes;
     evict_to(capacity_bytes, removal::shrink, removed);
@@ -375,17 +386,16 @@ unified_cache::~unified_cache() {
   for (auto& d : impl_->devices) {
     absl::MutexLock device_lock(&d->mu);
     d->queue.clear();
-    for (entry* e : d->members) {
+    for (entry* e : d->table.entries()) {
       e->resident.store(false, std::memory_order_release);
       entry_ref::adopt(e).reset();  // no reader may remain: release directly
     }
-    d->members.clear();
   }
 }
 
 unified_cache::lookup_result unified_cache::lookup_or_insert(
     const cache_scope& scope, backend_id backend, std::string_view key, std::size_t size_bytes,
-    std::uint64_t cost_ns, cache_future future, bool want_entry) {
+    std::uint64_t cost_ns, const cache_future& future, bool want_entry) {
   if (!future.valid()) throw cache_error("unicache: get_or_add needs a valid future");
   const std::uint64_t hash = hash_key(scope.context_id, backend, key);
   using outcome = lookup_result::outcome;
@@ -444,25 +454,8 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
         trace = "refused_full";
       } else {
         d->evict_to(d->capacity_bytes - size_bytes, removal::capacity, removed);
-        entry* e = entry::create(hash, scope.context_id, backend, key, size_bytes, cost_ns,
-                                 std::move(future));
-        e->owner = d;
-        e->counters = &counters;
-        if (d->policy != eviction_policy::cost) {
-          d->clock.store(++d->tick, std::memory_order_relaxed);
-        }
-        e->stamp.store(d->clock.load(std::memory_order_relaxed), std::memory_order_relaxed);
-        e->member_index = static_cast<std::uint32_t>(d->members.size());
-        d->members.push_back(e);
-        d->table.insert(e);
-        d->used_bytes += size_bytes;
-        e->resident.store(true, std::memory_order_release);
-        d->queue.push(e, d->priority_of(e));
-        d->queue.compact_if_stale(
-            d->members, [d](const entry* x) ABSL_NO_THREAD_SAFETY_ANALYSIS { return d->priority_of(x); });
-        counters.inserts.fetch_add(1, std::memory_order_relaxed);
-        counters.bytes.fetch_add(size_bytes, std::memory_order_relaxed);
-        counters.entries.fetch_add(1, std::memory_order_relaxed);
+        entry* e = entry::create(hash, scope.context_id, backend, key, size_bytes, cost_ns, future);
+        d->insert_locked(e, counters);
         result = {outcome::inserted, {}, entry_ref::share(e)};  // e's own ref is the table's
         trace = "inserted";
       }
@@ -476,26 +469,26 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
 
 cache_future unified_cache::get_or_add(const cache_scope& scope, backend_id backend,
                                        std::string_view key, std::size_t size_bytes,
-                                       std::uint64_t cost_ns, cache_future future) {
-  lookup_result r =
-      lookup_or_insert(scope, backend, key, size_bytes, cost_ns, std::move(future), false);
+                                       std::uint64_t cost_ns, const cache_future& future) {
+  lookup_result r = lookup_or_insert(scope, backend, key, size_bytes, cost_ns, future, false);
   return r.kind == lookup_result::outcome::hit || r.kind == lookup_result::outcome::wait
              ? std::move(r.future)
              : cache_future();
 }
 
-void unified_cache::complete_build(const entry_ref& ref, std::uint64_t cost_ns) {
+void unified_cache::complete_build(const cache_scope& scope, const entry_ref& ref,
+                                   std::uint64_t cost_ns) {
   entry* e = as_entry(ref);
-  device_cache* d = e->owner;
+  device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   absl::MutexLock lock(&d->mu);
-  e->cost_ns.store(cost_ns, std::memory_order_relaxed);
+  e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
   e->state.store(build_state::ready, std::memory_order_release);
-  if (e->resident.load(std::memory_order_relaxed)) d->queue.push(e, d->priority_of(e));
+  if (e->resident.load(std::memory_order_relaxed)) d->queue.update(e, d->priority_of(e));
 }
 
-void unified_cache::drop_failed(const entry_ref& ref) {
+void unified_cache::drop_failed(const cache_scope& scope, const entry_ref& ref) {
   entry* e = as_entry(ref);
-  device_cache* d = e->owner;
+  device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   std::vector<removed_entry> removed;
   {
     absl::MutexLock lock(&d->mu);
@@ -521,8 +514,8 @@ void unified_cache::update_cost(const cache_scope& scope, backend_id backend, st
   const std::uint64_t hash = hash_key(scope.context_id, backend, key);
   absl::MutexLock lock(&d->mu);
   if (entry* e = d->table.find(hash, scope.context_id, backend, key)) {
-    e->cost_ns.store(cost_ns, std::memory_order_relaxed);
-    d->queue.push(e, d->priority_of(e));
+    e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
+    d->queue.update(e, d->priority_of(e));
   }
 }
 
@@ -551,8 +544,7 @@ void unified_cache::clear() {
     std::vector<removed_entry> removed;
     {
       absl::MutexLock lock(&d->mu);
-      while (!d->members.empty()) d->remove_locked(d->members.back(), removal::clear, removed);
-      d->queue.clear();
+      for (entry* e : d->table.entries()) d->remove_locked(e, removal::clear, removed);
     }
     impl_->finish_removals(d->kind, d->device_id, removed);
   }
@@ -635,11 +627,15 @@ void unified_cache::clear_eviction_callback(backend_id backend) {
   if (it == impl_->callbacks.end()) return;
   std::shared_ptr<impl::callback_slot> slot = std::move(it->second);
   impl_->callbacks.erase(it);
-  const int mine = static_cast<int>(
-      std::count(running_callbacks.begin(), running_callbacks.end(), slot.get()));
+  // Wait for other threads' calls; calls on this thread (unregistering from
+  // inside the callback) are allowed to stay.
+  struct wait_state {
+    impl::callback_slot* slot;
+    int mine;
+  } state{slot.get(), static_cast<int>(std::count(running_callbacks.begin(),
+                                                   running_callbacks.end(), slot.get()))};
   impl_->callbacks_mu.Await(absl::Condition(
-      +[](std::pair<impl::callback_slot*, int>* s) { return s->first->running <= s->second; },
-      new std::pair<impl::callback_slot*, int>(slot.get(), mine)));
+      +[](wait_state* w) { return w->slot->running <= w->mine; }, &state));
 }
 
 cache_stats unified_cache::stats(const cache_scope& scope) const {
@@ -660,7 +656,7 @@ cache_stats unified_cache::stats(const cache_scope& scope) const {
   out.entries = c.entries.load(std::memory_order_relaxed);
   out.hits = c.retired_hits.load(std::memory_order_relaxed);
   out.waits = c.retired_waits.load(std::memory_order_relaxed);
-  for (const entry* e : d->members) {
+  for (const entry* e : d->table.entries()) {
     if (e->context_id != scope.context_id) continue;
     out.hits += e->hits.load(std::memory_order_relaxed);
     out.waits += e->waits.load(std::memory_order_relaxed);
@@ -669,8 +665,6 @@ cache_stats unified_cache::stats(const cache_scope& scope) const {
 }
 
 cache_stats unified_cache::total_stats() const {
-  std::vector<std::pair<engine_kind, int>> devices;
-  std::vector<std::uint64_t> contexts;
   cache_stats total;
   std::vector<cache_scope> scopes;
   {

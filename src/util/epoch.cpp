@@ -23,8 +23,10 @@ constexpr bool kUnderThreadSanitizer = false;
 constexpr bool kUnderThreadSanitizer = false;
 #endif
 
-// Retirements between two reclamation attempts: amortizes the barrier.
+// Retirements (or retired bytes) between two reclamation attempts: amortizes
+// the barrier without letting large objects linger.
 constexpr std::size_t kReclaimBatch = 64;
+constexpr std::size_t kReclaimBytes = 64 * 1024;
 
 bool register_membarrier() {
   // ThreadSanitizer does not model membarrier(2); the symmetric protocol
@@ -82,16 +84,19 @@ void epoch_domain::heavy_barrier() const {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-void epoch_domain::retire(void* object, void (*deleter)(void*)) {
+void epoch_domain::retire(void* object, void (*deleter)(void*), std::size_t bytes) {
   absl::MutexLock lock(&mu_);
   retired_.push_back({object, deleter, epoch_.load(std::memory_order_acquire)});
   ++retired_since_reclaim_;
+  retired_bytes_since_reclaim_ += bytes;
 }
 
 void epoch_domain::collect() {
   {
     absl::MutexLock lock(&mu_);
-    if (retired_since_reclaim_ < kReclaimBatch) return;
+    if (retired_since_reclaim_ < kReclaimBatch && retired_bytes_since_reclaim_ < kReclaimBytes) {
+      return;
+    }
   }
   reclaim();
 }
@@ -101,6 +106,7 @@ void epoch_domain::reclaim() {
   {
     absl::MutexLock lock(&mu_);
     retired_since_reclaim_ = 0;
+    retired_bytes_since_reclaim_ = 0;
     if (retired_.empty()) return;
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     heavy_barrier();

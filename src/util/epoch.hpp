@@ -60,10 +60,13 @@ class epoch_domain {
   // Schedules `deleter(object)` once every reader that might still see
   // `object` has left. The caller must already have made `object`
   // unreachable for new readers. Only queues: safe under any lock.
-  void retire(void* object, void (*deleter)(void*));
+  // `bytes` (optional) tells how much memory the object holds: large
+  // retirements are reclaimed at the next collect() rather than waiting for
+  // a batch.
+  void retire(void* object, void (*deleter)(void*), std::size_t bytes = 0);
 
-  // Reclaims what readers no longer hold, once enough has been retired to
-  // be worth a barrier. Runs deleters on this thread: call it with no lock
+  // Reclaims what readers no longer hold, once enough has been retired (in
+  // count or in bytes) to be worth a barrier. Runs deleters on this thread: call it with no lock
   // held that a deleter might take.
   void collect();
 
@@ -118,6 +121,7 @@ class epoch_domain {
   mutable absl::Mutex mu_;
   std::vector<retired_object> retired_ ABSL_GUARDED_BY(mu_);
   std::size_t retired_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
+  std::size_t retired_bytes_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
 
   static thread_local record* current_record_;
   friend struct record_releaser;
