@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.hpp"
 #include "cache/entry.hpp"
 #include "cache/entry_table.hpp"
 #include "cache/eviction_queue.hpp"
@@ -105,7 +105,7 @@ struct device_cache {
 
   const engine_kind kind;
   const int device_id;
-  absl::Mutex mu;
+  mutex mu;
   entry_table table;  // readers: no lock; writers: mu
   std::uint64_t capacity_bytes ABSL_GUARDED_BY(mu) = 0;
   eviction_policy policy ABSL_GUARDED_BY(mu) = eviction_policy::cost;
@@ -253,7 +253,7 @@ struct unified_cache::impl {
   std::atomic<bool> enabled{true};
 
   // Devices: created on first insertion, destroyed with the cache.
-  mutable absl::Mutex config_mu;
+  mutable mutex config_mu;
   cache_config settings ABSL_GUARDED_BY(config_mu);
   absl::flat_hash_map<std::pair<int, int>, std::uint64_t> device_overrides
       ABSL_GUARDED_BY(config_mu);
@@ -265,7 +265,8 @@ struct unified_cache::impl {
     eviction_callback callback;
     int running = 0;  // guarded by callbacks_mu
   };
-  mutable absl::Mutex callbacks_mu;
+  mutable mutex callbacks_mu;
+  std::condition_variable_any callback_finished;
   absl::flat_hash_map<backend_id, std::shared_ptr<callback_slot>> callbacks
       ABSL_GUARDED_BY(callbacks_mu);
 
@@ -273,7 +274,7 @@ struct unified_cache::impl {
     if (device_id >= 0 && device_id < kDirectDevices) {
       return direct[static_cast<int>(kind)][device_id].load(std::memory_order_acquire);
     }
-    absl::MutexLock lock(&config_mu);
+    mutex_lock lock(&config_mu);
     auto it = far_devices.find({static_cast<int>(kind), device_id});
     return it == far_devices.end() ? nullptr : it->second;
   }
@@ -287,7 +288,7 @@ struct unified_cache::impl {
 
   device_cache* device(engine_kind kind, int device_id) {
     if (device_cache* d = find_device(kind, device_id)) return d;
-    absl::MutexLock lock(&config_mu);
+    mutex_lock lock(&config_mu);
     if (device_id >= 0 && device_id < kDirectDevices) {
       auto& slot = direct[static_cast<int>(kind)][device_id];
       if (device_cache* d = slot.load(std::memory_order_relaxed)) return d;
@@ -299,7 +300,7 @@ struct unified_cache::impl {
     device_cache* d = owned.get();
     {
       std::vector<removed_entry> none;
-      absl::MutexLock device_lock(&d->mu);
+      mutex_lock device_lock(&d->mu);
       d->set_budget(budget_of(kind, device_id), settings.of(kind).policy, none);
     }
     devices.push_back(std::move(owned));
@@ -349,7 +350,7 @@ struct unified_cache::impl {
   void run_callback(const eviction_event& event) {
     std::shared_ptr<callback_slot> slot;
     {
-      absl::MutexLock lock(&callbacks_mu);
+      mutex_lock lock(&callbacks_mu);
       auto it = callbacks.find(event.backend);
       if (it == callbacks.end()) return;
       slot = it->second;
@@ -362,8 +363,9 @@ struct unified_cache::impl {
       warn("an eviction callback threw; the exception was dropped");
     }
     running_callbacks.pop_back();
-    absl::MutexLock lock(&callbacks_mu);
+    mutex_lock lock(&callbacks_mu);
     --slot->running;
+    callback_finished.notify_all();
   }
 
   void trace_miss(const cache_scope& scope, backend_id backend, std::uint64_t hash,
@@ -382,9 +384,9 @@ struct unified_cache::impl {
 unified_cache::unified_cache(cache_config config) : impl_(std::make_unique<impl>(config)) {}
 
 unified_cache::~unified_cache() {
-  absl::MutexLock lock(&impl_->config_mu);
+  mutex_lock lock(&impl_->config_mu);
   for (auto& d : impl_->devices) {
-    absl::MutexLock device_lock(&d->mu);
+    mutex_lock device_lock(&d->mu);
     d->queue.clear();
     for (entry* e : d->table.entries()) {
       e->resident.store(false, std::memory_order_release);
@@ -426,7 +428,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
   lookup_result result{outcome::refused, {}, {}};
   const char* trace = nullptr;
   {
-    absl::MutexLock lock(&d->mu);
+    mutex_lock lock(&d->mu);
     // Writers hold mu, so entries and slots found here stay put.
     entry* found = d->table.find(hash, scope.context_id, backend, key);
     if (found) {
@@ -480,7 +482,7 @@ void unified_cache::complete_build(const cache_scope& scope, const entry_ref& re
                                    std::uint64_t cost_ns) {
   entry* e = as_entry(ref);
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
-  absl::MutexLock lock(&d->mu);
+  mutex_lock lock(&d->mu);
   e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
   e->state.store(build_state::ready, std::memory_order_release);
   if (e->resident.load(std::memory_order_relaxed)) d->queue.update(e, d->priority_of(e));
@@ -491,7 +493,7 @@ void unified_cache::drop_failed(const cache_scope& scope, const entry_ref& ref) 
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   std::vector<removed_entry> removed;
   {
-    absl::MutexLock lock(&d->mu);
+    mutex_lock lock(&d->mu);
     e->state.store(build_state::failed, std::memory_order_release);
     if (e->resident.load(std::memory_order_relaxed)) d->remove_locked(e, removal::failure, removed);
   }
@@ -512,7 +514,7 @@ void unified_cache::update_cost(const cache_scope& scope, backend_id backend, st
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   if (!d) return;
   const std::uint64_t hash = hash_key(scope.context_id, backend, key);
-  absl::MutexLock lock(&d->mu);
+  mutex_lock lock(&d->mu);
   if (entry* e = d->table.find(hash, scope.context_id, backend, key)) {
     e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
     d->queue.update(e, d->priority_of(e));
@@ -525,7 +527,7 @@ bool unified_cache::remove(const cache_scope& scope, backend_id backend, std::st
   const std::uint64_t hash = hash_key(scope.context_id, backend, key);
   std::vector<removed_entry> removed;
   {
-    absl::MutexLock lock(&d->mu);
+    mutex_lock lock(&d->mu);
     entry* e = d->table.find(hash, scope.context_id, backend, key);
     if (!e) return false;
     d->remove_locked(e, removal::erase, removed);
@@ -537,13 +539,13 @@ bool unified_cache::remove(const cache_scope& scope, backend_id backend, std::st
 void unified_cache::clear() {
   std::vector<device_cache*> all;
   {
-    absl::MutexLock lock(&impl_->config_mu);
+    mutex_lock lock(&impl_->config_mu);
     all = impl_->devices_of(std::nullopt);
   }
   for (device_cache* d : all) {
     std::vector<removed_entry> removed;
     {
-      absl::MutexLock lock(&d->mu);
+      mutex_lock lock(&d->mu);
       for (entry* e : d->table.entries()) d->remove_locked(e, removal::clear, removed);
     }
     impl_->finish_removals(d->kind, d->device_id, removed);
@@ -559,7 +561,7 @@ void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb,
                                  eviction_policy new_policy) {
   std::vector<std::pair<device_cache*, std::vector<removed_entry>>> work;
   {
-    absl::MutexLock lock(&impl_->config_mu);
+    mutex_lock lock(&impl_->config_mu);
     impl_->settings.of(kind) = {capacity_mb, new_policy};
     for (auto it = impl_->device_overrides.begin(); it != impl_->device_overrides.end();) {
       if (it->first.first == static_cast<int>(kind)) {
@@ -572,7 +574,7 @@ void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb,
     // they took it.
     for (device_cache* d : impl_->devices_of(kind)) {
       std::vector<removed_entry> removed;
-      absl::MutexLock device_lock(&d->mu);
+      mutex_lock device_lock(&d->mu);
       d->set_budget(mb_to_bytes(capacity_mb), new_policy, removed);
       work.emplace_back(d, std::move(removed));
     }
@@ -584,26 +586,26 @@ void unified_cache::set_capacity(engine_kind kind, int device_id, std::size_t ca
   device_cache* d = impl_->device(kind, device_id);
   std::vector<removed_entry> removed;
   {
-    absl::MutexLock lock(&impl_->config_mu);
+    mutex_lock lock(&impl_->config_mu);
     impl_->device_overrides[{static_cast<int>(kind), device_id}] = mb_to_bytes(capacity_mb);
-    absl::MutexLock device_lock(&d->mu);
+    mutex_lock device_lock(&d->mu);
     d->set_budget(mb_to_bytes(capacity_mb), impl_->settings.of(kind).policy, removed);
   }
   impl_->finish_removals(kind, device_id, removed);
 }
 
 std::size_t unified_cache::capacity(engine_kind kind) const {
-  absl::MutexLock lock(&impl_->config_mu);
+  mutex_lock lock(&impl_->config_mu);
   return impl_->settings.of(kind).capacity_mb;
 }
 
 std::size_t unified_cache::capacity(engine_kind kind, int device_id) const {
-  absl::MutexLock lock(&impl_->config_mu);
+  mutex_lock lock(&impl_->config_mu);
   return static_cast<std::size_t>(impl_->budget_of(kind, device_id) / kBytesPerMb);
 }
 
 eviction_policy unified_cache::policy(engine_kind kind) const {
-  absl::MutexLock lock(&impl_->config_mu);
+  mutex_lock lock(&impl_->config_mu);
   return impl_->settings.of(kind).policy;
 }
 
@@ -617,32 +619,30 @@ void unified_cache::set_eviction_callback(backend_id backend, eviction_callback 
   clear_eviction_callback(backend);
   auto slot = std::make_shared<impl::callback_slot>();
   slot->callback = std::move(callback);
-  absl::MutexLock lock(&impl_->callbacks_mu);
+  mutex_lock lock(&impl_->callbacks_mu);
   impl_->callbacks[backend] = std::move(slot);
 }
 
 void unified_cache::clear_eviction_callback(backend_id backend) {
-  absl::MutexLock lock(&impl_->callbacks_mu);
+  mutex_lock lock(&impl_->callbacks_mu);
   auto it = impl_->callbacks.find(backend);
   if (it == impl_->callbacks.end()) return;
   std::shared_ptr<impl::callback_slot> slot = std::move(it->second);
   impl_->callbacks.erase(it);
   // Wait for other threads' calls; calls on this thread (unregistering from
   // inside the callback) are allowed to stay.
-  struct wait_state {
-    impl::callback_slot* slot;
-    int mine;
-  } state{slot.get(), static_cast<int>(std::count(running_callbacks.begin(),
-                                                   running_callbacks.end(), slot.get()))};
-  impl_->callbacks_mu.Await(absl::Condition(
-      +[](wait_state* w) { return w->slot->running <= w->mine; }, &state));
+  const int mine = static_cast<int>(
+      std::count(running_callbacks.begin(), running_callbacks.end(), slot.get()));
+  impl_->callbacks_mu.wait(impl_->callback_finished, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return slot->running <= mine;
+  });
 }
 
 cache_stats unified_cache::stats(const cache_scope& scope) const {
   cache_stats out;
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   if (!d) return out;
-  absl::MutexLock lock(&d->mu);
+  mutex_lock lock(&d->mu);
   auto it = d->scopes.find(scope.context_id);
   if (it == d->scopes.end()) return out;
   const scope_counters& c = *it->second;
@@ -668,9 +668,9 @@ cache_stats unified_cache::total_stats() const {
   cache_stats total;
   std::vector<cache_scope> scopes;
   {
-    absl::MutexLock lock(&impl_->config_mu);
+    mutex_lock lock(&impl_->config_mu);
     for (const auto& d : impl_->devices) {
-      absl::MutexLock device_lock(&d->mu);
+      mutex_lock device_lock(&d->mu);
       for (const auto& [context, counters] : d->scopes) {
         scopes.push_back({d->kind, d->device_id, context});
       }

@@ -85,7 +85,7 @@ void epoch_domain::heavy_barrier() const {
 }
 
 void epoch_domain::retire(void* object, void (*deleter)(void*), std::size_t bytes) {
-  absl::MutexLock lock(&mu_);
+  mutex_lock lock(&mu_);
   retired_.push_back({object, deleter, epoch_.load(std::memory_order_acquire)});
   ++retired_since_reclaim_;
   retired_bytes_since_reclaim_ += bytes;
@@ -93,7 +93,7 @@ void epoch_domain::retire(void* object, void (*deleter)(void*), std::size_t byte
 
 void epoch_domain::collect() {
   {
-    absl::MutexLock lock(&mu_);
+    mutex_lock lock(&mu_);
     if (retired_since_reclaim_ < kReclaimBatch && retired_bytes_since_reclaim_ < kReclaimBytes) {
       return;
     }
@@ -104,7 +104,7 @@ void epoch_domain::collect() {
 void epoch_domain::reclaim() {
   std::vector<retired_object> ready;
   {
-    absl::MutexLock lock(&mu_);
+    mutex_lock lock(&mu_);
     retired_since_reclaim_ = 0;
     retired_bytes_since_reclaim_ = 0;
     if (retired_.empty()) return;
@@ -128,13 +128,13 @@ void epoch_domain::reclaim() {
 void epoch_domain::synchronize() {
   std::uint64_t target;
   {
-    absl::MutexLock lock(&mu_);
+    mutex_lock lock(&mu_);
     target = epoch_.load(std::memory_order_relaxed);
   }
   for (;;) {
     reclaim();
     {
-      absl::MutexLock lock(&mu_);
+      mutex_lock lock(&mu_);
       const bool done = std::none_of(retired_.begin(), retired_.end(),
                                      [target](const retired_object& r) { return r.epoch <= target; });
       if (done) return;
@@ -144,7 +144,7 @@ void epoch_domain::synchronize() {
 }
 
 std::size_t epoch_domain::pending() const {
-  absl::MutexLock lock(&mu_);
+  mutex_lock lock(&mu_);
   return retired_.size();
 }
 

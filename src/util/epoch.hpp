@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "util/mutex.hpp"
 
 namespace unicache::detail {
 
@@ -118,7 +118,7 @@ class epoch_domain {
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<record*> records_{nullptr};
   bool asymmetric_ = false;
-  mutable absl::Mutex mu_;
+  mutable mutex mu_;
   std::vector<retired_object> retired_ ABSL_GUARDED_BY(mu_);
   std::size_t retired_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t retired_bytes_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
