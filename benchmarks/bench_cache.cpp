@@ -19,6 +19,7 @@
 #include "baselines/mutex_lru_cache.hpp"
 #include "baselines/onednn_style_cache.hpp"
 #include "unicache/cache.hpp"
+#include "util/epoch.hpp"
 
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc'd by our own new
 
@@ -112,8 +113,8 @@ template <typename Impl>
 Impl& populated() {
   static Impl* impl = [] {
     auto* i = new Impl(std::size_t{1} << 30);
-    const cache_future f = ready_future();
-    for (const auto& k : keys()) i->get_or_add(k, kValueBytes, f);
+    // Each entry has its own value, as real entries do (one promise each).
+    for (const auto& k : keys()) i->get_or_add(k, kValueBytes, ready_future());
     return i;
   }();
   return *impl;
@@ -136,6 +137,28 @@ void BM_hit(benchmark::State& state) {
   for (auto _ : state) {
     cache_future f = impl.get_or_add(k[xorshift(rng) & (kKeys - 1)], kValueBytes, mine);
     benchmark::DoNotOptimize(f);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Every thread looks up random keys of its own working set (no key shared):
+// what the cache itself costs when callers do not share values.
+template <typename Impl>
+void BM_hit_private_keys(benchmark::State& state) {
+  static Impl* impl = [] {
+    auto* i = new Impl(std::size_t{1} << 32);
+    for (int t = 0; t < 16; ++t) {
+      for (const auto& k : keys()) i->get_or_add(std::to_string(t) + k, kValueBytes, ready_future());
+    }
+    return i;
+  }();
+  std::vector<std::string> mine;
+  for (const auto& k : keys()) mine.push_back(std::to_string(state.thread_index()) + k);
+  const cache_future f = ready_future();
+  std::uint64_t rng = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
+  for (auto _ : state) {
+    cache_future got = impl->get_or_add(mine[xorshift(rng) & (kKeys - 1)], kValueBytes, f);
+    benchmark::DoNotOptimize(got);
   }
   state.SetItemsProcessed(state.iterations());
 }
@@ -174,8 +197,7 @@ void BM_miss_evict(benchmark::State& state) {
   static Impl* impl = nullptr;  // set by thread 0 before the start barrier
   if (state.thread_index() == 0) {
     impl = new Impl(std::size_t{kKeys} * kValueBytes);  // holds kKeys entries
-    const cache_future f = ready_future();
-    for (const auto& k : keys()) impl->get_or_add(k, kValueBytes, f);
+    for (const auto& k : keys()) impl->get_or_add(k, kValueBytes, ready_future());
   }
   const cache_future mine = ready_future();
   char key[96] = "opencl/gemm/f32/tile=64x64x8/post=bias,gelu/miss/";
@@ -222,6 +244,9 @@ void threads_1_and_4(benchmark::internal::Benchmark* b) { b->Threads(1)->Threads
 BENCHMARK(BM_hit<unicache_impl>)->Name("BM_hit/unicache")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit<onednn_style_impl>)->Name("BM_hit/onednn_style")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit<mutex_lru_impl>)->Name("BM_hit/mutex_lru")->Apply(threads_1_to_16);
+BENCHMARK(BM_hit_private_keys<unicache_impl>)->Name("BM_hit_private_keys/unicache")->Apply(threads_1_to_16);
+BENCHMARK(BM_hit_private_keys<onednn_style_impl>)->Name("BM_hit_private_keys/onednn_style")->Apply(threads_1_to_16);
+BENCHMARK(BM_hit_private_keys<mutex_lru_impl>)->Name("BM_hit_private_keys/mutex_lru")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_one_key<unicache_impl>)->Name("BM_hit_one_key/unicache")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_one_key<onednn_style_impl>)->Name("BM_hit_one_key/onednn_style")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_one_key<mutex_lru_impl>)->Name("BM_hit_one_key/mutex_lru")->Apply(threads_1_to_16);
@@ -237,4 +262,14 @@ BENCHMARK(BM_memory_per_entry_unicache)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::AddCustomContext(
+      "unicache_epoch_reader_fence",
+      unicache::detail::epoch_domain::instance().asymmetric() ? "membarrier (compiler barrier on reads)"
+                                                              : "xchg on reads");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -71,8 +71,10 @@ struct cache_scope {
 
 // Counters of one scope (or, from `total_stats`, of the whole cache). Every
 // get_or_add is exactly one of hit, wait or miss; refusals are misses whose
-// value was not cached. Counters are exact once the cache is quiescent; while
-// other threads run they are a consistent-enough snapshot.
+// value was not cached. Misses, inserts, evictions, failures, refusals, bytes
+// and entries are exact. Hits and waits are exact for an entry's first 64
+// uses and then sampled (an unbiased estimate), so that hits of an entry
+// shared by many threads do not all write one cache line.
 struct cache_stats {
   std::uint64_t hits = 0;     // a finished value was returned
   std::uint64_t waits = 0;    // a value still being built was returned

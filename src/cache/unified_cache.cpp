@@ -82,6 +82,33 @@ build_state settle(entry* e) {
 
 void release_table_reference(void* e) { entry_ref::adopt(static_cast<entry*>(e)).reset(); }
 
+// Counting every use exactly would make every hit write its entry's cache
+// line, which then moves between the cores that share the entry: with 16
+// threads on one working set that alone halves throughput. So an entry's
+// hits and waits are exact up to kExactUses; beyond, a use adds kUseWeight
+// with probability 1/kUseWeight, an unbiased estimate that writes the line
+// for one hit in kUseWeight. The cost policy needs frequency only roughly,
+// and stats of hot entries are estimates (documented in docs/design.md).
+constexpr std::uint32_t kExactUses = 64;
+constexpr std::uint32_t kUseWeight = 16;
+
+void count_use(std::atomic<std::uint32_t>& counter) {
+  const std::uint32_t seen = counter.load(std::memory_order_relaxed);
+  if (seen < kExactUses) {
+    counter.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  thread_local std::uint32_t state = 0x9E3779B9u ^ static_cast<std::uint32_t>(
+      reinterpret_cast<std::uintptr_t>(&state) >> 4);
+  state ^= state << 13;  // xorshift32
+  state ^= state >> 17;
+  state ^= state << 5;
+  if ((state & (kUseWeight - 1)) == 0 &&
+      seen < std::numeric_limits<std::uint32_t>::max() - kUseWeight) {
+    counter.fetch_add(kUseWeight, std::memory_order_relaxed);
+  }
+}
+
 }  // namespace
 
 // Counters of one scope that are written only on the slow path (hits and
@@ -414,7 +441,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
             e->stamp.store(clock, std::memory_order_relaxed);
           }
           const bool ready = state == build_state::ready;
-          (ready ? e->hits : e->waits).fetch_add(1, std::memory_order_relaxed);
+          count_use(ready ? e->hits : e->waits);
           return {ready ? outcome::hit : outcome::wait, e->future,
                   want_entry ? entry_ref::share(e) : entry_ref()};
         }
@@ -437,7 +464,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
         d->remove_locked(found, removal::failure, removed);
       } else {
         const bool ready = state == build_state::ready;
-        (ready ? found->hits : found->waits).fetch_add(1, std::memory_order_relaxed);
+        count_use(ready ? found->hits : found->waits);
         result = {ready ? outcome::hit : outcome::wait, found->future,
                   want_entry ? entry_ref::share(found) : entry_ref()};
       }

@@ -39,7 +39,7 @@ bool register_membarrier() {
 
 }  // namespace
 
-thread_local epoch_domain::record* epoch_domain::current_record_ = nullptr;
+constinit thread_local epoch_domain::record* epoch_domain::current_record_ = nullptr;
 
 // Gives the thread's record back when the thread ends, for the next thread.
 struct record_releaser {

@@ -123,7 +123,8 @@ class epoch_domain {
   std::size_t retired_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t retired_bytes_since_reclaim_ ABSL_GUARDED_BY(mu_) = 0;
 
-  static thread_local record* current_record_;
+  // constinit: other translation units read it directly, with no TLS wrapper.
+  static constinit thread_local record* current_record_;
   friend struct record_releaser;
 };
 

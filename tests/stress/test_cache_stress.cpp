@@ -132,7 +132,10 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
 
   const cache_stats total = cache.total_stats();
   EXPECT_EQ(total.misses, builds.load()) << "every miss, and only a miss, builds";
-  EXPECT_LE(total.hits + total.waits + total.misses, requests.load());
+  // Hits and waits of hot entries are sampled: their sum estimates the
+  // requests that did not miss.
+  const double counted = static_cast<double>(total.hits + total.waits + total.misses);
+  EXPECT_NEAR(counted / static_cast<double>(requests.load()), 1.0, 0.1);
   EXPECT_EQ(total.evictions, callbacks.load()) << "one callback per eviction";
   for (engine_kind kind : {engine_kind::cpu, engine_kind::gpu}) {
     for (int device = 0; device < 3; ++device) {
