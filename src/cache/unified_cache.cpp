@@ -98,8 +98,8 @@ void count_use(std::atomic<std::uint32_t>& counter) {
     counter.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  thread_local std::uint32_t state = 0x9E3779B9u ^ static_cast<std::uint32_t>(
-      reinterpret_cast<std::uintptr_t>(&state) >> 4);
+  constinit thread_local std::uint32_t state = 0;
+  if (state == 0) state = 0x9E3779B9u ^ static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(&state) >> 4);
   state ^= state << 13;  // xorshift32
   state ^= state >> 17;
   state ^= state << 5;
