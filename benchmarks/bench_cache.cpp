@@ -191,6 +191,17 @@ void BM_handle_one_key_unicache(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// No cache at all: each thread hashes its own counter. How far this host
+// scales a loop that shares nothing; the ceiling for every figure above.
+void BM_parallel_ceiling(benchmark::State& state) {
+  std::uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
+  for (auto _ : state) {
+    for (int i = 0; i < 8; ++i) x = xorshift(x);
+    benchmark::DoNotOptimize(x);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // A full cache where every request is a new key: miss, insert, evict one.
 template <typename Impl>
 void BM_miss_evict(benchmark::State& state) {
@@ -251,6 +262,7 @@ BENCHMARK(BM_hit_one_key<unicache_impl>)->Name("BM_hit_one_key/unicache")->Apply
 BENCHMARK(BM_hit_one_key<onednn_style_impl>)->Name("BM_hit_one_key/onednn_style")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_one_key<mutex_lru_impl>)->Name("BM_hit_one_key/mutex_lru")->Apply(threads_1_to_16);
 BENCHMARK(BM_handle_one_key_unicache)->Name("BM_handle_one_key/unicache")->Apply(threads_1_to_16);
+BENCHMARK(BM_parallel_ceiling)->Name("BM_parallel_ceiling/no_cache")->Apply(threads_1_to_16);
 BENCHMARK(BM_miss_evict<unicache_impl>)->Name("BM_miss_evict/unicache")->Apply(threads_1_and_4);
 BENCHMARK(BM_miss_evict<onednn_style_impl>)->Name("BM_miss_evict/onednn_style")->Apply(threads_1_and_4);
 BENCHMARK(BM_miss_evict<mutex_lru_impl>)->Name("BM_miss_evict/mutex_lru")->Apply(threads_1_and_4);

@@ -491,6 +491,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
     }
   }
   if (!removed.empty()) impl_->finish_removals(scope.kind, scope.device_id, removed);
+  epoch_domain::instance().collect();  // an insert may have retired a grown table
   if (trace) impl_->trace_miss(scope, backend, hash, size_bytes, trace);
   if (!want_entry) result.entry.reset();
   return result;
