@@ -429,7 +429,8 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
   const std::uint64_t hash = hash_key(scope.context_id, backend, key);
   using outcome = lookup_result::outcome;
 
-  // Hit path: no lock, no allocation; one relaxed store at most to mark use.
+  // Hit path: no lock, no allocation; writes only the entry's use stamp (when
+  // it changed) and its use count (sampled once the entry is hot).
   if (impl_->enabled.load(std::memory_order_relaxed)) {
     if (device_cache* d = impl_->find_device(scope.kind, scope.device_id)) {
       epoch_guard guard;
@@ -456,8 +457,9 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
   const char* trace = nullptr;
   {
     mutex_lock lock(&d->mu);
+    const bool enabled = impl_->enabled.load(std::memory_order_relaxed);
     // Writers hold mu, so entries and slots found here stay put.
-    entry* found = d->table.find(hash, scope.context_id, backend, key);
+    entry* found = enabled ? d->table.find(hash, scope.context_id, backend, key) : nullptr;
     if (found) {
       const build_state state = settle(found);
       if (state == build_state::failed) {
@@ -472,7 +474,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
     if (result.kind == outcome::refused) {
       scope_counters& counters = d->counters_for(scope.context_id);
       counters.misses.fetch_add(1, std::memory_order_relaxed);
-      if (!impl_->enabled.load(std::memory_order_relaxed)) {
+      if (!enabled) {
         trace = "disabled";
       } else if (size_bytes > d->capacity_bytes) {
         counters.refused_oversize.fetch_add(1, std::memory_order_relaxed);
@@ -482,8 +484,9 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
         counters.refused_full.fetch_add(1, std::memory_order_relaxed);
         trace = "refused_full";
       } else {
-        d->evict_to(d->capacity_bytes - size_bytes, removal::capacity, removed);
+        // Allocate before evicting: if allocation throws, nothing has changed.
         entry* e = entry::create(hash, scope.context_id, backend, key, size_bytes, cost_ns, future);
+        d->evict_to(d->capacity_bytes - size_bytes, removal::capacity, removed);
         d->insert_locked(e, counters);
         result = {outcome::inserted, {}, entry_ref::share(e)};  // e's own ref is the table's
         trace = "inserted";

@@ -195,6 +195,10 @@ TEST(UnifiedCache, DisabledCacheBuildsEveryTimeAndStoresNothing) {
   cache.set_enabled(true);
   EXPECT_TRUE(add_int(cache, cpu_scope(), "k", 3).built);
   EXPECT_FALSE(add_int(cache, cpu_scope(), "k", 4).built);
+  cache.set_enabled(false);
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "k", 5).built) << "a disabled cache serves nothing it holds";
+  cache.set_enabled(true);
+  EXPECT_EQ(*add_int(cache, cpu_scope(), "k", 6).value, 3) << "entries survive being disabled";
 }
 
 TEST(UnifiedCache, RemoveDropsOneEntry) {
