@@ -202,6 +202,21 @@ void BM_parallel_ceiling(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// No cache either: each thread reads 5 random cache lines of its own 512 KB
+// buffer per iteration, about what a hit touches in a private working set.
+// How far the host scales L2-bound work that shares nothing.
+void BM_parallel_ceiling_memory(benchmark::State& state) {
+  constexpr std::size_t kLines = (512 * 1024) / 64;
+  std::vector<std::uint64_t> buffer(kLines * 8, 1);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < 5; ++i) sum += buffer[(xorshift(x) % kLines) * 8];
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // A full cache where every request is a new key: miss, insert, evict one.
 template <typename Impl>
 void BM_miss_evict(benchmark::State& state) {
@@ -263,6 +278,7 @@ BENCHMARK(BM_hit_one_key<onednn_style_impl>)->Name("BM_hit_one_key/onednn_style"
 BENCHMARK(BM_hit_one_key<mutex_lru_impl>)->Name("BM_hit_one_key/mutex_lru")->Apply(threads_1_to_16);
 BENCHMARK(BM_handle_one_key_unicache)->Name("BM_handle_one_key/unicache")->Apply(threads_1_to_16);
 BENCHMARK(BM_parallel_ceiling)->Name("BM_parallel_ceiling/no_cache")->Apply(threads_1_to_16);
+BENCHMARK(BM_parallel_ceiling_memory)->Name("BM_parallel_ceiling/no_cache_memory")->Apply(threads_1_to_16);
 BENCHMARK(BM_miss_evict<unicache_impl>)->Name("BM_miss_evict/unicache")->Apply(threads_1_and_4);
 BENCHMARK(BM_miss_evict<onednn_style_impl>)->Name("BM_miss_evict/onednn_style")->Apply(threads_1_and_4);
 BENCHMARK(BM_miss_evict<mutex_lru_impl>)->Name("BM_miss_evict/mutex_lru")->Apply(threads_1_and_4);
