@@ -77,7 +77,6 @@ cache_future ready_future() {
 }
 
 struct unicache_impl {
-  static constexpr const char* name = "unicache";
   unified_cache cache;
   explicit unicache_impl(std::size_t capacity_bytes)
       : cache([&] {
@@ -90,23 +89,17 @@ struct unicache_impl {
   }
 };
 
-struct onednn_style_impl {
-  static constexpr const char* name = "onednn_style";
-  baselines::onednn_style_cache cache;
-  explicit onednn_style_impl(std::size_t capacity_bytes) : cache(capacity_bytes) {}
+// The baselines take the same arguments minus the scope (they have one).
+template <typename Cache>
+struct baseline_impl {
+  Cache cache;
+  explicit baseline_impl(std::size_t capacity_bytes) : cache(capacity_bytes) {}
   cache_future get_or_add(std::string_view key, std::size_t size, const cache_future& f) {
     return cache.get_or_add(key, size, f);
   }
 };
-
-struct mutex_lru_impl {
-  static constexpr const char* name = "mutex_lru";
-  baselines::mutex_lru_cache cache;
-  explicit mutex_lru_impl(std::size_t capacity_bytes) : cache(capacity_bytes) {}
-  cache_future get_or_add(std::string_view key, std::size_t size, const cache_future& f) {
-    return cache.get_or_add(key, size, f);
-  }
-};
+using onednn_style_impl = baseline_impl<baselines::onednn_style_cache>;
+using mutex_lru_impl = baseline_impl<baselines::mutex_lru_cache>;
 
 // One populated instance per implementation, shared by the threads of a run.
 template <typename Impl>

@@ -251,7 +251,6 @@ class unified_cache {
 
   cache_stats stats(const cache_scope& scope) const;
   cache_stats total_stats() const;
-  const cache_config& initial_config() const;
 
  private:
   struct impl;

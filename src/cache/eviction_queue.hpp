@@ -74,8 +74,6 @@ class eviction_queue {
     return nullptr;
   }
 
-  bool empty() const { return heap_.empty(); }
-  std::size_t size() const { return heap_.size(); }
   void clear() { heap_.clear(); }
 
  private:

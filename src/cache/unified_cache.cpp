@@ -723,8 +723,6 @@ cache_stats unified_cache::total_stats() const {
   return total;
 }
 
-const cache_config& unified_cache::initial_config() const { return impl_->initial; }
-
 unified_cache& constant_tensor_cache() {
   static unified_cache* const cache =
       new unified_cache(cache_config::constant_tensor_cache_from_environment());

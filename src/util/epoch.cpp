@@ -143,9 +143,4 @@ void epoch_domain::synchronize() {
   }
 }
 
-std::size_t epoch_domain::pending() const {
-  mutex_lock lock(&mu_);
-  return retired_.size();
-}
-
 }  // namespace unicache::detail

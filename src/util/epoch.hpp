@@ -77,9 +77,6 @@ class epoch_domain {
   // leave. Must not be called inside a guard.
   void synchronize();
 
-  // Number of retired objects not yet reclaimed (for tests and stats).
-  std::size_t pending() const;
-
   // Whether readers use the asymmetric (membarrier) protocol.
   bool asymmetric() const { return asymmetric_; }
 
