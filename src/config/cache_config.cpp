@@ -6,15 +6,12 @@
 #include "unicache/config.hpp"
 #include "util/env.hpp"
 #include "util/log.hpp"
+#include "util/parse.hpp"
 
 namespace unicache {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
+using detail::trim;
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -115,16 +112,12 @@ capacity_spec parse_capacity_spec(std::string_view text) {
     seen[static_cast<int>(kind)] = true;
 
     if (size_text.empty()) return failure("missing size in MB", trim(part));
-    std::size_t mb = 0;
-    for (char ch : size_text) {
-      if (ch < '0' || ch > '9') {
-        return failure("size must be a non-negative decimal number of MB", size_text);
-      }
-      const std::size_t digit = static_cast<std::size_t>(ch - '0');
-      if (mb > (kMaxMb - digit) / 10) return failure("size in MB overflows", size_text);
-      mb = mb * 10 + digit;
+    if (size_text.find_first_not_of("0123456789") != std::string_view::npos) {
+      return failure("size must be a non-negative decimal number of MB", size_text);
     }
-    spec.settings.push_back({kind, mb, policy});
+    const std::optional<std::uint64_t> mb = detail::parse_decimal(size_text, kMaxMb);
+    if (!mb) return failure("size in MB overflows", size_text);
+    spec.settings.push_back({kind, static_cast<std::size_t>(*mb), policy});
 
     if (end == std::string_view::npos) break;
     start = end + 1;

@@ -1,0 +1,173 @@
+// unicache/store.hpp — the persistent kernel store: compiled binaries on disk,
+// shared by every process of a machine, safe across crashes and upgrades.
+//
+// A backend that compiled a kernel stores its binary under the kernel's full
+// key and the device's identity; the next process (or the same one, after
+// its in-memory cache evicted the kernel) loads it instead of compiling:
+//
+//   unicache::device_identity device{platform, name, version, driver};
+//   auto& store = unicache::kernel_store::instance();
+//   if (auto binary = store.get(device, key)) {
+//     program = clCreateProgramWithBinary(..., binary->data(), ...);
+//   } else {
+//     program = build_from_source(...);
+//     store.put(device, key, read_back_binary(program));
+//   }
+//
+// The device identity covers platform, device, device version, driver
+// version and unicache's own version and git hash: a driver or library
+// upgrade never serves an old binary. Keys are compared in full on every hit;
+// a hash collision never serves another key's binary.
+//
+// Failure is never the caller's problem: get() and put() do not throw. A
+// corrupt, truncated or foreign entry is a miss (and is removed); an
+// unwritable directory, a full disk or a permission error prints one warning
+// and the process carries on without persistence.
+//
+// Thread and process safety: any number of threads and processes may use one
+// store directory at once. Entries are published by rename and never
+// modified, so a reader never sees a partial entry; the size file is updated
+// under an advisory flock(2) lock, which the kernel releases when a process
+// dies, so a crash never leaves the store locked.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace unicache {
+
+namespace detail {
+struct store_access;
+}
+
+using byte_vector = std::vector<unsigned char>;
+using byte_span = std::span<const unsigned char>;
+
+// What a binary was compiled for. Two identities that differ in any field
+// (or in the unicache build that made them) never share binaries.
+struct device_identity {
+  std::string platform_name;
+  std::string device_name;
+  std::string device_version;
+  std::string driver_version;
+};
+
+// Configuration of a store; see docs/configuration.md.
+struct store_config {
+  bool enabled = true;
+  std::string directory;  // the root; empty means "not set" (the store is off)
+  std::uint64_t max_size_bytes = std::uint64_t{1024} << 20;
+  std::uint32_t threshold_days = 30;  // entries unused this long are removed; 0: never
+  std::uint64_t min_entry_bytes = 0;
+  std::uint64_t max_entry_bytes = std::uint64_t{256} << 20;
+
+  // Defaults, then UNICACHE_PERSISTENT_CACHE, UNICACHE_PERSISTENT_CACHE_DIR
+  // (default $XDG_CACHE_HOME/unicache, else $HOME/.cache/unicache),
+  // ..._MAX_SIZE (MB), ..._THRESHOLD (days), ..._MIN_ENTRY_SIZE and
+  // ..._MAX_ENTRY_SIZE (bytes). Malformed values: one warning each, default kept.
+  static store_config from_environment();
+};
+
+struct store_stats {
+  std::uint64_t entries = 0;
+  std::uint64_t bytes = 0;           // bytes of entry files on disk (recounted)
+  std::uint64_t recorded_bytes = 0;  // what the size file says
+  std::uint64_t devices = 0;
+  std::uint64_t temporary_files = 0;  // left behind by writers that died
+};
+
+// One entry as the maintenance tool sees it.
+struct store_entry_info {
+  std::string path;
+  std::string device_hash;
+  std::string device_description;  // as the writer recorded it
+  std::uint64_t file_bytes = 0;
+  std::uint64_t key_bytes = 0;
+  std::uint64_t binary_bytes = 0;
+  std::int64_t last_use_unix = 0;
+  bool valid = false;
+  std::string problem;  // why it is not valid
+};
+
+// Errors of the explicit (blob and maintenance) API; get/put never throw.
+class store_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class kernel_store {
+ public:
+  // Opens (creating if needed) the store in config.directory. Never throws:
+  // if the directory cannot be used, one warning is printed and the store is
+  // disabled (get misses, put does nothing).
+  explicit kernel_store(store_config config);
+  ~kernel_store();
+  kernel_store(const kernel_store&) = delete;
+  kernel_store& operator=(const kernel_store&) = delete;
+
+  // The process-wide store, configured from the environment on first use;
+  // never destroyed.
+  static kernel_store& instance();
+
+  // The binary stored under `key` for `device`, or nullopt. Records the use
+  // (at most once a minute per entry). Never throws.
+  std::optional<byte_vector> get(const device_identity& device, std::string_view key) noexcept;
+
+  // Stores `binary` under `key` for `device`, then evicts if the store is
+  // over its size (least recently used first, down to half the maximum).
+  // Returns whether the binary is now stored (false: disabled, outside the
+  // entry size limits, or a write failed). Never throws.
+  bool put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
+
+  // Whether get/put can use the disk at all, and whether writes still work
+  // (a write failure turns writes off for the rest of the process).
+  bool enabled() const noexcept;
+  bool writable() const noexcept;
+  const store_config& config() const noexcept;
+
+  // Maintenance (the unicache-store tool). These walk the whole store and
+  // take its lock; they throw store_error if the store is disabled.
+  store_stats stats() const;
+  std::vector<store_entry_info> list() const;
+  // Checks every entry; with `fix`, removes the bad ones and temporary files
+  // left by dead writers, and rewrites the size file. Returns the bad entries.
+  std::vector<store_entry_info> verify(bool fix) const;
+  // Removes least recently used entries until at most `max_bytes` remain,
+  // and entries unused for more than `max_age_days` (0: no age limit).
+  // Returns the number of entries removed.
+  std::uint64_t prune(std::uint64_t max_bytes, std::uint32_t max_age_days) const;
+  // Removes every entry of every device.
+  void clear() const;
+
+ private:
+  friend struct detail::store_access;
+  struct impl;
+  impl* impl_;
+};
+
+// --- Blob API (seed 000, option 2): for applications with their own storage.
+
+// A stable identifier of (device, key): 32 lowercase hex digits, the same in
+// every process and on every machine with the same identity and unicache build.
+std::string blob_id(const device_identity& device, std::string_view key);
+
+// The self-checking serialized form of one entry (the same format as the
+// store's files: magic, format version, device identity hash, sizes, checksum).
+byte_vector serialize_blob(const device_identity& device, std::string_view key, byte_span binary);
+
+struct blob_contents {
+  std::string key;
+  byte_vector binary;
+};
+// Parses a blob made by serialize_blob for `device`. Throws store_error with
+// a message naming the problem: not a unicache blob, another format version,
+// another device or unicache build, truncated, or corrupt.
+blob_contents deserialize_blob(const device_identity& device, byte_span blob);
+
+}  // namespace unicache

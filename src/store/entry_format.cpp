@@ -1,0 +1,152 @@
+#include "store/entry_format.hpp"
+
+#include <cstring>
+
+#include "unicache/cache_key.hpp"
+#include "unicache/version.hpp"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace unicache::detail {
+namespace {
+
+constexpr char kMagic[8] = {'U', 'C', 'K', 'S', 'T', 'O', 'R', 'E'};
+constexpr std::size_t kChecksumOffset = 56;
+
+void put_u32(unsigned char* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+void put_u64(unsigned char* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+std::uint32_t get_u32(const unsigned char* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= std::uint32_t{p[i]} << (8 * i);
+  return v;
+}
+std::uint64_t get_u64(const unsigned char* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+  return v;
+}
+
+hash128 to_bytes(XXH128_hash_t h) {
+  hash128 out;
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, h);  // big-endian: stable on every machine
+  std::memcpy(out.data(), canonical.digest, out.size());
+  return out;
+}
+
+std::uint64_t checksum(const unsigned char* header, std::string_view key, byte_span binary) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, header, kChecksumOffset);
+  XXH3_64bits_update(&state, key.data(), key.size());
+  XXH3_64bits_update(&state, binary.data(), binary.size());
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+
+hash128 device_hash(const device_identity& device) {
+  cache_key fields;
+  fields.add("unicache-device").add(device.platform_name).add(device.device_name)
+      .add(device.device_version).add(device.driver_version)
+      .add(UNICACHE_VERSION_STRING).add(UNICACHE_GIT_HASH);
+  const std::string_view bytes = fields.bytes();
+  return to_bytes(XXH3_128bits(bytes.data(), bytes.size()));
+}
+
+hash128 key_hash(std::string_view key) { return to_bytes(XXH3_128bits(key.data(), key.size())); }
+
+std::string to_hex(const hash128& h) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    out[2 * i] = kDigits[h[i] >> 4];
+    out[2 * i + 1] = kDigits[h[i] & 0xf];
+  }
+  return out;
+}
+
+std::string describe(const device_identity& device) {
+  return device.platform_name + " / " + device.device_name + " / " + device.device_version + " / " +
+         device.driver_version + " / unicache " + UNICACHE_VERSION_STRING + " (" +
+         UNICACHE_GIT_HASH + ")";
+}
+
+byte_vector encode_entry(const hash128& device, std::string_view key, byte_span binary,
+                         std::int64_t created_unix) {
+  byte_vector out(kEntryHeaderBytes + key.size() + binary.size());
+  unsigned char* h = out.data();
+  std::memcpy(h, kMagic, sizeof kMagic);
+  put_u32(h + 8, kStoreFormatVersion);
+  put_u32(h + 12, kEntryHeaderBytes);
+  std::memcpy(h + 16, device.data(), device.size());
+  put_u64(h + 32, key.size());
+  put_u64(h + 40, binary.size());
+  put_u64(h + 48, static_cast<std::uint64_t>(created_unix));
+  if (!key.empty()) std::memcpy(h + kEntryHeaderBytes, key.data(), key.size());
+  if (!binary.empty()) std::memcpy(h + kEntryHeaderBytes + key.size(), binary.data(), binary.size());
+  put_u64(h + kChecksumOffset, checksum(h, key, binary));
+  return out;
+}
+
+const char* describe(entry_problem problem) {
+  switch (problem) {
+    case entry_problem::none: return "valid";
+    case entry_problem::truncated: return "truncated (shorter or longer than its header says)";
+    case entry_problem::not_an_entry: return "not a unicache entry (bad magic or header)";
+    case entry_problem::wrong_version: return "written by another unicache store format version";
+    case entry_problem::wrong_device: return "built for another device, driver or unicache build";
+    case entry_problem::corrupt: return "corrupt (checksum mismatch)";
+  }
+  return "?";
+}
+
+parsed_entry parse_entry(byte_span bytes, const hash128* device) {
+  parsed_entry out;
+  if (bytes.size() < kEntryHeaderBytes) {
+    out.problem = bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0
+                      ? entry_problem::truncated
+                      : entry_problem::not_an_entry;
+    return out;
+  }
+  const unsigned char* h = bytes.data();
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0) {
+    out.problem = entry_problem::not_an_entry;
+    return out;
+  }
+  if (get_u32(h + 8) != kStoreFormatVersion) {
+    out.problem = entry_problem::wrong_version;
+    return out;
+  }
+  if (get_u32(h + 12) != kEntryHeaderBytes) {
+    out.problem = entry_problem::not_an_entry;
+    return out;
+  }
+  std::memcpy(out.device.data(), h + 16, out.device.size());
+  const std::uint64_t key_size = get_u64(h + 32);
+  const std::uint64_t binary_size = get_u64(h + 40);
+  const std::uint64_t available = bytes.size() - kEntryHeaderBytes;
+  if (key_size > available || binary_size != available - key_size) {
+    out.problem = entry_problem::truncated;
+    return out;
+  }
+  out.key = std::string_view(reinterpret_cast<const char*>(h + kEntryHeaderBytes), key_size);
+  out.binary = bytes.subspan(kEntryHeaderBytes + key_size);
+  out.created_unix = static_cast<std::int64_t>(get_u64(h + 48));
+  if (checksum(h, out.key, out.binary) != get_u64(h + kChecksumOffset)) {
+    out.problem = entry_problem::corrupt;
+    return out;
+  }
+  if (device && out.device != *device) {
+    out.problem = entry_problem::wrong_device;
+    return out;
+  }
+  return out;
+}
+
+}  // namespace unicache::detail

@@ -1,0 +1,62 @@
+// The one on-disk (and blob) format of a stored binary, written and checked
+// in one place.
+//
+//   offset size
+//        0    8  magic "UCKSTORE"
+//        8    4  format version (little-endian)
+//       12    4  header size (64)
+//       16   16  device identity hash (XXH3-128, see device_hash)
+//       32    8  key size
+//       40    8  binary size
+//       48    8  creation time (Unix seconds)
+//       56    8  checksum: XXH3-64 of bytes 0..55, the key and the binary
+//       64    .  key bytes, then binary bytes; nothing after them
+//
+// A file that is shorter or longer than its header says, or whose magic,
+// version, device or checksum differ, is rejected with a reason.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "unicache/store.hpp"
+
+namespace unicache::detail {
+
+inline constexpr std::uint32_t kStoreFormatVersion = 1;
+inline constexpr std::size_t kEntryHeaderBytes = 64;
+
+using hash128 = std::array<unsigned char, 16>;
+
+// Stable across processes and machines: XXH3-128 of the identity's fields
+// and of this unicache build's version and git hash.
+hash128 device_hash(const device_identity& device);
+hash128 key_hash(std::string_view key);
+std::string to_hex(const hash128& h);
+// "platform / device / version / driver / unicache x.y.z (git)"
+std::string describe(const device_identity& device);
+
+// Serializes an entry.
+byte_vector encode_entry(const hash128& device, std::string_view key, byte_span binary,
+                         std::int64_t created_unix);
+
+enum class entry_problem { none, truncated, not_an_entry, wrong_version, wrong_device, corrupt };
+const char* describe(entry_problem problem);
+
+struct parsed_entry {
+  entry_problem problem = entry_problem::none;
+  std::string_view key;  // views into the parsed bytes
+  byte_span binary;
+  hash128 device{};
+  std::int64_t created_unix = 0;
+
+  bool ok() const { return problem == entry_problem::none; }
+};
+
+// Parses `bytes` as an entry for `device` (or for any device when `device`
+// is null: the maintenance tool). Never throws.
+parsed_entry parse_entry(byte_span bytes, const hash128* device);
+
+}  // namespace unicache::detail

@@ -1,0 +1,49 @@
+// An advisory inter-process lock on a file: flock(2), which the kernel
+// releases when the holding process dies, so a crash never leaves it held.
+// flock belongs to an open file description, so threads of one process that
+// share a lock_file are serialized by its mutex as well.
+#pragma once
+
+#include <string>
+
+#include "util/mutex.hpp"
+
+namespace unicache::detail {
+
+class lock_file {
+ public:
+  // Opens (creating) `path`. Check ok() before locking.
+  explicit lock_file(const std::string& path);
+  ~lock_file();
+  lock_file(const lock_file&) = delete;
+  lock_file& operator=(const lock_file&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  int error() const { return error_; }  // errno of a failed open
+
+  // Blocks until this thread holds the lock across threads and processes.
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION();
+  void unlock() ABSL_UNLOCK_FUNCTION();
+
+  class ABSL_SCOPED_LOCKABLE holder {
+   public:
+    explicit holder(lock_file* f) ABSL_EXCLUSIVE_LOCK_FUNCTION(f) : f_(f) { f_->lock(); }
+    ~holder() ABSL_UNLOCK_FUNCTION() { f_->unlock(); }
+    holder(const holder&) = delete;
+    holder& operator=(const holder&) = delete;
+
+   private:
+    lock_file* f_;
+  };
+
+ private:
+  int fd_ = -1;
+  int error_ = 0;
+  mutex threads_;
+};
+
+// Whether another process holds the lock on `path` right now (for tests and
+// the maintenance tool): tries a non-blocking flock and releases it.
+bool is_locked_by_another_process(const std::string& path);
+
+}  // namespace unicache::detail
