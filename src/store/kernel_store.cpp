@@ -195,6 +195,12 @@ struct kernel_store::impl {
     return removed;
   }
 
+  // Under the lock: recounts the size file (and drops dead writers'
+  // temporary files and empty directories) without evicting anything.
+  void recount_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*lock) {
+    evict_locked(UINT64_MAX, 0, now_unix());
+  }
+
   void describe_device(const hash128& device_hash_value, const device_identity& device) {
     const std::string hex = to_hex(device_hash_value);
     {
@@ -278,10 +284,11 @@ std::optional<byte_vector> kernel_store::get(const device_identity& device,
       if (err != 0) return std::nullopt;
       const parsed_entry e = parse_entry(bytes, &device_h);
       if (!e.ok()) {
-        // A truncated, corrupt or foreign file is a miss, and goes.
+        // A truncated, corrupt or foreign file is a miss, and goes. Its size
+        // on disk need not be what the size file counted: recount.
         if (::unlink(path.c_str()) == 0 && s.writable.load(std::memory_order_relaxed)) {
           lock_file::holder l(s.lock.get());
-          s.account_locked(-static_cast<std::int64_t>(bytes.size()));
+          s.recount_locked();
         }
         continue;
       }
@@ -346,7 +353,7 @@ bool kernel_store::put(const device_identity& device, std::string_view key,
           return true;
         }
         if (!e.ok() && broken_removed < kMaxCollisions && ::unlink(path.c_str()) == 0) {
-          s.account_locked(-static_cast<std::int64_t>(existing.size()));
+          s.recount_locked();
           ++broken_removed;
           --n;  // retry the slot it occupied
         }
@@ -451,8 +458,7 @@ std::vector<store_entry_info> kernel_store::verify(bool fix) const {
   if (fix) {
     lock_file::holder l(s.lock.get());
     check();
-    // Recount, and drop what the removals left empty.
-    s.evict_locked(UINT64_MAX, 0, now_unix());
+    s.recount_locked();  // and drop what the removals left empty
   } else {
     check();
   }
