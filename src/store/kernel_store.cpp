@@ -166,10 +166,12 @@ struct kernel_store::impl {
 
   // Under the lock: walks the store, removes entries unused for more than
   // `max_age_days` (0: none) and then least recently used entries until at
-  // most `target` bytes remain, removes temporary files of dead writers and
-  // empty directories, and records the recounted size. Returns how many
-  // entries it removed.
-  std::uint64_t evict_locked(std::uint64_t target, std::uint32_t max_age_days, std::int64_t now)
+  // most `target` bytes remain, removes temporary files of dead writers, and
+  // records the recounted size. Explicit maintenance also removes empty key
+  // directories; automatic eviction leaves them, because the next put of
+  // that key would only create them again. Returns how many entries it removed.
+  std::uint64_t evict_locked(std::uint64_t target, std::uint32_t max_age_days, std::int64_t now,
+                             bool remove_empty_directories = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(*lock) {
     walk_result w = walk(root);
     std::uint64_t total = total_bytes(w.entries);
@@ -188,7 +190,9 @@ struct kernel_store::impl {
     for (const walked_file& t : w.temporaries) {
       if (now - t.mtime > kStaleTemporaryS) ::unlink(t.path.c_str());
     }
-    for (const std::string& dir : w.key_directories) ::rmdir(dir.c_str());  // only if empty
+    if (remove_empty_directories) {
+      for (const std::string& dir : w.key_directories) ::rmdir(dir.c_str());  // only if empty
+    }
     if (const int err = sizes->write({total, now}); err != 0) {
       write_failed(err, "writing " + sizes->path());
     }
@@ -197,8 +201,8 @@ struct kernel_store::impl {
 
   // Under the lock: recounts the size file (and drops dead writers'
   // temporary files and empty directories) without evicting anything.
-  void recount_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*lock) {
-    evict_locked(UINT64_MAX, 0, now_unix());
+  void recount_locked(bool remove_empty_directories = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(*lock) {
+    evict_locked(UINT64_MAX, 0, now_unix(), remove_empty_directories);
   }
 
   void describe_device(const hash128& device_hash_value, const device_identity& device) {
@@ -313,10 +317,11 @@ bool kernel_store::put(const device_identity& device, std::string_view key,
     const std::string dir = s.entry_directory(device_h, s.hasher(key));
     const byte_vector bytes = encode_entry(device_h, key, binary, now_unix());
 
+    // The key's directory usually exists when the key was stored before;
+    // create it (or re-create it after an eviction removed it) on ENOENT.
     std::string temp;
-    int err = make_directories(dir);
-    if (err == 0) err = write_temp_file(dir, bytes, temp);
-    if (err == ENOENT) {  // an eviction removed the directory just now
+    int err = write_temp_file(dir, bytes, temp);
+    for (int attempt = 0; err == ENOENT && attempt < 2; ++attempt) {
       err = make_directories(dir);
       if (err == 0) err = write_temp_file(dir, bytes, temp);
     }
@@ -458,7 +463,7 @@ std::vector<store_entry_info> kernel_store::verify(bool fix) const {
   if (fix) {
     lock_file::holder l(s.lock.get());
     check();
-    s.recount_locked();  // and drop what the removals left empty
+    s.recount_locked(/*remove_empty_directories=*/true);
   } else {
     check();
   }
@@ -470,7 +475,7 @@ std::uint64_t kernel_store::prune(std::uint64_t max_bytes, std::uint32_t max_age
   s.require_enabled();
   if (!writable()) throw store_error("the store at " + s.config.directory + " is not writable");
   lock_file::holder l(s.lock.get());
-  return s.evict_locked(max_bytes, max_age_days, now_unix());
+  return s.evict_locked(max_bytes, max_age_days, now_unix(), /*remove_empty_directories=*/true);
 }
 
 void kernel_store::clear() const {

@@ -98,20 +98,23 @@ int publish_replace(const std::string& from, const std::string& to) noexcept {
 }
 
 int make_directories(const std::string& path) noexcept {
-  try {
-    std::size_t at = 0;
-    while (at != std::string::npos) {
-      at = path.find('/', at + 1);
-      const std::string prefix = path.substr(0, at);
-      if (prefix.empty()) continue;
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return errno;
+  // Deepest first: usually only the last component is missing.
+  if (::mkdir(path.c_str(), 0755) == 0) return 0;
+  int err = errno;
+  if (err == ENOENT) {
+    try {
+      const std::size_t slash = path.find_last_of('/');
+      if (slash == std::string::npos || slash == 0) return ENOENT;
+      if (const int parent = make_directories(path.substr(0, slash)); parent != 0) return parent;
+    } catch (const std::bad_alloc&) {
+      return ENOMEM;
     }
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return errno;
-    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
+    if (::mkdir(path.c_str(), 0755) == 0) return 0;
+    err = errno;
   }
+  if (err != EEXIST) return err;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
-
 }  // namespace unicache::detail

@@ -1,0 +1,119 @@
+// Real processes on one store: concurrent writers, readers and evictions,
+// and writers killed with SIGKILL at random points.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "store_test_support.hpp"
+#include "unicache/store.hpp"
+#include "util/lock_file.hpp"
+
+namespace unicache {
+namespace {
+
+using namespace unicache::testing;
+
+constexpr int kKeys = 200;
+std::string key_of(int i) { return "kernel/" + std::to_string(i); }
+std::size_t size_of(int i) { return 512 + static_cast<std::size_t>(i % 16) * 512; }  // 0.5-8 KB
+
+// Exit code of a worker: 0, or 1 if it read a binary that is not what was
+// written for its key.
+int hammer(const std::string& dir, std::uint64_t max_bytes, int operations, unsigned seed) {
+  kernel_store store(store_in(dir, max_bytes));
+  std::mt19937 rng(seed);
+  for (int op = 0; op < operations; ++op) {
+    const int k = static_cast<int>(rng() % kKeys);
+    if (rng() % 2) {
+      store.put(gpu_a(), key_of(k), binary_for(key_of(k), size_of(k)));
+    } else if (const auto got = store.get(gpu_a(), key_of(k))) {
+      if (*got != binary_for(key_of(k), size_of(k))) return 1;
+    }
+  }
+  return store.writable() ? 0 : 2;
+}
+
+TEST(StoreProcesses, EightProcessesHammeringOneTinyStoreNeverReadAWrongBinary) {
+  temp_dir dir;
+  constexpr int kProcesses = 8;
+  constexpr int kOperations = 10000;
+  constexpr std::uint64_t kMaxBytes = 256 * 1024;  // ~50 entries: evictions all the time
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(hammer(dir.path(), kMaxBytes, kOperations, 1000u + static_cast<unsigned>(p)));
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status)) << "worker died";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: a wrong binary was read; 2: writes failed";
+  }
+  kernel_store store(store_in(dir.path(), kMaxBytes));
+  const store_stats s = store.stats();
+  EXPECT_GT(s.entries, 0u);
+  EXPECT_LE(s.bytes, kMaxBytes + 8 * 1024 * kProcesses) << "bounded by the limit (plus in-flight writes)";
+  EXPECT_EQ(s.recorded_bytes, s.bytes) << "the size file equals the recount";
+  EXPECT_EQ(s.temporary_files, 0u);
+  EXPECT_TRUE(store.verify(false).empty());
+  EXPECT_FALSE(detail::is_locked_by_another_process(dir.path() + "/v1/lock"));
+}
+
+// A child that writes and evicts until killed.
+[[noreturn]] void write_forever(const std::string& dir, unsigned seed) {
+  kernel_store store(store_in(dir, 64 * 1024));
+  std::mt19937 rng(seed);
+  for (;;) {
+    const int k = static_cast<int>(rng() % kKeys);
+    store.put(gpu_a(), key_of(k), binary_for(key_of(k), size_of(k)));
+    if (rng() % 4 == 0) store.get(gpu_a(), key_of(static_cast<int>(rng() % kKeys)));
+  }
+}
+
+TEST(StoreProcesses, WriterKilledAtRandomPointsLeavesNoVisibleDamageAndNoLock) {
+  temp_dir dir;
+  std::mt19937 rng(77);
+  constexpr int kTrials = 120;
+  int trials_with_temporaries = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const pid_t pid = ::fork();
+    if (pid == 0) write_forever(dir.path(), 500u + static_cast<unsigned>(trial));
+    // A random kill point: from right after start to a few milliseconds in.
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 8000));
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+
+    ASSERT_FALSE(detail::is_locked_by_another_process(dir.path() + "/v1/lock")) << "trial " << trial;
+    kernel_store store(store_in(dir.path(), 64 * 1024));
+    const auto bad = store.verify(false);
+    ASSERT_TRUE(bad.empty()) << "trial " << trial << ": " << bad.front().path << ": " << bad.front().problem;
+    if (store.stats().temporary_files > 0) ++trials_with_temporaries;
+    // Every visible entry reads back as what was written for its key.
+    for (int k = 0; k < kKeys; ++k) {
+      if (auto got = store.get(gpu_a(), key_of(k))) {
+        ASSERT_EQ(*got, binary_for(key_of(k), size_of(k))) << "trial " << trial;
+      }
+    }
+  }
+  RecordProperty("trials_that_left_a_temporary_file", trials_with_temporaries);
+
+  // The tool agrees: verify is clean; --fix clears what dead writers left
+  // and the recount matches.
+  const std::string tool = std::string(UNICACHE_STORE_TOOL) + " --dir " + dir.path() + " verify";
+  EXPECT_EQ(std::system((tool + " > /dev/null").c_str()), 0);
+  kernel_store store(store_in(dir.path(), 64 * 1024));
+  store.verify(true);
+  const store_stats s = store.stats();
+  EXPECT_EQ(s.temporary_files, 0u);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+}
+
+}  // namespace
+}  // namespace unicache
