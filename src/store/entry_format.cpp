@@ -5,6 +5,8 @@
 #include "unicache/cache_key.hpp"
 #include "unicache/version.hpp"
 
+#include "util/little_endian.hpp"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -14,22 +16,6 @@ namespace {
 constexpr char kMagic[8] = {'U', 'C', 'K', 'S', 'T', 'O', 'R', 'E'};
 constexpr std::size_t kChecksumOffset = 56;
 
-void put_u32(unsigned char* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-void put_u64(unsigned char* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-std::uint32_t get_u32(const unsigned char* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= std::uint32_t{p[i]} << (8 * i);
-  return v;
-}
-std::uint64_t get_u64(const unsigned char* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
-  return v;
-}
 
 hash128 to_bytes(XXH128_hash_t h) {
   hash128 out;
@@ -82,15 +68,15 @@ byte_vector encode_entry(const hash128& device, std::string_view key, byte_span 
   byte_vector out(kEntryHeaderBytes + key.size() + binary.size());
   unsigned char* h = out.data();
   std::memcpy(h, kMagic, sizeof kMagic);
-  put_u32(h + 8, kStoreFormatVersion);
-  put_u32(h + 12, kEntryHeaderBytes);
+  put_le32(h + 8, kStoreFormatVersion);
+  put_le32(h + 12, kEntryHeaderBytes);
   std::memcpy(h + 16, device.data(), device.size());
-  put_u64(h + 32, key.size());
-  put_u64(h + 40, binary.size());
-  put_u64(h + 48, static_cast<std::uint64_t>(created_unix));
+  put_le64(h + 32, key.size());
+  put_le64(h + 40, binary.size());
+  put_le64(h + 48, static_cast<std::uint64_t>(created_unix));
   if (!key.empty()) std::memcpy(h + kEntryHeaderBytes, key.data(), key.size());
   if (!binary.empty()) std::memcpy(h + kEntryHeaderBytes + key.size(), binary.data(), binary.size());
-  put_u64(h + kChecksumOffset, checksum(h, key, binary));
+  put_le64(h + kChecksumOffset, checksum(h, key, binary));
   return out;
 }
 
@@ -119,17 +105,17 @@ parsed_entry parse_entry(byte_span bytes, const hash128* device) {
     out.problem = entry_problem::not_an_entry;
     return out;
   }
-  if (get_u32(h + 8) != kStoreFormatVersion) {
+  if (get_le32(h + 8) != kStoreFormatVersion) {
     out.problem = entry_problem::wrong_version;
     return out;
   }
-  if (get_u32(h + 12) != kEntryHeaderBytes) {
+  if (get_le32(h + 12) != kEntryHeaderBytes) {
     out.problem = entry_problem::not_an_entry;
     return out;
   }
   std::memcpy(out.device.data(), h + 16, out.device.size());
-  const std::uint64_t key_size = get_u64(h + 32);
-  const std::uint64_t binary_size = get_u64(h + 40);
+  const std::uint64_t key_size = get_le64(h + 32);
+  const std::uint64_t binary_size = get_le64(h + 40);
   const std::uint64_t available = bytes.size() - kEntryHeaderBytes;
   if (key_size > available || binary_size != available - key_size) {
     out.problem = entry_problem::truncated;
@@ -137,8 +123,8 @@ parsed_entry parse_entry(byte_span bytes, const hash128* device) {
   }
   out.key = std::string_view(reinterpret_cast<const char*>(h + kEntryHeaderBytes), key_size);
   out.binary = bytes.subspan(kEntryHeaderBytes + key_size);
-  out.created_unix = static_cast<std::int64_t>(get_u64(h + 48));
-  if (checksum(h, out.key, out.binary) != get_u64(h + kChecksumOffset)) {
+  out.created_unix = static_cast<std::int64_t>(get_le64(h + 48));
+  if (checksum(h, out.key, out.binary) != get_le64(h + kChecksumOffset)) {
     out.problem = entry_problem::corrupt;
     return out;
   }

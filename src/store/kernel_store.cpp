@@ -291,7 +291,7 @@ std::optional<byte_vector> kernel_store::get(const device_identity& device,
         // A truncated, corrupt or foreign file is a miss, and goes. Its size
         // on disk need not be what the size file counted: recount.
         if (::unlink(path.c_str()) == 0 && s.writable.load(std::memory_order_relaxed)) {
-          lock_file::holder l(s.lock.get());
+          lock_file_holder l(s.lock.get());
           s.recount_locked();
         }
         continue;
@@ -335,7 +335,7 @@ bool kernel_store::put(const device_identity& device, std::string_view key,
     {
       // Publishing and accounting happen together under the lock, so a walk
       // never sees a published entry the size file does not count yet.
-      lock_file::holder l(s.lock.get());
+      lock_file_holder l(s.lock.get());
       byte_vector existing;
       int broken_removed = 0;
       for (int n = 0; n < kMaxCollisions && !stored; ++n) {
@@ -461,7 +461,7 @@ std::vector<store_entry_info> kernel_store::verify(bool fix) const {
     }
   };
   if (fix) {
-    lock_file::holder l(s.lock.get());
+    lock_file_holder l(s.lock.get());
     check();
     s.recount_locked(/*remove_empty_directories=*/true);
   } else {
@@ -474,7 +474,7 @@ std::uint64_t kernel_store::prune(std::uint64_t max_bytes, std::uint32_t max_age
   impl& s = *impl_;
   s.require_enabled();
   if (!writable()) throw store_error("the store at " + s.config.directory + " is not writable");
-  lock_file::holder l(s.lock.get());
+  lock_file_holder l(s.lock.get());
   return s.evict_locked(max_bytes, max_age_days, now_unix(), /*remove_empty_directories=*/true);
 }
 

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/little_endian.hpp"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -16,14 +18,6 @@ constexpr char kMagic[8] = {'U', 'C', 'S', 'I', 'Z', 'E', '0', '1'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kBytes = 40;
 
-void put_u64(unsigned char* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-std::uint64_t get_u64(const unsigned char* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
-  return v;
-}
 
 }  // namespace
 
@@ -34,19 +28,19 @@ std::optional<size_record> size_file::read() const noexcept {
   const ssize_t n = ::pread(fd, buf, sizeof buf, 0);
   ::close(fd);
   if (n != static_cast<ssize_t>(kBytes) || std::memcmp(buf, kMagic, sizeof kMagic) != 0 ||
-      get_u64(buf + 8) != kVersion || get_u64(buf + 32) != XXH3_64bits(buf, 32)) {
+      get_le64(buf + 8) != kVersion || get_le64(buf + 32) != XXH3_64bits(buf, 32)) {
     return std::nullopt;
   }
-  return size_record{get_u64(buf + 16), static_cast<std::int64_t>(get_u64(buf + 24))};
+  return size_record{get_le64(buf + 16), static_cast<std::int64_t>(get_le64(buf + 24))};
 }
 
 int size_file::write(const size_record& record) const noexcept {
   unsigned char buf[kBytes];
   std::memcpy(buf, kMagic, sizeof kMagic);
-  put_u64(buf + 8, kVersion);
-  put_u64(buf + 16, record.bytes);
-  put_u64(buf + 24, static_cast<std::uint64_t>(record.last_walk_unix));
-  put_u64(buf + 32, XXH3_64bits(buf, 32));
+  put_le64(buf + 8, kVersion);
+  put_le64(buf + 16, record.bytes);
+  put_le64(buf + 24, static_cast<std::uint64_t>(record.last_walk_unix));
+  put_le64(buf + 32, XXH3_64bits(buf, 32));
   const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
   int result = 0;

@@ -10,7 +10,7 @@
 
 namespace unicache::detail {
 
-class lock_file {
+class ABSL_LOCKABLE lock_file {
  public:
   // Opens (creating) `path`. Check ok() before locking.
   explicit lock_file(const std::string& path);
@@ -25,22 +25,13 @@ class lock_file {
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   void unlock() ABSL_UNLOCK_FUNCTION();
 
-  class ABSL_SCOPED_LOCKABLE holder {
-   public:
-    explicit holder(lock_file* f) ABSL_EXCLUSIVE_LOCK_FUNCTION(f) : f_(f) { f_->lock(); }
-    ~holder() ABSL_UNLOCK_FUNCTION() { f_->unlock(); }
-    holder(const holder&) = delete;
-    holder& operator=(const holder&) = delete;
-
-   private:
-    lock_file* f_;
-  };
-
  private:
   int fd_ = -1;
   int error_ = 0;
   mutex threads_;
 };
+
+using lock_file_holder = scoped_lock<lock_file>;
 
 // Whether another process holds the lock on `path` right now (for tests and
 // the maintenance tool): tries a non-blocking flock and releases it.

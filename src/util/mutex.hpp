@@ -26,15 +26,19 @@ class ABSL_LOCKABLE mutex {
   std::mutex m_;
 };
 
-class ABSL_SCOPED_LOCKABLE mutex_lock {
+// Holds any of the library's lockables (mutex, lock_file) for a scope.
+template <typename Lockable>
+class ABSL_SCOPED_LOCKABLE scoped_lock {
  public:
-  explicit mutex_lock(mutex* m) ABSL_EXCLUSIVE_LOCK_FUNCTION(m) : m_(m) { m_->lock(); }
-  ~mutex_lock() ABSL_UNLOCK_FUNCTION() { m_->unlock(); }
-  mutex_lock(const mutex_lock&) = delete;
-  mutex_lock& operator=(const mutex_lock&) = delete;
+  explicit scoped_lock(Lockable* l) ABSL_EXCLUSIVE_LOCK_FUNCTION(l) : l_(l) { l_->lock(); }
+  ~scoped_lock() ABSL_UNLOCK_FUNCTION() { l_->unlock(); }
+  scoped_lock(const scoped_lock&) = delete;
+  scoped_lock& operator=(const scoped_lock&) = delete;
 
  private:
-  mutex* m_;
+  Lockable* l_;
 };
+
+using mutex_lock = scoped_lock<mutex>;
 
 }  // namespace unicache::detail

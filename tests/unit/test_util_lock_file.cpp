@@ -32,7 +32,7 @@ TEST(LockFile, ExcludesAnotherProcessWhileHeld) {
   lock_file lock(path);
   ASSERT_TRUE(lock.ok());
   {
-    lock_file::holder held(&lock);
+    lock_file_holder held(&lock);
     EXPECT_EQ(in_child([&] { return is_locked_by_another_process(path) ? 0 : 1; }), 0);
   }
   EXPECT_EQ(in_child([&] { return is_locked_by_another_process(path) ? 0 : 1; }), 1);
@@ -58,7 +58,7 @@ TEST(LockFile, HolderKilledWithSigkillLeavesItUnlocked) {
   ::waitpid(pid, nullptr, 0);
   EXPECT_FALSE(is_locked_by_another_process(path)) << "a dead process must not hold the store lock";
   lock_file lock(path);
-  lock_file::holder held(&lock);  // and it can be taken
+  lock_file_holder held(&lock);  // and it can be taken
   ::close(ready[0]);
   ::close(ready[1]);
 }
@@ -71,7 +71,7 @@ TEST(LockFile, SerializesThreadsOfOneProcess) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 2000; ++i) {
-        lock_file::holder held(&lock);
+        lock_file_holder held(&lock);
         max_inside = std::max(max_inside, ++inside);
         --inside;
       }
