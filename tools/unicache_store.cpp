@@ -210,7 +210,8 @@ int main(int argc, char** argv) {
       return bad.empty() || fix ? kOk : kFailure;
     }
     if (command == "prune") {
-      const std::uint64_t max_bytes = max_mb ? *max_mb << 20 : UINT64_MAX;
+      const std::uint64_t max_bytes =
+          max_mb && *max_mb <= (UINT64_MAX >> 20) ? *max_mb << 20 : UINT64_MAX;
       const std::uint64_t removed = store.prune(max_bytes, older_than_days ? static_cast<std::uint32_t>(*older_than_days) : 0);
       std::printf("%llu entries removed\n", static_cast<unsigned long long>(removed));
       return kOk;
