@@ -42,6 +42,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -301,7 +302,8 @@ cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, backend_id
     throw;
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  promise.set_value(value);
+  // The cache stores shared_ptr<void>; a const T is handed out as const again.
+  promise.set_value(std::const_pointer_cast<std::remove_const_t<T>>(value));
   if (found.kind != outcome::inserted) return cache_handle<T>({}, std::move(value));
   complete_build(scope, found.entry,
                  static_cast<std::uint64_t>(

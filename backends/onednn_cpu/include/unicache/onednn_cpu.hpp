@@ -1,0 +1,31 @@
+// unicache/onednn_cpu.hpp — the CPU backend, on oneDNN primitives.
+//
+//   unicache::engine eng = unicache::onednn_cpu::make_engine();
+//   unicache::stream strm = unicache::make_stream(eng);
+//
+// Fused MatMul -> (Add|Multiply)* -> eltwise* partitions become one oneDNN
+// matmul with post-ops (or, where this oneDNN cannot fuse a broadcast, a
+// matmul followed by binary primitives); Add/Multiply, eltwise ops and
+// Softmax become their own primitives. Primitives are cached in the kernel
+// cache with their measured creation cost. A constant MatMul weight is
+// reordered once into the layout the primitive chose (format_tag::any) and
+// kept in the constant tensor cache, keyed by the weight's address, version
+// and layout, in the engine's scope.
+#pragma once
+
+#include "unicache/backend.hpp"
+#include "unicache/cache.hpp"
+
+namespace unicache::onednn_cpu {
+
+// Cache entries of this backend carry this id.
+inline constexpr backend_id backend_id_value = 0x0D0E0001;
+
+// The engine of CPU device `index` (oneDNN has one CPU device: 0). Every
+// call with one index returns the same underlying dnnl::engine, so that
+// cached primitives and packed weights are always used with the engine that
+// made them. Registers the backend on first use. Throws compile_error if
+// oneDNN refuses. Thread-safe.
+engine make_engine(int index = 0);
+
+}  // namespace unicache::onednn_cpu

@@ -1,0 +1,495 @@
+#include "unicache/onednn_cpu.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <optional>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
+
+namespace unicache::onednn_cpu {
+namespace {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+constexpr std::size_t kPrimitiveBytesEstimate = 64 * 1024;
+
+struct engine_state {
+  dnnl::engine eng;
+};
+struct stream_state {
+  dnnl::stream strm;
+};
+
+tag plain_tag(std::size_t rank) {
+  switch (rank) {
+    case 1: return tag::a;
+    case 2: return tag::ab;
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    case 5: return tag::abcde;
+    default: throw compile_error("onednn_cpu: tensors of rank " + std::to_string(rank) + " are not supported");
+  }
+}
+
+dnnl::memory::desc plain_md(const std::vector<std::int64_t>& shape) {
+  return {dims(shape.begin(), shape.end()), dt::f32, plain_tag(shape.size())};
+}
+
+// `shape` with leading 1s up to `rank` (numpy broadcasting aligns trailing dims).
+std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank) {
+  while (shape.size() < rank) shape.insert(shape.begin(), 1);
+  return shape;
+}
+
+dnnl::algorithm eltwise_algorithm(op_kind k) {
+  switch (k) {
+    case op_kind::relu: return dnnl::algorithm::eltwise_relu;
+    case op_kind::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
+    case op_kind::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case op_kind::sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case op_kind::tanh: return dnnl::algorithm::eltwise_tanh;
+    default: throw compile_error(std::string("onednn_cpu: ") + to_string(k) + " is not an eltwise op");
+  }
+}
+dnnl::algorithm binary_algorithm(op_kind k) {
+  return k == op_kind::add ? dnnl::algorithm::binary_add : dnnl::algorithm::binary_mul;
+}
+
+void add_md(cache_key& key, const dnnl::memory::desc& md) {
+  key.add(std::string_view(reinterpret_cast<const char*>(&md.data), sizeof md.data));
+}
+
+// A primitive in the kernel cache, with the descriptor facts execution needs.
+struct cached_primitive {
+  dnnl::primitive prim;
+  dnnl::memory::desc weights_md;  // matmul: the layout the primitive wants B in
+};
+
+template <typename MakePrimitive>
+std::shared_ptr<const cached_primitive> primitive_for(const engine& e, const cache_key& key, MakePrimitive make) {
+  return kernel_cache()
+      .get_or_build<const cached_primitive>(e.scope(), backend_id_value, key.bytes(), kPrimitiveBytesEstimate,
+                                            [&] { return std::make_shared<const cached_primitive>(make()); })
+      .value();
+}
+
+// --- Constant weights -------------------------------------------------------
+
+struct packed_weight {
+  dnnl::memory mem;
+};
+
+// Where a compiled kernel keeps the handle of its packed weight. The
+// eviction callback drops the handle; execution re-packs when it finds it
+// gone or stale.
+struct weight_slot {
+  std::mutex mu;
+  const void* data = nullptr;
+  std::uint64_t version = 0;
+  std::string key;
+  cache_handle<packed_weight> handle;
+};
+
+class weight_registry {
+ public:
+  void track(const std::string& key, const std::shared_ptr<weight_slot>& slot) {
+    std::lock_guard lock(mu_);
+    auto& list = slots_[key];
+    std::erase_if(list, [](const std::weak_ptr<weight_slot>& w) { return w.expired(); });
+    list.push_back(slot);
+  }
+  // The eviction callback: every slot holding this key drops its handle.
+  void evicted(std::string_view key) {
+    std::vector<std::shared_ptr<weight_slot>> holders;
+    {
+      std::lock_guard lock(mu_);
+      auto it = slots_.find(std::string(key));
+      if (it == slots_.end()) return;
+      for (auto& w : it->second) {
+        if (auto s = w.lock()) holders.push_back(std::move(s));
+      }
+      slots_.erase(it);
+    }
+    for (auto& s : holders) {
+      std::lock_guard lock(s->mu);
+      if (s->key == key) s->handle = {};
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::vector<std::weak_ptr<weight_slot>>> slots_;
+};
+
+weight_registry& weights() {
+  static weight_registry* const r = [] {
+    auto* registry = new weight_registry();
+    constant_tensor_cache().set_eviction_callback(
+        backend_id_value, [registry](const eviction_event& e) { registry->evicted(e.key); });
+    return registry;
+  }();
+  return *r;
+}
+
+dnnl::memory packed_weight_memory(const std::shared_ptr<weight_slot>& slot, const engine& e, dnnl::stream& strm,
+                                  const dnnl::memory::desc& user_md, const dnnl::memory::desc& packed_md,
+                                  const tensor& t) {
+  {
+    std::lock_guard lock(slot->mu);
+    if (slot->handle.valid() && slot->data == t.data && slot->version == t.version) return slot->handle->mem;
+  }
+  cache_key key;
+  key.add("packed-weight").add(reinterpret_cast<std::uintptr_t>(t.data)).add(t.version);
+  add_md(key, user_md);
+  add_md(key, packed_md);
+  const dnnl::engine& eng = e.native<engine_state>().eng;
+  // Not under the slot's lock: an insert may evict, and the eviction
+  // callback takes slot locks (this one's included).
+  cache_handle<packed_weight> handle = constant_tensor_cache().get_or_build<packed_weight>(
+      e.scope(), backend_id_value, key.bytes(), packed_md.get_size(), [&] {
+        auto p = std::make_shared<packed_weight>();
+        p->mem = dnnl::memory(packed_md, eng);
+        dnnl::memory user(user_md, eng, t.data);
+        dnnl::reorder(user, p->mem).execute(strm, user, p->mem);
+        strm.wait();
+        return p;
+      });
+  dnnl::memory mem = handle->mem;
+  std::string key_bytes(key.bytes());
+  {
+    std::lock_guard lock(slot->mu);
+    slot->handle = std::move(handle);
+    slot->data = t.data;
+    slot->version = t.version;
+    slot->key = key_bytes;
+  }
+  weights().track(key_bytes, slot);
+  return mem;
+}
+
+// --- Kernels ----------------------------------------------------------------
+
+// MatMul -> (Add|Multiply)* -> eltwise*: one matmul with post-ops, or, if
+// this oneDNN cannot fuse a post-op's broadcast, a matmul followed by one
+// primitive per remaining op, applied in place on the output.
+class matmul_kernel final : public compiled_kernel {
+ public:
+  matmul_kernel(const partition& p, const std::vector<logical_tensor>& in,
+                const std::vector<logical_tensor>& out, const engine& e)
+      : slot_(std::make_shared<weight_slot>()) {
+    const op& mm = p.ops().front();
+    const auto& a = in[0].shape;
+    auto b = in[1].shape;
+    const std::size_t rank = out[0].shape.size();
+    if (b.size() < rank) b = to_rank(b, rank);
+    // A transposed operand is the logical (transposed) dims over the
+    // stored bytes: the last two dims' strides swapped.
+    const tag transposed = rank == 3 ? tag::acb : tag::ba;
+    dims ad(a.begin(), a.end());
+    if (mm.transpose_a) std::swap(ad[rank - 1], ad[rank - 2]);
+    a_md_ = dnnl::memory::desc(ad, dt::f32, mm.transpose_a ? transposed : plain_tag(rank));
+    dims bd(b.begin(), b.end());
+    if (mm.transpose_b) std::swap(bd[rank - 1], bd[rank - 2]);
+    b_user_md_ = dnnl::memory::desc(bd, dt::f32, mm.transpose_b ? transposed : plain_tag(rank));
+    dst_md_ = plain_md(out[0].shape);
+    constant_b_ = in[1].is_constant();
+
+    // Post-ops: the extra operand of each binary, in partition input order.
+    std::size_t next_input = 2;
+    std::vector<post> posts;
+    for (std::size_t i = 1; i < p.ops().size(); ++i) {
+      const op& o = p.ops()[i];
+      post x{o.kind, 0, {}};
+      if (is_binary(o.kind)) {
+        x.input = next_input++;
+        x.md = plain_md(to_rank(in[x.input].shape, rank));
+      }
+      posts.push_back(x);
+    }
+    // Try everything fused; fall back to the plain matmul plus steps.
+    try {
+      prim_ = make_matmul(e, posts);
+      fused_ = posts;
+    } catch (const dnnl::error&) {
+      prim_ = make_matmul(e, {});
+      for (const post& x : posts) steps_.push_back(make_step(e, x));
+    }
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    const engine& e = s.get_engine();
+    const dnnl::engine& eng = e.native<engine_state>().eng;
+    dnnl::stream& strm = s.native<stream_state>().strm;
+    dnnl::memory a(a_md_, eng, inputs[0].data);
+    dnnl::memory b = constant_b_ && prim_->weights_md != b_user_md_
+                         ? packed_weight_memory(slot_, e, strm, b_user_md_, prim_->weights_md, inputs[1])
+                         : dnnl::memory(b_user_md_, eng, inputs[1].data);
+    dnnl::memory dst(dst_md_, eng, outputs[0].data);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, dst}};
+    for (std::size_t i = 0; i < fused_.size(); ++i) {
+      if (is_binary(fused_[i].kind)) {
+        args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
+                     dnnl::memory(fused_[i].md, eng, inputs[fused_[i].input].data));
+      }
+    }
+    prim_->prim.execute(strm, args);
+    for (const step& st : steps_) {
+      std::unordered_map<int, dnnl::memory> step_args{{DNNL_ARG_DST, dst}};
+      if (st.input) {
+        step_args.emplace(DNNL_ARG_SRC_0, dst);
+        step_args.emplace(DNNL_ARG_SRC_1, dnnl::memory(st.operand_md, eng, inputs[*st.input].data));
+      } else {
+        step_args.emplace(DNNL_ARG_SRC, dst);
+      }
+      st.prim->prim.execute(strm, step_args);
+    }
+    strm.wait();
+  }
+
+ private:
+  struct post {
+    op_kind kind;
+    std::size_t input;  // binary: which partition input is the operand
+    dnnl::memory::desc md;
+  };
+  struct step {
+    std::shared_ptr<const cached_primitive> prim;
+    std::optional<std::size_t> input;
+    dnnl::memory::desc operand_md;
+  };
+
+  std::shared_ptr<const cached_primitive> make_matmul(const engine& e, const std::vector<post>& posts) {
+    const dnnl::memory::desc b_any(b_user_md_.dims(), dt::f32, tag::any);
+    const dnnl::memory::desc& b_md = constant_b_ ? b_any : b_user_md_;
+    cache_key key;
+    key.add("matmul");
+    add_md(key, a_md_);
+    add_md(key, b_md);
+    add_md(key, dst_md_);
+    for (const post& x : posts) {
+      key.add(static_cast<std::uint8_t>(x.kind));
+      if (is_binary(x.kind)) add_md(key, x.md);
+    }
+    return primitive_for(e, key, [&] {
+      dnnl::post_ops ops;
+      for (const post& x : posts) {
+        if (is_binary(x.kind)) {
+          ops.append_binary(binary_algorithm(x.kind), x.md);
+        } else {
+          ops.append_eltwise(1.f, eltwise_algorithm(x.kind), 0.f, 0.f);
+        }
+      }
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      const dnnl::engine& eng = e.native<engine_state>().eng;
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md_, b_md, dst_md_), attr, eng);
+      return cached_primitive{dnnl::matmul(pd), pd.weights_desc()};
+    });
+  }
+
+  step make_step(const engine& e, const post& x) {
+    step st;
+    cache_key key;
+    key.add("step").add(static_cast<std::uint8_t>(x.kind));
+    add_md(key, dst_md_);
+    if (is_binary(x.kind)) {
+      st.input = x.input;
+      st.operand_md = x.md;
+      add_md(key, x.md);
+    }
+    const dnnl::engine& eng = e.native<engine_state>().eng;
+    st.prim = primitive_for(e, key, [&] {
+      if (is_binary(x.kind)) {
+        dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(x.kind), dst_md_, x.md, dst_md_), eng);
+        return cached_primitive{dnnl::binary(pd), {}};
+      }
+      dnnl::eltwise_forward::primitive_desc pd(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_algorithm(x.kind), dst_md_, 0.f, 0.f),
+          eng);
+      return cached_primitive{dnnl::eltwise_forward(pd), {}};
+    });
+    return st;
+  }
+
+  dnnl::memory::desc a_md_, b_user_md_, dst_md_;
+  bool constant_b_ = false;
+  std::shared_ptr<const cached_primitive> prim_;
+  std::vector<post> fused_;
+  std::vector<step> steps_;
+  std::shared_ptr<weight_slot> slot_;
+};
+
+// Add / Multiply with numpy broadcasting. oneDNN broadcasts its second
+// source only, so a broadcast first operand is swapped (both ops commute);
+// when both operands broadcast, a plain loop does it.
+class binary_kernel final : public compiled_kernel {
+ public:
+  binary_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+                const engine& e)
+      : kind_(p.ops().front().kind), out_shape_(out[0].shape) {
+    const std::size_t rank = out_shape_.size();
+    shapes_[0] = to_rank(in[0].shape, rank);
+    shapes_[1] = to_rank(in[1].shape, rank);
+    if (shapes_[0] != out_shape_) {
+      std::swap(shapes_[0], shapes_[1]);
+      swapped_ = true;
+    }
+    if (shapes_[0] != out_shape_) {  // both broadcast
+      loop_ = true;
+      return;
+    }
+    const auto m0 = plain_md(shapes_[0]), m1 = plain_md(shapes_[1]), md = plain_md(out_shape_);
+    cache_key key;
+    key.add("binary").add(static_cast<std::uint8_t>(kind_));
+    add_md(key, m0);
+    add_md(key, m1);
+    const dnnl::engine& eng = e.native<engine_state>().eng;
+    prim_ = primitive_for(e, key, [&] {
+      dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(kind_), m0, m1, md), eng);
+      return cached_primitive{dnnl::binary(pd), {}};
+    });
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    const void* x = inputs[swapped_ ? 1 : 0].data;
+    const void* y = inputs[swapped_ ? 0 : 1].data;
+    if (loop_) {
+      broadcast_loop(static_cast<const float*>(x), static_cast<const float*>(y), static_cast<float*>(outputs[0].data));
+      return;
+    }
+    const dnnl::engine& eng = s.get_engine().native<engine_state>().eng;
+    dnnl::stream& strm = s.native<stream_state>().strm;
+    prim_->prim.execute(strm, {{DNNL_ARG_SRC_0, dnnl::memory(plain_md(shapes_[0]), eng, const_cast<void*>(x))},
+                               {DNNL_ARG_SRC_1, dnnl::memory(plain_md(shapes_[1]), eng, const_cast<void*>(y))},
+                               {DNNL_ARG_DST, dnnl::memory(plain_md(out_shape_), eng, outputs[0].data)}});
+    strm.wait();
+  }
+
+ private:
+  void broadcast_loop(const float* x, const float* y, float* out) const {
+    const std::size_t rank = out_shape_.size();
+    std::int64_t total = 1;
+    for (std::int64_t d : out_shape_) total *= d;
+    std::vector<std::int64_t> idx(rank, 0);
+    for (std::int64_t flat = 0; flat < total; ++flat) {
+      std::int64_t ox = 0, oy = 0;
+      for (std::size_t d = 0; d < rank; ++d) {
+        ox = ox * shapes_[0][d] + (shapes_[0][d] == 1 ? 0 : idx[d]);
+        oy = oy * shapes_[1][d] + (shapes_[1][d] == 1 ? 0 : idx[d]);
+      }
+      out[flat] = kind_ == op_kind::add ? x[ox] + y[oy] : x[ox] * y[oy];
+      for (std::size_t d = rank; d-- > 0;) {
+        if (++idx[d] < out_shape_[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+
+  op_kind kind_;
+  std::vector<std::int64_t> out_shape_;
+  std::vector<std::int64_t> shapes_[2];
+  bool swapped_ = false, loop_ = false;
+  std::shared_ptr<const cached_primitive> prim_;
+};
+
+// ReLU, GELU, Sigmoid, Tanh, Softmax (last axis): one primitive, SRC -> DST.
+class unary_kernel final : public compiled_kernel {
+ public:
+  unary_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e) : md_(plain_md(in[0].shape)) {
+    const op_kind k = p.ops().front().kind;
+    cache_key key;
+    key.add("unary").add(static_cast<std::uint8_t>(k));
+    add_md(key, md_);
+    const dnnl::engine& eng = e.native<engine_state>().eng;
+    prim_ = primitive_for(e, key, [&] {
+      if (k == op_kind::softmax) {
+        const int axis = static_cast<int>(in[0].shape.size()) - 1;
+        dnnl::softmax_forward::primitive_desc pd(
+            dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md_, axis), eng);
+        return cached_primitive{dnnl::softmax_forward(pd), {}};
+      }
+      dnnl::eltwise_forward::primitive_desc pd(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_algorithm(k), md_, 0.f, 0.f), eng);
+      return cached_primitive{dnnl::eltwise_forward(pd), {}};
+    });
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    const dnnl::engine& eng = s.get_engine().native<engine_state>().eng;
+    dnnl::stream& strm = s.native<stream_state>().strm;
+    prim_->prim.execute(strm, {{DNNL_ARG_SRC, dnnl::memory(md_, eng, inputs[0].data)},
+                               {DNNL_ARG_DST, dnnl::memory(md_, eng, outputs[0].data)}});
+    strm.wait();
+  }
+
+ private:
+  dnnl::memory::desc md_;
+  std::shared_ptr<const cached_primitive> prim_;
+};
+
+class onednn_cpu_backend final : public backend {
+ public:
+  const char* name() const override { return "onednn_cpu"; }
+  engine_kind kind() const override { return engine_kind::cpu; }
+
+  std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>& in,
+                                                 const std::vector<logical_tensor>& out, const engine& e) override {
+    try {
+      switch (p.pattern()) {
+        case partition::kind::fused_matmul: return std::make_shared<matmul_kernel>(p, in, out, e);
+        case partition::kind::binary: return std::make_shared<binary_kernel>(p, in, out, e);
+        case partition::kind::eltwise:
+        case partition::kind::softmax: return std::make_shared<unary_kernel>(p, in, e);
+      }
+    } catch (const dnnl::error& err) {
+      throw compile_error(std::string("onednn_cpu: oneDNN could not compile partition ") + p.fingerprint() + ": " +
+                          err.what());
+    }
+    throw compile_error("onednn_cpu: unknown partition kind");
+  }
+
+  stream make_stream(const engine& e) override {
+    auto s = std::make_shared<stream_state>();
+    s->strm = dnnl::stream(e.native<engine_state>().eng);
+    return stream(e, std::move(s));
+  }
+};
+
+}  // namespace
+
+engine make_engine(int index) {
+  static onednn_cpu_backend* const b = [] {
+    auto* created = new onednn_cpu_backend();
+    register_backend(created);
+    weights();  // registers the eviction callback
+    return created;
+  }();
+  // One dnnl::engine per device index for the whole process: cached
+  // primitives and packed weights belong to the engine that made them, and
+  // the cache scope (cpu, index, 0) must always mean that same engine.
+  static std::mutex mu;
+  static auto* engines = new std::unordered_map<int, std::shared_ptr<engine_state>>();
+  std::lock_guard lock(mu);
+  auto& state = (*engines)[index];
+  if (!state) {
+    try {
+      auto created = std::make_shared<engine_state>();
+      created->eng = dnnl::engine(dnnl::engine::kind::cpu, static_cast<std::size_t>(index));
+      state = std::move(created);
+    } catch (const dnnl::error& err) {
+      engines->erase(index);
+      throw compile_error(std::string("onednn_cpu: no CPU engine ") + std::to_string(index) + ": " + err.what());
+    }
+  }
+  return engine(b, index, /*context_id=*/0, state);
+}
+
+}  // namespace unicache::onednn_cpu

@@ -1,0 +1,103 @@
+// unicache/backend.hpp — what a device backend implements, and how it
+// registers itself. The core (graph, compiler, caches) includes only this
+// header; it never includes a backend.
+//
+// A backend compiles a partition for concrete shapes into a compiled_kernel
+// and runs it on a stream. Backends create their engines (an engine names a
+// device and a context, and carries the backend's native handles) and
+// register themselves with register_backend() when they are first used.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unicache/cache.hpp"
+#include "unicache/config.hpp"
+#include "unicache/graph.hpp"
+
+namespace unicache {
+
+class engine;
+class stream;
+
+// A tensor with data: a concrete logical tensor and a pointer the caller
+// owns. `version` identifies a constant's contents: bump it when the data at
+// `data` changes, so that packed copies of the old contents are not reused.
+struct tensor {
+  logical_tensor desc;
+  void* data = nullptr;
+  std::uint64_t version = 0;
+};
+
+// What a backend compiled for one partition and concrete shapes. execute()
+// may be called concurrently from several threads (with different tensors).
+class compiled_kernel {
+ public:
+  virtual ~compiled_kernel() = default;
+  // `inputs` and `outputs` follow the partition's order and the shapes it
+  // was compiled for (the caller checked them).
+  virtual void execute(stream& s, const std::vector<tensor>& inputs,
+                       const std::vector<tensor>& outputs) const = 0;
+};
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual const char* name() const = 0;
+  virtual engine_kind kind() const = 0;
+  // Compiles `p` for concrete `inputs` (with inferred `outputs`). Throws
+  // compile_error (or a backend error) if it cannot.
+  virtual std::shared_ptr<const compiled_kernel> compile(const partition& p,
+                                                         const std::vector<logical_tensor>& inputs,
+                                                         const std::vector<logical_tensor>& outputs,
+                                                         const engine& e) = 0;
+  virtual stream make_stream(const engine& e) = 0;
+};
+
+// Registers a backend that lives as long as the process. Thread-safe;
+// registering a name twice keeps the first.
+void register_backend(backend* b);
+// The backend registered under `name`, or nullptr.
+backend* find_backend(const std::string& name);
+
+// A device and context a backend runs on. Cheap to copy; `native` is the
+// backend's own handle (e.g. a dnnl::engine), opaque to the core.
+class engine {
+ public:
+  engine() = default;
+  engine(backend* b, int device_id, std::uint64_t context_id, std::shared_ptr<void> native)
+      : backend_(b), device_id_(device_id), context_id_(context_id), native_(std::move(native)) {}
+
+  backend* owner() const { return backend_; }
+  engine_kind kind() const { return backend_ ? backend_->kind() : engine_kind::cpu; }
+  int device_id() const { return device_id_; }
+  std::uint64_t context_id() const { return context_id_; }
+  // The scope of everything this engine caches.
+  cache_scope scope() const { return {kind(), device_id_, context_id_}; }
+  template <typename T>
+  T& native() const { return *static_cast<T*>(native_.get()); }
+
+ private:
+  backend* backend_ = nullptr;
+  int device_id_ = 0;
+  std::uint64_t context_id_ = 0;
+  std::shared_ptr<void> native_;
+};
+
+// An execution queue on an engine. One stream per thread.
+class stream {
+ public:
+  stream() = default;
+  stream(engine e, std::shared_ptr<void> native) : engine_(std::move(e)), native_(std::move(native)) {}
+  const engine& get_engine() const { return engine_; }
+  template <typename T>
+  T& native() const { return *static_cast<T*>(native_.get()); }
+
+ private:
+  engine engine_;
+  std::shared_ptr<void> native_;
+};
+
+}  // namespace unicache

@@ -1,0 +1,60 @@
+// unicache/compiler.hpp — compiling partitions for concrete shapes, and
+// running them.
+//
+//   unicache::engine eng = unicache::onednn_cpu::make_engine();  // a backend's engine
+//   unicache::stream strm = unicache::make_stream(eng);
+//   unicache::compiled_partition cp = unicache::compile(partition, {{batch, 768}, {768, 3072}}, eng);
+//   cp.execute(strm, {{cp.inputs()[0], x_data}, {cp.inputs()[1], w_data}}, {{cp.outputs()[0], y_data}});
+//
+// Compiled partitions are cached (in the process-wide kernel cache, under
+// the partition's fingerprint, the concrete shapes and the engine's scope),
+// so compiling a shape seen before costs one lookup.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "unicache/backend.hpp"
+#include "unicache/graph.hpp"
+
+namespace unicache {
+
+// Bad arguments to compile() or execute() (shapes, counts), or a partition
+// the backend cannot compile; the message says which.
+class compile_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class compiled_partition {
+ public:
+  compiled_partition() = default;
+  // Concrete input and (inferred) output tensors, in the partition's order.
+  const std::vector<logical_tensor>& inputs() const;
+  const std::vector<logical_tensor>& outputs() const;
+  // Runs the partition. The tensors must match inputs()/outputs() in count
+  // and shape (else compile_error). Thread-safe: concurrent executions of one
+  // compiled partition are allowed, each with its own stream.
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const;
+
+  struct state;
+
+ private:
+  friend compiled_partition compile(const partition&, const std::vector<std::vector<std::int64_t>>&,
+                                    const engine&);
+  std::shared_ptr<const state> state_;
+};
+
+// Compiles `p` for concrete input shapes (one per p.inputs(), no -1) on
+// `e`. Throws compile_error if the shapes do not fit the partition.
+compiled_partition compile(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                           const engine& e);
+
+stream make_stream(const engine& e);
+
+// Backend id under which compiled partitions live in the kernel cache.
+inline constexpr backend_id compiled_partition_backend_id = 0xC0DE0001;
+
+}  // namespace unicache

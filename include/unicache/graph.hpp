@@ -1,0 +1,143 @@
+// unicache/graph.hpp — the graph a frontend hands to unicache, and its
+// partitions.
+//
+//   unicache::graph g;
+//   auto x  = g.tensor({-1, 768});                                 // batch known at compile time
+//   auto w1 = g.tensor({768, 3072}, tensor_property::constant);    // a weight
+//   auto h  = g.tensor({-1, 3072});
+//   g.add_op(op_kind::matmul, {x, w1}, {h});
+//   ...
+//   g.finalize();                                  // throws graph_error naming op and tensor
+//   for (const partition& p : g.partitions()) compile(p, shapes, engine);
+//
+// Ops: MatMul (transpose flags), Add and Multiply (numpy broadcasting), ReLU,
+// GELU (erf and tanh forms), Sigmoid, Tanh, Softmax (last axis). Tensors are
+// f32 with shapes whose -1 dims are known only at compile time. The
+// partitioner fuses MatMul -> (Add|Multiply)* -> eltwise* into one
+// partition; every other op is a partition of its own.
+//
+// Thread safety: a graph is built by one thread; after finalize() it and its
+// partitions are immutable and may be shared.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace unicache {
+
+enum class data_type : std::uint8_t { f32 };
+enum class tensor_property : std::uint8_t { variable, constant };
+
+inline constexpr std::int64_t unknown_dim = -1;
+
+struct logical_tensor {
+  std::uint64_t id = 0;
+  data_type dtype = data_type::f32;
+  std::vector<std::int64_t> shape;  // -1: known at compile time
+  tensor_property property = tensor_property::variable;
+
+  bool is_constant() const { return property == tensor_property::constant; }
+};
+
+enum class op_kind : std::uint8_t {
+  matmul,
+  add,
+  multiply,
+  relu,
+  gelu_erf,
+  gelu_tanh,
+  sigmoid,
+  tanh,
+  softmax,  // over the last axis
+};
+const char* to_string(op_kind kind);
+bool is_eltwise(op_kind kind);  // relu, gelu_*, sigmoid, tanh
+bool is_binary(op_kind kind);   // add, multiply
+
+struct op {
+  std::uint64_t id = 0;
+  op_kind kind = op_kind::relu;
+  std::vector<std::uint64_t> inputs;   // logical tensor ids
+  std::vector<std::uint64_t> outputs;
+  bool transpose_a = false;  // matmul only
+  bool transpose_b = false;
+};
+
+// A malformed graph: the message names the op and the tensor.
+class graph_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A piece of the graph compiled as one unit.
+class partition {
+ public:
+  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax };
+
+  kind pattern() const { return kind_; }
+  // The partition's ops in execution order (copies of the graph's ops).
+  const std::vector<op>& ops() const { return ops_; }
+  // Tensors the partition reads from outside, in a stable order: the
+  // matmul's A then B, then each post-op's extra operand in chain order.
+  const std::vector<logical_tensor>& inputs() const { return inputs_; }
+  const std::vector<logical_tensor>& outputs() const { return outputs_; }
+  // 32 hex digits that identify the partition's structure (ops, attributes,
+  // dtypes, shapes with -1, properties, connections; not tensor ids): equal
+  // for the same graph built again, in any process.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+ private:
+  friend class graph;
+  kind kind_ = kind::eltwise;
+  std::vector<op> ops_;
+  std::vector<logical_tensor> inputs_;
+  std::vector<logical_tensor> outputs_;
+  std::string fingerprint_;
+};
+
+class graph {
+ public:
+  // Declares a tensor and returns it (ids are assigned in order from 1).
+  logical_tensor tensor(std::vector<std::int64_t> shape,
+                        tensor_property property = tensor_property::variable,
+                        data_type dtype = data_type::f32);
+  // Adds an op reading `inputs` and writing `outputs` (tensors declared
+  // with tensor()). Returns the op's id.
+  std::uint64_t add_op(op_kind kind, const std::vector<logical_tensor>& inputs,
+                       const std::vector<logical_tensor>& outputs, bool transpose_a = false,
+                       bool transpose_b = false);
+
+  // Validates and partitions. Throws graph_error for: an op reading a tensor
+  // nobody declared, a tensor written twice, a cycle, a wrong number of
+  // inputs or outputs, and shapes that cannot agree (matmul K, broadcasting,
+  // eltwise/softmax shape, output shape). Idempotent.
+  void finalize();
+  bool finalized() const { return finalized_; }
+
+  // The partitions in execution order; every op is in exactly one. Requires
+  // finalize().
+  const std::vector<partition>& partitions() const;
+
+  const std::vector<op>& ops() const { return ops_; }
+  const logical_tensor& tensor_of(std::uint64_t id) const;
+
+ private:
+  std::vector<logical_tensor> tensors_;  // index = id - 1
+  std::vector<op> ops_;
+  std::vector<partition> partitions_;
+  bool finalized_ = false;
+};
+
+// Shape rules shared by validation and compilation. Each returns the output
+// shape or throws graph_error naming `what`. Dims of -1 propagate.
+std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a,
+                                              const std::vector<std::int64_t>& b,
+                                              bool transpose_a, bool transpose_b,
+                                              const std::string& what);
+std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
+                                          const std::vector<std::int64_t>& b,
+                                          const std::string& what);
+
+}  // namespace unicache

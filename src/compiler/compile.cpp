@@ -1,0 +1,128 @@
+#include <string>
+#include <unordered_map>
+
+#include "unicache/cache.hpp"
+#include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
+
+namespace unicache {
+
+struct compiled_partition::state {
+  std::vector<logical_tensor> inputs;
+  std::vector<logical_tensor> outputs;
+  std::shared_ptr<const compiled_kernel> kernel;
+};
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Estimated bytes of a compiled partition entry (the kernel's own memory is
+// held by the backend's kernel cache entries).
+constexpr std::size_t kCompiledPartitionBytes = 4096;
+
+}  // namespace
+
+const std::vector<logical_tensor>& compiled_partition::inputs() const {
+  if (!state_) throw compile_error("inputs() of an empty compiled_partition");
+  return state_->inputs;
+}
+const std::vector<logical_tensor>& compiled_partition::outputs() const {
+  if (!state_) throw compile_error("outputs() of an empty compiled_partition");
+  return state_->outputs;
+}
+
+compiled_partition compile(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                           const engine& e) {
+  if (!e.owner()) throw compile_error("compile: the engine has no backend");
+  if (input_shapes.size() != p.inputs().size()) {
+    throw compile_error("compile: partition " + p.fingerprint() + " has " + std::to_string(p.inputs().size()) +
+                        " inputs, got " + std::to_string(input_shapes.size()) + " shapes");
+  }
+  // The key: structure, concrete shapes; the engine is the scope.
+  cache_key key;
+  key.add(p.fingerprint()).add(static_cast<std::uint64_t>(input_shapes.size()));
+  for (const auto& s : input_shapes) {
+    key.add(static_cast<std::uint64_t>(s.size()));
+    for (std::int64_t d : s) key.add(d);
+  }
+  compiled_partition out;
+  cache_handle<const compiled_partition::state> cached = kernel_cache().get_or_build<const compiled_partition::state>(
+      e.scope(), compiled_partition_backend_id, key.bytes(), kCompiledPartitionBytes, [&] {
+        auto s = std::make_shared<compiled_partition::state>();
+        std::unordered_map<std::uint64_t, std::vector<std::int64_t>> shape_of;
+        for (std::size_t i = 0; i < input_shapes.size(); ++i) {
+          const logical_tensor& declared = p.inputs()[i];
+          const auto& given = input_shapes[i];
+          bool fits = given.size() == declared.shape.size();
+          for (std::size_t d = 0; fits && d < given.size(); ++d) {
+            fits = given[d] > 0 && (declared.shape[d] == unknown_dim || declared.shape[d] == given[d]);
+          }
+          if (!fits) {
+            throw compile_error("compile: input " + std::to_string(i) + " (tensor " + std::to_string(declared.id) +
+                                ") is declared " + shape_text(declared.shape) + ", got " + shape_text(given));
+          }
+          logical_tensor concrete = declared;
+          concrete.shape = given;
+          s->inputs.push_back(concrete);
+          shape_of[declared.id] = given;
+        }
+        for (const op& o : p.ops()) {
+          const std::string what = "compile: op " + std::to_string(o.id) + " (" + to_string(o.kind) + ")";
+          const auto& a = shape_of.at(o.inputs[0]);
+          std::vector<std::int64_t> result;
+          try {
+            if (o.kind == op_kind::matmul) {
+              result = matmul_output_shape(a, shape_of.at(o.inputs[1]), o.transpose_a, o.transpose_b, what);
+            } else if (is_binary(o.kind)) {
+              result = broadcast_shape(a, shape_of.at(o.inputs[1]), what);
+            } else {
+              result = a;
+            }
+          } catch (const graph_error& err) {
+            throw compile_error(err.what());
+          }
+          shape_of[o.outputs[0]] = result;
+        }
+        for (const logical_tensor& declared : p.outputs()) {
+          logical_tensor concrete = declared;
+          concrete.shape = shape_of.at(declared.id);
+          s->outputs.push_back(concrete);
+        }
+        s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e);
+        return std::shared_ptr<const compiled_partition::state>(std::move(s));
+      });
+  out.state_ = cached.value();
+  return out;
+}
+
+void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
+                                 const std::vector<tensor>& outputs) const {
+  if (!state_) throw compile_error("execute() of an empty compiled_partition");
+  auto check = [](const std::vector<tensor>& given, const std::vector<logical_tensor>& want, const char* what) {
+    if (given.size() != want.size()) {
+      throw compile_error(std::string("execute: expected ") + std::to_string(want.size()) + " " + what + ", got " +
+                          std::to_string(given.size()));
+    }
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      if (given[i].desc.shape != want[i].shape || given[i].data == nullptr) {
+        throw compile_error(std::string("execute: ") + what + " " + std::to_string(i) + " must be " +
+                            shape_text(want[i].shape) + " with data, got " + shape_text(given[i].desc.shape));
+      }
+    }
+  };
+  check(inputs, state_->inputs, "inputs");
+  check(outputs, state_->outputs, "outputs");
+  state_->kernel->execute(s, inputs, outputs);
+}
+
+stream make_stream(const engine& e) {
+  if (!e.owner()) throw compile_error("make_stream: the engine has no backend");
+  return e.owner()->make_stream(e);
+}
+
+}  // namespace unicache

@@ -1,0 +1,91 @@
+// Plain C++ reference implementations of the graph's ops, for numerics
+// tests. Row-major f32; deliberately simple.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace unicache::testing {
+
+using shape_t = std::vector<std::int64_t>;
+
+inline std::int64_t elements(const shape_t& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+inline std::vector<float> random_data(const shape_t& s, unsigned seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(elements(s)));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// C[M,N] = op(A) op(B); A is [M,K] (or [K,M] if ta), B [K,N] (or [N,K] if tb).
+inline std::vector<float> ref_matmul(const std::vector<float>& a, const std::vector<float>& b, std::int64_t m,
+                                     std::int64_t k, std::int64_t n, bool ta, bool tb) {
+  std::vector<float> c(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const float av = ta ? a[p * m + i] : a[i * k + p];
+        const float bv = tb ? b[j * k + p] : b[p * n + j];
+        acc += static_cast<double>(av) * bv;
+      }
+      c[i * n + j] = static_cast<float>(acc);
+    }
+  }
+  return c;
+}
+
+// out = a (op) b with numpy broadcasting to `out_shape`.
+inline std::vector<float> ref_binary(const std::vector<float>& a, shape_t as, const std::vector<float>& b, shape_t bs,
+                                     const shape_t& out_shape, bool add) {
+  while (as.size() < out_shape.size()) as.insert(as.begin(), 1);
+  while (bs.size() < out_shape.size()) bs.insert(bs.begin(), 1);
+  std::vector<float> out(static_cast<std::size_t>(elements(out_shape)));
+  std::vector<std::int64_t> idx(out_shape.size(), 0);
+  for (std::size_t flat = 0; flat < out.size(); ++flat) {
+    std::int64_t oa = 0, ob = 0;
+    for (std::size_t d = 0; d < out_shape.size(); ++d) {
+      oa = oa * as[d] + (as[d] == 1 ? 0 : idx[d]);
+      ob = ob * bs[d] + (bs[d] == 1 ? 0 : idx[d]);
+    }
+    out[flat] = add ? a[oa] + b[ob] : a[oa] * b[ob];
+    for (std::size_t d = out_shape.size(); d-- > 0;) {
+      if (++idx[d] < out_shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+inline float ref_eltwise(int kind, float x) {  // op_kind values: relu=3, gelu_erf, gelu_tanh, sigmoid, tanh
+  switch (kind) {
+    case 3: return x > 0 ? x : 0;
+    case 4: return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
+    case 5: return 0.5f * x * (1.f + std::tanh(std::sqrt(2.f / 3.14159265358979f) * (x + 0.044715f * x * x * x)));
+    case 6: return 1.f / (1.f + std::exp(-x));
+    case 7: return std::tanh(x);
+  }
+  return NAN;
+}
+
+inline std::vector<float> ref_softmax(std::vector<float> x, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * cols;
+    float mx = row[0];
+    for (std::int64_t c = 1; c < cols; ++c) mx = std::max(mx, row[c]);
+    double sum = 0;
+    for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(row[c] - mx));
+    for (std::int64_t c = 0; c < cols; ++c) row[c] = static_cast<float>(std::exp(static_cast<double>(row[c] - mx)) / sum);
+  }
+  return x;
+}
+
+}  // namespace unicache::testing

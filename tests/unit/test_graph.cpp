@@ -1,0 +1,239 @@
+#include "unicache/graph.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+
+namespace unicache {
+namespace {
+
+// The MLP of the example: x[-1,768] -> MatMul W1 -> Add b1 -> GELU -> MatMul W2 -> Add b2.
+struct mlp {
+  graph g;
+  logical_tensor x, w1, b1, h, hb, a, w2, b2, y, yb;
+  explicit mlp(int unrelated_tensors_first = 0) {
+    for (int i = 0; i < unrelated_tensors_first; ++i) g.tensor({3});
+    x = g.tensor({-1, 768});
+    w1 = g.tensor({768, 3072}, tensor_property::constant);
+    b1 = g.tensor({3072}, tensor_property::constant);
+    h = g.tensor({-1, 3072});
+    hb = g.tensor({-1, 3072});
+    a = g.tensor({-1, 3072});
+    w2 = g.tensor({3072, 768}, tensor_property::constant);
+    b2 = g.tensor({768}, tensor_property::constant);
+    y = g.tensor({-1, 768});
+    yb = g.tensor({-1, 768});
+    g.add_op(op_kind::matmul, {x, w1}, {h});
+    g.add_op(op_kind::add, {h, b1}, {hb});
+    g.add_op(op_kind::gelu_erf, {hb}, {a});
+    g.add_op(op_kind::matmul, {a, w2}, {y});
+    g.add_op(op_kind::add, {b2, y}, {yb});
+    g.finalize();
+  }
+};
+
+std::string finalize_error(graph& g) {
+  try {
+    g.finalize();
+  } catch (const graph_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Graph, FusesMatMulBinaryEltwiseChainsIntoOnePartitionEach) {
+  mlp m;
+  const auto& parts = m.g.partitions();
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].pattern(), partition::kind::fused_matmul);
+  EXPECT_EQ(parts[0].ops().size(), 3u);
+  EXPECT_EQ(parts[1].ops().size(), 2u);
+  // Inputs: A, B, then each post-op operand.
+  ASSERT_EQ(parts[0].inputs().size(), 3u);
+  EXPECT_EQ(parts[0].inputs()[0].id, m.x.id);
+  EXPECT_EQ(parts[0].inputs()[1].id, m.w1.id);
+  EXPECT_EQ(parts[0].inputs()[2].id, m.b1.id);
+  EXPECT_EQ(parts[1].inputs()[2].id, m.b2.id) << "the operand of Add(b2, y) is b2, wherever it stands";
+  EXPECT_EQ(parts[1].outputs()[0].id, m.yb.id);
+}
+
+TEST(Graph, EveryOpLandsInExactlyOnePartition) {
+  graph g;
+  auto x = g.tensor({4, 8}), w = g.tensor({8, 8}), t1 = g.tensor({4, 8}), t2 = g.tensor({4, 8}),
+       t3 = g.tensor({4, 8}), t4 = g.tensor({4, 8}), t5 = g.tensor({4, 8});
+  g.add_op(op_kind::matmul, {x, w}, {t1});
+  g.add_op(op_kind::relu, {t1}, {t2});
+  g.add_op(op_kind::add, {t2, x}, {t3});  // binary after eltwise: not fused
+  g.add_op(op_kind::softmax, {t3}, {t4});
+  g.add_op(op_kind::multiply, {t4, t4}, {t5});
+  g.finalize();
+  std::multiset<std::uint64_t> seen;
+  for (const auto& p : g.partitions()) {
+    for (const auto& o : p.ops()) seen.insert(o.id);
+  }
+  EXPECT_EQ(seen, (std::multiset<std::uint64_t>{1, 2, 3, 4, 5}));
+  ASSERT_EQ(g.partitions().size(), 4u);
+  EXPECT_EQ(g.partitions()[0].ops().size(), 2u) << "MatMul + ReLU";
+  EXPECT_EQ(g.partitions()[1].pattern(), partition::kind::binary);
+  EXPECT_EQ(g.partitions()[2].pattern(), partition::kind::softmax);
+}
+
+TEST(Graph, AnIntermediateUsedOutsideTheChainEndsTheFusion) {
+  graph g;
+  auto x = g.tensor({2, 3}), w = g.tensor({3, 4}), mm = g.tensor({2, 4}), r = g.tensor({2, 4}), s = g.tensor({2, 4});
+  g.add_op(op_kind::matmul, {x, w}, {mm});
+  g.add_op(op_kind::relu, {mm}, {r});
+  g.add_op(op_kind::sigmoid, {mm}, {s});  // mm has two readers
+  g.finalize();
+  EXPECT_EQ(g.partitions().size(), 3u);
+  EXPECT_EQ(g.partitions()[0].ops().size(), 1u);
+}
+
+TEST(Graph, PartitionsComeInDependencyOrder) {
+  // The fused chain's Add reads a tensor produced by an op that comes after
+  // the MatMul in op order: that op's partition must run first.
+  graph g;
+  auto x = g.tensor({2, 3}), w = g.tensor({3, 4}), mm = g.tensor({2, 4});
+  auto z = g.tensor({2, 4}), zr = g.tensor({2, 4}), out = g.tensor({2, 4});
+  g.add_op(op_kind::matmul, {x, w}, {mm});
+  g.add_op(op_kind::relu, {z}, {zr});
+  g.add_op(op_kind::add, {mm, zr}, {out});
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 2u);
+  EXPECT_EQ(g.partitions()[0].ops()[0].kind, op_kind::relu);
+  EXPECT_EQ(g.partitions()[1].ops().size(), 2u);
+}
+
+TEST(Graph, FingerprintIsTheSameForTheSameGraphWhateverTheTensorIds) {
+  mlp a, b, shifted(5);
+  for (std::size_t i = 0; i < a.g.partitions().size(); ++i) {
+    EXPECT_EQ(a.g.partitions()[i].fingerprint(), b.g.partitions()[i].fingerprint());
+    EXPECT_EQ(a.g.partitions()[i].fingerprint(), shifted.g.partitions()[i].fingerprint());
+    EXPECT_EQ(a.g.partitions()[i].fingerprint().size(), 32u);
+  }
+  EXPECT_NE(a.g.partitions()[0].fingerprint(), a.g.partitions()[1].fingerprint());
+}
+
+TEST(Graph, FingerprintIsTheSameInAnotherProcess) {
+  mlp here;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    mlp there;
+    const std::string fp = there.g.partitions()[0].fingerprint();
+    (void)!::write(fds[1], fp.data(), fp.size());
+    ::_exit(0);
+  }
+  char buf[64] = {};
+  const ssize_t n = ::read(fds[0], buf, sizeof buf);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0), here.g.partitions()[0].fingerprint());
+}
+
+TEST(Graph, FingerprintChangesWithStructure) {
+  auto fp = [](bool transpose_b, std::int64_t k, tensor_property wp, op_kind post) {
+    graph g;
+    auto x = g.tensor({-1, k}), w = g.tensor(transpose_b ? std::vector<std::int64_t>{16, k} : std::vector<std::int64_t>{k, 16}, wp);
+    auto mm = g.tensor({-1, 16}), o = g.tensor({-1, 16});
+    g.add_op(op_kind::matmul, {x, w}, {mm}, false, transpose_b);
+    g.add_op(post, {mm}, {o});
+    g.finalize();
+    return g.partitions()[0].fingerprint();
+  };
+  const std::string base = fp(false, 8, tensor_property::constant, op_kind::relu);
+  EXPECT_NE(base, fp(true, 8, tensor_property::constant, op_kind::relu));
+  EXPECT_NE(base, fp(false, 9, tensor_property::constant, op_kind::relu));
+  EXPECT_NE(base, fp(false, 8, tensor_property::variable, op_kind::relu));
+  EXPECT_NE(base, fp(false, 8, tensor_property::constant, op_kind::gelu_tanh));
+}
+
+TEST(GraphValidation, UnknownInputNamesOpAndTensor) {
+  graph g;
+  auto y = g.tensor({2});
+  logical_tensor ghost{99, data_type::f32, {2}, tensor_property::variable};
+  g.add_op(op_kind::relu, {ghost}, {y});
+  const std::string err = finalize_error(g);
+  EXPECT_NE(err.find("op 1 (ReLU)"), std::string::npos) << err;
+  EXPECT_NE(err.find("tensor 99"), std::string::npos) << err;
+}
+
+TEST(GraphValidation, CycleIsRejected) {
+  graph g;
+  auto a = g.tensor({2}), b = g.tensor({2});
+  g.add_op(op_kind::relu, {a}, {b});
+  g.add_op(op_kind::tanh, {b}, {a});
+  const std::string err = finalize_error(g);
+  EXPECT_NE(err.find("cycle"), std::string::npos) << err;
+  EXPECT_NE(err.find("op "), std::string::npos) << err;
+}
+
+TEST(GraphValidation, ShapeMismatchesNameTheOpAndShapes) {
+  {
+    graph g;
+    auto x = g.tensor({4, 5}), w = g.tensor({6, 7}), y = g.tensor({4, 7});
+    g.add_op(op_kind::matmul, {x, w}, {y});
+    const std::string err = finalize_error(g);
+    EXPECT_NE(err.find("op 1 (MatMul)"), std::string::npos) << err;
+    EXPECT_NE(err.find("[4,5]"), std::string::npos) << err;
+  }
+  {
+    graph g;
+    auto a = g.tensor({4, 5}), b = g.tensor({3, 5}), y = g.tensor({4, 5});
+    g.add_op(op_kind::add, {a, b}, {y});
+    EXPECT_NE(finalize_error(g).find("do not broadcast"), std::string::npos);
+  }
+  {
+    graph g;
+    auto a = g.tensor({4, 5}), y = g.tensor({4, 6});
+    g.add_op(op_kind::sigmoid, {a}, {y});
+    const std::string err = finalize_error(g);
+    EXPECT_NE(err.find("output tensor 2"), std::string::npos) << err;
+  }
+  {
+    graph g;  // -1 agrees with anything
+    auto x = g.tensor({-1, 5}), w = g.tensor({5, -1}), y = g.tensor({3, 7});
+    g.add_op(op_kind::matmul, {x, w}, {y});
+    EXPECT_EQ(finalize_error(g), "");
+  }
+}
+
+TEST(GraphValidation, WrongArityDoubleWriterAndConstantOutputAreRejected) {
+  {
+    graph g;
+    auto a = g.tensor({2}), y = g.tensor({2});
+    g.add_op(op_kind::add, {a}, {y});
+    EXPECT_NE(finalize_error(g).find("takes 2 input(s)"), std::string::npos);
+  }
+  {
+    graph g;
+    auto a = g.tensor({2}), y = g.tensor({2});
+    g.add_op(op_kind::relu, {a}, {y});
+    g.add_op(op_kind::tanh, {a}, {y});
+    EXPECT_NE(finalize_error(g).find("writes too"), std::string::npos);
+  }
+  {
+    graph g;
+    auto a = g.tensor({2}), y = g.tensor({2}, tensor_property::constant);
+    g.add_op(op_kind::relu, {a}, {y});
+    EXPECT_NE(finalize_error(g).find("constant"), std::string::npos);
+  }
+  graph g;
+  EXPECT_THROW(g.tensor({0, 3}), graph_error);
+  EXPECT_THROW(g.tensor({-2}), graph_error);
+  EXPECT_THROW(g.partitions(), graph_error) << "partitions() before finalize()";
+}
+
+TEST(GraphShapes, BroadcastAndMatMulRules) {
+  EXPECT_EQ(broadcast_shape({4, 1, 3}, {5, 1}, "t"), (std::vector<std::int64_t>{4, 5, 3}));
+  EXPECT_EQ(broadcast_shape({3}, {2, 3}, "t"), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(matmul_output_shape({2, 3}, {3, 4}, false, false, "t"), (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(matmul_output_shape({3, 2}, {4, 3}, true, true, "t"), (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(matmul_output_shape({5, 2, 3}, {3, 4}, false, false, "t"), (std::vector<std::int64_t>{5, 2, 4}));
+  EXPECT_THROW(matmul_output_shape({2}, {2, 3}, false, false, "t"), graph_error);
+}
+
+}  // namespace
+}  // namespace unicache
