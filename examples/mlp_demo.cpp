@@ -81,7 +81,7 @@ int main() {
   std::printf("constant tensor cache (packed weights): %llu packs, %llu reuses, %.1f MB\n",
               static_cast<unsigned long long>(weights.misses), static_cast<unsigned long long>(weights.hits),
               static_cast<double>(weights.bytes) / (1 << 20));
-  std::printf("(four distinct batch sizes: four compiles per partition; repeated sizes cost a lookup;\n"
-              " each weight is packed once, unless this CPU's oneDNN keeps the user's layout)\n");
+  std::printf("(four distinct batch sizes: four compiles per partition; a repeated size costs a lookup;\n"
+              " a weight is packed once per layout the primitives choose, which rarely depends on the batch)\n");
   return 0;
 }
