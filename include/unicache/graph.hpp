@@ -130,6 +130,9 @@ class graph {
   bool finalized_ = false;
 };
 
+// "[2,-1,768]": how error messages print a shape.
+std::string shape_to_string(const std::vector<std::int64_t>& shape);
+
 // Shape rules shared by validation and compilation. Each returns the output
 // shape or throws graph_error naming `what`. Dims of -1 propagate.
 std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a,

@@ -15,12 +15,6 @@ struct compiled_partition::state {
 
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // Estimated bytes of a compiled partition entry (the kernel's own memory is
 // held by the backend's kernel cache entries).
 constexpr std::size_t kCompiledPartitionBytes = 4096;
@@ -64,7 +58,7 @@ compiled_partition compile(const partition& p, const std::vector<std::vector<std
           }
           if (!fits) {
             throw compile_error("compile: input " + std::to_string(i) + " (tensor " + std::to_string(declared.id) +
-                                ") is declared " + shape_text(declared.shape) + ", got " + shape_text(given));
+                                ") is declared " + shape_to_string(declared.shape) + ", got " + shape_to_string(given));
           }
           logical_tensor concrete = declared;
           concrete.shape = given;
@@ -111,7 +105,7 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
     for (std::size_t i = 0; i < given.size(); ++i) {
       if (given[i].desc.shape != want[i].shape || given[i].data == nullptr) {
         throw compile_error(std::string("execute: ") + what + " " + std::to_string(i) + " must be " +
-                            shape_text(want[i].shape) + " with data, got " + shape_text(given[i].desc.shape));
+                            shape_to_string(want[i].shape) + " with data, got " + shape_to_string(given[i].desc.shape));
       }
     }
   };

@@ -8,17 +8,10 @@
 
 #include "unicache/cache_key.hpp"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "util/stable_hash.hpp"
 
 namespace unicache {
 namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 std::string describe_op(const op& o) {
   return "op " + std::to_string(o.id) + " (" + to_string(o.kind) + ")";
@@ -28,6 +21,12 @@ std::string describe_op(const op& o) {
 bool agree(std::int64_t a, std::int64_t b) { return a == b || a == unknown_dim || b == unknown_dim; }
 
 }  // namespace
+
+std::string shape_to_string(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
 
 const char* to_string(op_kind kind) {
   switch (kind) {
@@ -54,8 +53,8 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
                                               const std::vector<std::int64_t>& b, bool ta, bool tb,
                                               const std::string& what) {
   if (a.size() < 2 || a.size() > 3 || b.size() < 2 || b.size() > 3) {
-    throw graph_error(what + ": MatMul needs rank-2 or rank-3 inputs, got " + shape_text(a) + " and " +
-                      shape_text(b));
+    throw graph_error(what + ": MatMul needs rank-2 or rank-3 inputs, got " + shape_to_string(a) + " and " +
+                      shape_to_string(b));
   }
   const std::size_t ra = a.size(), rb = b.size();
   const std::int64_t m = ta ? a[ra - 1] : a[ra - 2];
@@ -63,7 +62,7 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
   const std::int64_t kb = tb ? b[rb - 1] : b[rb - 2];
   const std::int64_t n = tb ? b[rb - 2] : b[rb - 1];
   if (!agree(ka, kb)) {
-    throw graph_error(what + ": MatMul inner dimensions differ: " + shape_text(a) + " x " + shape_text(b) +
+    throw graph_error(what + ": MatMul inner dimensions differ: " + shape_to_string(a) + " x " + shape_to_string(b) +
                       (ta || tb ? " (with transposes)" : ""));
   }
   if (rb == 3 && ra == 2) {
@@ -72,7 +71,7 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
   std::vector<std::int64_t> out;
   if (ra == 3) {
     if (rb == 3 && !agree(a[0], b[0]) && a[0] != 1 && b[0] != 1) {
-      throw graph_error(what + ": MatMul batch dimensions differ: " + shape_text(a) + " x " + shape_text(b));
+      throw graph_error(what + ": MatMul batch dimensions differ: " + shape_to_string(a) + " x " + shape_to_string(b));
     }
     out.push_back(rb == 3 && b[0] != 1 ? (a[0] == unknown_dim ? b[0] : a[0]) : a[0]);
   }
@@ -97,7 +96,7 @@ std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
     } else if (da == unknown_dim || db == unknown_dim) {
       out[i] = da == unknown_dim ? db : da;
     } else {
-      throw graph_error(what + ": shapes " + shape_text(a) + " and " + shape_text(b) + " do not broadcast");
+      throw graph_error(what + ": shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not broadcast");
     }
   }
   return out;
@@ -107,7 +106,7 @@ logical_tensor graph::tensor(std::vector<std::int64_t> shape, tensor_property pr
   for (std::int64_t d : shape) {
     if (d < unknown_dim || d == 0) {
       throw graph_error("tensor " + std::to_string(tensors_.size() + 1) + ": bad dimension " +
-                        std::to_string(d) + " in " + shape_text(shape) + " (positive, or -1 for unknown)");
+                        std::to_string(d) + " in " + shape_to_string(shape) + " (positive, or -1 for unknown)");
     }
   }
   logical_tensor t{tensors_.size() + 1, dtype, std::move(shape), property};
@@ -227,7 +226,7 @@ void graph::finalize() {
     for (std::size_t d = 0; fits && d < expect.size(); ++d) fits = agree(out.shape[d], expect[d]);
     if (!fits) {
       throw graph_error(what + ": output tensor " + std::to_string(out.id) + " has shape " +
-                        shape_text(out.shape) + ", but the op produces " + shape_text(expect));
+                        shape_to_string(out.shape) + ", but the op produces " + shape_to_string(expect));
     }
   }
 
@@ -324,11 +323,7 @@ void graph::finalize() {
       fp.add(local[o.outputs[0]]);
     }
     for (std::int64_t d : p.outputs_[0].shape) fp.add(d);
-    const XXH128_hash_t h = XXH3_128bits(fp.bytes().data(), fp.bytes().size());
-    char hex[33];
-    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                  static_cast<unsigned long long>(h.low64));
-    p.fingerprint_ = hex;
+    p.fingerprint_ = detail::to_hex(detail::stable_hash128(fp.bytes()));
     partitions_.push_back(std::move(p));
   }
   finalized_ = true;

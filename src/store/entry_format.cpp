@@ -17,14 +17,6 @@ constexpr char kMagic[8] = {'U', 'C', 'K', 'S', 'T', 'O', 'R', 'E'};
 constexpr std::size_t kChecksumOffset = 56;
 
 
-hash128 to_bytes(XXH128_hash_t h) {
-  hash128 out;
-  XXH128_canonical_t canonical;
-  XXH128_canonicalFromHash(&canonical, h);  // big-endian: stable on every machine
-  std::memcpy(out.data(), canonical.digest, out.size());
-  return out;
-}
-
 std::uint64_t checksum(const unsigned char* header, std::string_view key, byte_span binary) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
@@ -41,21 +33,10 @@ hash128 device_hash(const device_identity& device) {
   fields.add("unicache-device").add(device.platform_name).add(device.device_name)
       .add(device.device_version).add(device.driver_version)
       .add(UNICACHE_VERSION_STRING).add(UNICACHE_GIT_HASH);
-  const std::string_view bytes = fields.bytes();
-  return to_bytes(XXH3_128bits(bytes.data(), bytes.size()));
+  return stable_hash128(fields.bytes());
 }
 
-hash128 key_hash(std::string_view key) { return to_bytes(XXH3_128bits(key.data(), key.size())); }
-
-std::string to_hex(const hash128& h) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(32, '0');
-  for (std::size_t i = 0; i < h.size(); ++i) {
-    out[2 * i] = kDigits[h[i] >> 4];
-    out[2 * i + 1] = kDigits[h[i] & 0xf];
-  }
-  return out;
-}
+hash128 key_hash(std::string_view key) { return stable_hash128(key); }
 
 std::string describe(const device_identity& device) {
   return device.platform_name + " / " + device.device_name + " / " + device.device_version + " / " +

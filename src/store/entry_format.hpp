@@ -16,25 +16,22 @@
 // version, device or checksum differ, is rejected with a reason.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "unicache/store.hpp"
+#include "util/stable_hash.hpp"
 
 namespace unicache::detail {
 
 inline constexpr std::uint32_t kStoreFormatVersion = 1;
 inline constexpr std::size_t kEntryHeaderBytes = 64;
 
-using hash128 = std::array<unsigned char, 16>;
-
 // Stable across processes and machines: XXH3-128 of the identity's fields
 // and of this unicache build's version and git hash.
 hash128 device_hash(const device_identity& device);
 hash128 key_hash(std::string_view key);
-std::string to_hex(const hash128& h);
 // "platform / device / version / driver / unicache x.y.z (git)"
 std::string describe(const device_identity& device);
 
