@@ -11,6 +11,7 @@
 
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/constant_registry.hpp"
 
 namespace unicache::onednn_cpu {
 namespace {
@@ -87,92 +88,33 @@ struct packed_weight {
   dnnl::memory mem;
 };
 
-// Where a compiled kernel keeps the handle of its packed weight. The
-// eviction callback drops the handle; execution re-packs when it finds it
-// gone or stale.
-struct weight_slot {
-  std::mutex mu;
-  const void* data = nullptr;
-  std::uint64_t version = 0;
-  std::string key;
-  cache_handle<packed_weight> handle;
-};
-
-class weight_registry {
- public:
-  void track(const std::string& key, const std::shared_ptr<weight_slot>& slot) {
-    std::lock_guard lock(mu_);
-    auto& list = slots_[key];
-    std::erase_if(list, [](const std::weak_ptr<weight_slot>& w) { return w.expired(); });
-    list.push_back(slot);
-  }
-  // The eviction callback: every slot holding this key drops its handle.
-  void evicted(std::string_view key) {
-    std::vector<std::shared_ptr<weight_slot>> holders;
-    {
-      std::lock_guard lock(mu_);
-      auto it = slots_.find(std::string(key));
-      if (it == slots_.end()) return;
-      for (auto& w : it->second) {
-        if (auto s = w.lock()) holders.push_back(std::move(s));
-      }
-      slots_.erase(it);
-    }
-    for (auto& s : holders) {
-      std::lock_guard lock(s->mu);
-      if (s->key == key) s->handle = {};
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::vector<std::weak_ptr<weight_slot>>> slots_;
-};
+using weight_registry = constant_registry<packed_weight>;
+using weight_slot = std::shared_ptr<weight_registry::slot>;
 
 weight_registry& weights() {
-  static weight_registry* const r = [] {
-    auto* registry = new weight_registry();
-    constant_tensor_cache().set_eviction_callback(
-        backend_id_value, [registry](const eviction_event& e) { registry->evicted(e.key); });
-    return registry;
-  }();
+  static weight_registry* const r = new weight_registry(constant_tensor_cache(), backend_id_value);
   return *r;
 }
 
-dnnl::memory packed_weight_memory(const std::shared_ptr<weight_slot>& slot, const engine& e, dnnl::stream& strm,
+dnnl::memory packed_weight_memory(const weight_slot& slot, const engine& e, dnnl::stream& strm,
                                   const dnnl::memory::desc& user_md, const dnnl::memory::desc& packed_md,
                                   const tensor& t) {
-  {
-    std::lock_guard lock(slot->mu);
-    if (slot->handle.valid() && slot->data == t.data && slot->version == t.version) return slot->handle->mem;
-  }
   cache_key key;
   key.add("packed-weight").add(reinterpret_cast<std::uintptr_t>(t.data)).add(t.version);
   add_md(key, user_md);
   add_md(key, packed_md);
   const dnnl::engine& eng = e.native<engine_state>().eng;
-  // Not under the slot's lock: an insert may evict, and the eviction
-  // callback takes slot locks (this one's included).
-  cache_handle<packed_weight> handle = constant_tensor_cache().get_or_build<packed_weight>(
-      e.scope(), backend_id_value, key.bytes(), packed_md.get_size(), [&] {
-        auto p = std::make_shared<packed_weight>();
-        p->mem = dnnl::memory(packed_md, eng);
-        dnnl::memory user(user_md, eng, t.data);
-        dnnl::reorder(user, p->mem).execute(strm, user, p->mem);
-        strm.wait();
-        return p;
-      });
-  dnnl::memory mem = handle->mem;
-  std::string key_bytes(key.bytes());
-  {
-    std::lock_guard lock(slot->mu);
-    slot->handle = std::move(handle);
-    slot->data = t.data;
-    slot->version = t.version;
-    slot->key = key_bytes;
-  }
-  weights().track(key_bytes, slot);
-  return mem;
+  return weights()
+      .get(slot, e.scope(), t.data, t.version, key, packed_md.get_size(),
+           [&] {
+             auto p = std::make_shared<packed_weight>();
+             p->mem = dnnl::memory(packed_md, eng);
+             dnnl::memory user(user_md, eng, t.data);
+             dnnl::reorder(user, p->mem).execute(strm, user, p->mem);
+             strm.wait();
+             return p;
+           })
+      ->mem;
 }
 
 // --- Kernels ----------------------------------------------------------------
@@ -184,7 +126,7 @@ class matmul_kernel final : public compiled_kernel {
  public:
   matmul_kernel(const partition& p, const std::vector<logical_tensor>& in,
                 const std::vector<logical_tensor>& out, const engine& e)
-      : slot_(std::make_shared<weight_slot>()) {
+      : slot_(weights().make_slot()) {
     const op& mm = p.ops().front();
     const auto& a = in[0].shape;
     auto b = in[1].shape;
@@ -324,7 +266,7 @@ class matmul_kernel final : public compiled_kernel {
   std::shared_ptr<const cached_primitive> prim_;
   std::vector<post> fused_;
   std::vector<step> steps_;
-  std::shared_ptr<weight_slot> slot_;
+  weight_slot slot_;
 };
 
 // Add / Multiply with numpy broadcasting. oneDNN broadcasts its second
@@ -441,7 +383,8 @@ class onednn_cpu_backend final : public backend {
   engine_kind kind() const override { return engine_kind::cpu; }
 
   std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>& in,
-                                                 const std::vector<logical_tensor>& out, const engine& e) override {
+                                                 const std::vector<logical_tensor>& out, const engine& e,
+                                                 const std::vector<kernel_binary>& /*preloaded: oneDNN CPU kernels have no binaries*/) override {
     try {
       switch (p.pattern()) {
         case partition::kind::fused_matmul: return std::make_shared<matmul_kernel>(p, in, out, e);
@@ -454,6 +397,13 @@ class onednn_cpu_backend final : public backend {
                           err.what());
     }
     throw compile_error("onednn_cpu: unknown partition kind");
+  }
+
+  device_identity identity(const engine& e) const override {
+    const dnnl_version_t* v = dnnl::version();
+    return {"oneDNN", "cpu " + std::to_string(e.device_id()),
+            "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())),
+            std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " + v->hash};
   }
 
   stream make_stream(const engine& e) override {

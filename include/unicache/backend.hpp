@@ -16,6 +16,7 @@
 #include "unicache/cache.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
+#include "unicache/store.hpp"
 
 namespace unicache {
 
@@ -31,6 +32,13 @@ struct tensor {
   std::uint64_t version = 0;
 };
 
+// A device binary a kernel was built into, under its full store key (what
+// the backend's persistent-store entry for it is called).
+struct kernel_binary {
+  std::string key;
+  byte_vector binary;
+};
+
 // What a backend compiled for one partition and concrete shapes. execute()
 // may be called concurrently from several threads (with different tensors).
 class compiled_kernel {
@@ -40,6 +48,9 @@ class compiled_kernel {
   // was compiled for (the caller checked them).
   virtual void execute(stream& s, const std::vector<tensor>& inputs,
                        const std::vector<tensor>& outputs) const = 0;
+  // The device binaries this kernel runs (for compiled-partition cache
+  // blobs); empty for a backend whose kernels have none (oneDNN on the CPU).
+  virtual std::vector<kernel_binary> binaries() const { return {}; }
 };
 
 class backend {
@@ -47,13 +58,19 @@ class backend {
   virtual ~backend() = default;
   virtual const char* name() const = 0;
   virtual engine_kind kind() const = 0;
-  // Compiles `p` for concrete `inputs` (with inferred `outputs`). Throws
-  // compile_error (or a backend error) if it cannot.
+  // Compiles `p` for concrete `inputs` (with inferred `outputs`). A kernel
+  // whose store key is in `preloaded` is created from that binary (if the
+  // driver accepts it) instead of being built. Throws compile_error (or a
+  // backend error derived from it) if it cannot.
   virtual std::shared_ptr<const compiled_kernel> compile(const partition& p,
                                                          const std::vector<logical_tensor>& inputs,
                                                          const std::vector<logical_tensor>& outputs,
-                                                         const engine& e) = 0;
+                                                         const engine& e,
+                                                         const std::vector<kernel_binary>& preloaded) = 0;
   virtual stream make_stream(const engine& e) = 0;
+  // What the engine's binaries are valid for: blobs made on one identity are
+  // refused on another.
+  virtual device_identity identity(const engine& e) const = 0;
 };
 
 // Registers a backend that lives as long as the process. Thread-safe;

@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -66,6 +67,43 @@ class cache_key {
   };
 
   std::string bytes_;
+};
+
+// Reads back, field by field, bytes that a cache_key wrote: what blob
+// payloads written with cache_key are parsed with. Every read checks the
+// field's width prefix and bounds and throws std::invalid_argument when the
+// bytes are not the field asked for; it never reads out of bounds.
+class cache_key_reader {
+ public:
+  explicit cache_key_reader(std::string_view bytes) : bytes_(bytes) {}
+
+  template <typename T>
+    requires std::integral<T> && (!std::is_same_v<T, bool>)
+  T read() {
+    using U = std::make_unsigned_t<T>;
+    if (bytes_.size() - at_ < 1 + sizeof(U) || static_cast<unsigned char>(bytes_[at_]) != sizeof(U)) {
+      throw std::invalid_argument("malformed field at byte " + std::to_string(at_));
+    }
+    U v = 0;
+    for (std::size_t i = 0; i < sizeof(U); ++i) {
+      v |= static_cast<U>(static_cast<U>(static_cast<unsigned char>(bytes_[at_ + 1 + i])) << (8 * i));
+    }
+    at_ += 1 + sizeof(U);
+    return static_cast<T>(v);
+  }
+  bool read_bool() { return read<std::uint8_t>() != 0; }
+  std::string_view read_text() {
+    const auto n = read<std::uint64_t>();
+    if (bytes_.size() - at_ < n) throw std::invalid_argument("truncated text field at byte " + std::to_string(at_));
+    std::string_view v = bytes_.substr(at_, n);
+    at_ += n;
+    return v;
+  }
+  bool done() const noexcept { return at_ == bytes_.size(); }
+
+ private:
+  std::string_view bytes_;
+  std::size_t at_ = 0;
 };
 
 }  // namespace unicache

@@ -39,11 +39,20 @@ class compiled_partition {
   // compiled partition are allowed, each with its own stream.
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const;
 
+  // Cache blobs (seed 000, option 2), for applications that keep compiled
+  // kernels in their own storage. The id is 32 hex digits naming (partition
+  // structure, input shapes, backend, device identity, unicache build): the
+  // same as get_cache_blob_id(partition, shapes, engine) before compiling.
+  // The blob holds the device binaries of the partition's kernels (none on
+  // the CPU backend), self-checking; compile_from_cache_blob() takes it.
+  std::string get_cache_blob_id() const;
+  byte_vector get_cache_blob() const;
+
   struct state;
 
  private:
-  friend compiled_partition compile(const partition&, const std::vector<std::vector<std::int64_t>>&,
-                                    const engine&);
+  friend compiled_partition compile_with(const partition&, const std::vector<std::vector<std::int64_t>>&,
+                                         const engine&, const std::vector<kernel_binary>&);
   std::shared_ptr<const state> state_;
 };
 
@@ -51,6 +60,22 @@ class compiled_partition {
 // `e`. Throws compile_error if the shapes do not fit the partition.
 compiled_partition compile(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                            const engine& e);
+
+// The id of the cache blob of `p` compiled for `input_shapes` on `e`,
+// without compiling: look it up in your storage first. Never throws for
+// valid arguments; compile_error if the engine has no backend.
+std::string get_cache_blob_id(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                              const engine& e);
+
+// compile(), with the kernels created from the binaries in `blob` (a blob
+// from get_cache_blob() of the same partition, shapes and device identity)
+// instead of being built. A binary the driver rejects is rebuilt from source.
+// Throws compile_error naming the problem if the blob is not a unicache
+// blob, is corrupt or truncated, was made for another device, driver or
+// unicache build, or for another partition or shapes.
+compiled_partition compile_from_cache_blob(const partition& p,
+                                           const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                           const engine& e, byte_span blob);
 
 stream make_stream(const engine& e);
 

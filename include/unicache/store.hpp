@@ -125,6 +125,11 @@ class kernel_store {
   // entry size limits, or a write failed). Never throws.
   bool put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
 
+  // Removes the binary stored under `key` for `device` (a backend calls it
+  // when the driver rejects a stored binary, before storing a rebuilt one).
+  // Returns whether an entry was removed. Never throws.
+  bool remove(const device_identity& device, std::string_view key) noexcept;
+
   // Whether get/put can use the disk at all, and whether writes still work
   // (a write failure turns writes off for the rest of the process).
   bool enabled() const noexcept;

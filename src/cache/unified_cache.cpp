@@ -368,7 +368,10 @@ struct unified_cache::impl {
         run_callback(eviction_event{{kind, device_id, e->context_id}, e->backend, e->key(),
                                     e->future});
       }
-      epoch_domain::instance().retire(r.entry.release(), &release_table_reference);
+      // With its size: an evicted large value (a packed weight's device
+      // memory) is freed at the collect() below, not after a batch.
+      const std::size_t bytes = e->size_bytes;
+      epoch_domain::instance().retire(r.entry.release(), &release_table_reference, bytes);
     }
     removed.clear();
     epoch_domain::instance().collect();

@@ -11,13 +11,62 @@ struct compiled_partition::state {
   std::vector<logical_tensor> inputs;
   std::vector<logical_tensor> outputs;
   std::shared_ptr<const compiled_kernel> kernel;
+  device_identity identity;  // of the engine it was compiled on
+  std::string blob_key;
 };
+
+compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                const engine& e, const std::vector<kernel_binary>& preloaded);
 
 namespace {
 
 // Estimated bytes of a compiled partition entry (the kernel's own memory is
 // held by the backend's kernel cache entries).
 constexpr std::size_t kCompiledPartitionBytes = 4096;
+
+// What a compiled partition is, for its cache blob: structure, shapes and
+// backend (the device identity is the blob's own field).
+std::string blob_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                     const engine& e) {
+  cache_key key;
+  key.add("compiled-partition").add(p.fingerprint()).add(e.owner()->name());
+  key.add(static_cast<std::uint64_t>(input_shapes.size()));
+  for (const auto& s : input_shapes) {
+    key.add(static_cast<std::uint64_t>(s.size()));
+    for (std::int64_t d : s) key.add(d);
+  }
+  return std::string(key.bytes());
+}
+
+// A blob's payload: the kernels' binaries, each length-prefixed.
+byte_vector encode_binaries(const std::vector<kernel_binary>& binaries) {
+  cache_key out;
+  out.add(static_cast<std::uint64_t>(binaries.size()));
+  for (const kernel_binary& b : binaries) {
+    out.add(b.key).add(std::string_view(reinterpret_cast<const char*>(b.binary.data()), b.binary.size()));
+  }
+  return byte_vector(out.bytes().begin(), out.bytes().end());
+}
+
+// The inverse of encode_binaries.
+std::vector<kernel_binary> decode_binaries(const byte_vector& payload) {
+  try {
+    cache_key_reader in(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+    const auto count = in.read<std::uint64_t>();
+    std::vector<kernel_binary> out;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      kernel_binary b;
+      b.key = in.read_text();
+      const std::string_view binary = in.read_text();
+      b.binary.assign(binary.begin(), binary.end());
+      out.push_back(std::move(b));
+    }
+    if (!in.done()) throw std::invalid_argument("trailing bytes");
+    return out;
+  } catch (const std::invalid_argument& err) {
+    throw compile_error(std::string("compile_from_cache_blob: malformed blob payload (") + err.what() + ")");
+  }
+}
 
 }  // namespace
 
@@ -32,6 +81,11 @@ const std::vector<logical_tensor>& compiled_partition::outputs() const {
 
 compiled_partition compile(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                            const engine& e) {
+  return compile_with(p, input_shapes, e, {});
+}
+
+compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                const engine& e, const std::vector<kernel_binary>& preloaded) {
   if (!e.owner()) throw compile_error("compile: the engine has no backend");
   if (input_shapes.size() != p.inputs().size()) {
     throw compile_error("compile: partition " + p.fingerprint() + " has " + std::to_string(p.inputs().size()) +
@@ -87,7 +141,9 @@ compiled_partition compile(const partition& p, const std::vector<std::vector<std
           concrete.shape = shape_of.at(declared.id);
           s->outputs.push_back(concrete);
         }
-        s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e);
+        s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e, preloaded);
+        s->identity = e.owner()->identity(e);
+        s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
       });
   out.state_ = cached.value();
@@ -112,6 +168,39 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
   check(inputs, state_->inputs, "inputs");
   check(outputs, state_->outputs, "outputs");
   state_->kernel->execute(s, inputs, outputs);
+}
+
+std::string compiled_partition::get_cache_blob_id() const {
+  if (!state_) throw compile_error("get_cache_blob_id() of an empty compiled_partition");
+  return blob_id(state_->identity, state_->blob_key);
+}
+
+byte_vector compiled_partition::get_cache_blob() const {
+  if (!state_) throw compile_error("get_cache_blob() of an empty compiled_partition");
+  return serialize_blob(state_->identity, state_->blob_key, encode_binaries(state_->kernel->binaries()));
+}
+
+std::string get_cache_blob_id(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                              const engine& e) {
+  if (!e.owner()) throw compile_error("get_cache_blob_id: the engine has no backend");
+  return blob_id(e.owner()->identity(e), blob_key(p, input_shapes, e));
+}
+
+compiled_partition compile_from_cache_blob(const partition& p,
+                                           const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                           const engine& e, byte_span blob) {
+  if (!e.owner()) throw compile_error("compile_from_cache_blob: the engine has no backend");
+  blob_contents contents;
+  try {
+    contents = deserialize_blob(e.owner()->identity(e), blob);
+  } catch (const store_error& err) {
+    throw compile_error(std::string("compile_from_cache_blob: ") + err.what());
+  }
+  if (contents.key != blob_key(p, input_shapes, e)) {
+    throw compile_error("compile_from_cache_blob: the blob belongs to another partition, shapes or backend (partition " +
+                        p.fingerprint() + ")");
+  }
+  return compile_with(p, input_shapes, e, decode_binaries(contents.binary));
 }
 
 stream make_stream(const engine& e) {

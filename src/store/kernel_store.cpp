@@ -374,6 +374,30 @@ bool kernel_store::put(const device_identity& device, std::string_view key,
   }
 }
 
+bool kernel_store::remove(const device_identity& device, std::string_view key) noexcept {
+  impl& s = *impl_;
+  if (!s.enabled || !s.writable.load(std::memory_order_relaxed)) return false;
+  try {
+    const hash128 device_h = device_hash(device);
+    const std::string dir = s.entry_directory(device_h, s.hasher(key));
+    byte_vector bytes;
+    lock_file_holder l(s.lock.get());
+    for (int n = 0; n < kMaxCollisions; ++n) {
+      const std::string path = impl::entry_path(dir, n);
+      struct stat st {};
+      if (read_file(path, bytes, &st) != 0) continue;
+      const parsed_entry e = parse_entry(bytes, &device_h);
+      if (!e.ok() || e.key != key) continue;
+      if (::unlink(path.c_str()) != 0) return false;
+      s.account_locked(-static_cast<std::int64_t>(st.st_size));
+      return true;
+    }
+  } catch (...) {
+    // Out of memory while reading: nothing removed.
+  }
+  return false;
+}
+
 store_stats kernel_store::stats() const {
   impl_->require_enabled();
   const walk_result w = walk(impl_->root);

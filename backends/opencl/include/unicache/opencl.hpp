@@ -1,0 +1,152 @@
+// unicache/opencl.hpp — the GPU backend: generated OpenCL C kernels, built
+// once per kernel configuration and kept in the persistent kernel store.
+//
+//   unicache::engine eng = unicache::opencl::make_engine();  // UNICACHE_OPENCL_DEVICE, else the first GPU
+//   unicache::stream strm = unicache::make_stream(eng);
+//   cl_mem x = unicache::opencl::make_buffer(eng, bytes, host_x);
+//   unicache::compiled_partition cp = unicache::compile(partition, {{batch, 768}, {768, 3072}}, eng);
+//   cp.execute(strm, {{cp.inputs()[0], x}, {cp.inputs()[1], w}}, {{cp.outputs()[0], y}});
+//   unicache::opencl::read_buffer(strm, y, host_y, bytes);
+//
+// Tensors on an OpenCL engine: `tensor::data` is a cl_mem (cast to void*)
+// of the engine's context holding the tensor's elements row-major from
+// offset 0. The caller owns it. A constant input (a weight) is identified by
+// its cl_mem and `tensor::version`: bump the version when its contents
+// change.
+//
+// Kernels: each partition kind has one generated kernel per configuration
+// (transposes, tiles chosen from the probed device, post-op chain, device);
+// M, N, K and strides are kernel arguments, so every shape of a dynamic
+// workload runs the same kernel. A kernel is looked up in the kernel cache
+// (in memory, single-flight), then in the persistent kernel store (a binary
+// from an earlier process), and only then built from source; the binary
+// read back after its first launch is stored for the next process. A stored
+// binary the driver rejects is removed and rebuilt, silently.
+//
+// Constant MatMul weights are packed on the device (transposes resolved,
+// padded to the GEMM tile) once per (cl_mem, version, layout), in the
+// constant tensor cache's (gpu, device, context) scope; evicting one releases
+// its cl_mem. Two contexts never share packed weights or kernels.
+//
+// Errors: engine creation and compile failures throw opencl_error (a
+// compile_error) with the OpenCL status name and, for a build failure, the
+// driver's build log. execute() throws opencl_error if an enqueue fails.
+// Thread safety: engines, compiled partitions and the functions below may be
+// used from any thread; a stream is used by one thread at a time.
+#pragma once
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120  // the OpenCL 1.2 API is all this backend uses
+#endif
+#include <CL/cl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "unicache/backend.hpp"
+#include "unicache/compiler.hpp"
+#include "unicache/store.hpp"
+
+namespace unicache::opencl {
+
+// Cache entries (kernels, packed weights) of this backend carry this id.
+inline constexpr backend_id backend_id_value = 0x0C1E0001;
+
+// An OpenCL call failed, or a kernel did not build (the message then holds
+// the build log). `status()` is the OpenCL status (CL_SUCCESS when the error
+// is not an OpenCL status, e.g. no device matched).
+class opencl_error : public compile_error {
+ public:
+  opencl_error(const std::string& what, cl_int status) : compile_error(what), status_(status) {}
+  cl_int status() const noexcept { return status_; }
+
+ private:
+  cl_int status_;
+};
+
+// What engine creation learned about a device: queried facts, and what only
+// a compiled kernel can tell (the probe). This is what an engine cache blob
+// holds; kernel configurations (tiles, work-group sizes) follow from it.
+struct device_info {
+  std::string platform_name;
+  std::string device_name;
+  std::string device_version;
+  std::string driver_version;
+  bool is_gpu = false;
+  std::uint32_t compute_units = 0;
+  std::uint64_t global_memory_bytes = 0;
+  std::uint64_t local_memory_bytes = 0;
+  std::uint64_t max_allocation_bytes = 0;
+  std::uint32_t max_work_group_size = 0;  // the device's limit
+  // From the probe kernel (which uses local memory and barriers like the GEMM):
+  std::uint32_t kernel_work_group_size = 0;       // CL_KERNEL_WORK_GROUP_SIZE
+  std::uint32_t preferred_work_group_multiple = 0;  // CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE
+  std::uint64_t kernel_private_memory_bytes = 0;    // CL_KERNEL_PRIVATE_MEM_SIZE
+
+  friend bool operator==(const device_info&, const device_info&) = default;
+};
+
+// The engine over `device` and `context` (which must contain it). The
+// engine retains both; the caller keeps its own references. Queries the
+// device and builds a small probe kernel (one OpenCL build: hundreds of ms
+// cold on some drivers; see make_engine_from_cache_blob). Throws opencl_error.
+engine make_engine(cl_device_id device, cl_context context);
+
+// The process's engine on the device named by UNICACHE_OPENCL_DEVICE
+// ("platform:device" indices, e.g. "1:0", or a case-insensitive substring of
+// "platform name / device name"), else the first GPU, else the first device.
+// Creates its context on first use; every later call returns an engine over
+// that same context. A value that names no device gets one warning (listing
+// the devices) and the default is used. Throws opencl_error if the machine
+// has no OpenCL device at all.
+engine make_engine();
+
+// --- Engine cache blob (seed 001) -------------------------------------------
+
+// 32 hex digits naming the device's blob: platform name, device name, driver
+// version and unicache's version and git hash. Equal ids: a blob made by one
+// engine may create the other. Throws opencl_error if the device cannot be queried.
+std::string get_engine_cache_blob_id(cl_device_id device);
+// The engine's device_info, serialized (magic, format version, identity,
+// checksum); not a binary. Throws opencl_error for a non-OpenCL engine.
+byte_vector get_engine_cache_blob(const engine& e);
+// make_engine(device, context), with the probe's results taken from `blob`
+// instead of compiling the probe. Throws opencl_error naming the problem if
+// the blob is foreign (another device, driver or unicache build), stale (an
+// older format) or corrupt (truncated, checksum).
+engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte_span blob);
+
+// --- Native handles and buffers -----------------------------------------------
+
+cl_device_id native_device(const engine& e);
+cl_context native_context(const engine& e);
+cl_command_queue native_queue(const stream& s);
+const device_info& info(const engine& e);
+
+// A buffer of `bytes` in the engine's context, filled from `host` if given.
+// The caller owns it (clReleaseMemObject). Throws opencl_error.
+cl_mem make_buffer(const engine& e, std::size_t bytes, const void* host = nullptr);
+// Blocking copies between a buffer and host memory on the stream's queue.
+void read_buffer(const stream& s, cl_mem buffer, void* host, std::size_t bytes);
+void write_buffer(const stream& s, cl_mem buffer, const void* host, std::size_t bytes);
+
+// Every device of every platform, one line each: "P:D platform / device (GPU|CPU)".
+std::vector<std::string> list_devices();
+
+// --- Counters -------------------------------------------------------------------
+
+// Process-wide counters of this backend, for tests, benchmarks and the demo.
+struct backend_stats {
+  std::uint64_t probe_builds = 0;        // probe kernels built at engine creation
+  std::uint64_t programs_from_source = 0;  // clBuildProgram from generated source
+  std::uint64_t programs_from_binary = 0;  // created from a stored or blob binary
+  std::uint64_t binaries_rejected = 0;   // stored binaries the driver refused (then rebuilt)
+  std::uint64_t binaries_stored = 0;     // binaries written to the persistent store
+  std::uint64_t weights_packed = 0;      // constant weights packed on a device
+  std::uint64_t weights_released = 0;    // packed weights whose cl_mem was released
+};
+backend_stats stats();
+
+}  // namespace unicache::opencl

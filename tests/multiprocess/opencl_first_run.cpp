@@ -1,0 +1,49 @@
+// One process's first run of a fused MatMul+bias+GELU partition on the
+// default OpenCL device: prints how its kernels were obtained and how far
+// the result is from the reference. test_opencl_processes runs it twice
+// against one store directory.
+#include <cmath>
+#include <cstdio>
+
+#include "reference_ops.hpp"
+#include "unicache/compiler.hpp"
+#include "unicache/graph.hpp"
+#include "unicache/opencl.hpp"
+
+int main() {
+  using namespace unicache;
+  try {
+    const std::int64_t m = 33, k = 64, n = 48;
+    graph g;
+    auto x = g.tensor({-1, k}), w = g.tensor({k, n}, tensor_property::constant);
+    auto b = g.tensor({n}, tensor_property::constant), mm = g.tensor({-1, n}), s = g.tensor({-1, n});
+    auto y = g.tensor({-1, n});
+    g.add_op(op_kind::matmul, {x, w}, {mm});
+    g.add_op(op_kind::add, {mm, b}, {s});
+    g.add_op(op_kind::gelu_erf, {s}, {y});
+    g.finalize();
+    engine eng = opencl::make_engine();
+    stream strm = make_stream(eng);
+    const auto xv = testing::random_data({m, k}, 1), wv = testing::random_data({k, n}, 2), bv = testing::random_data({n}, 3);
+    cl_mem xb = opencl::make_buffer(eng, xv.size() * 4, xv.data()), wb = opencl::make_buffer(eng, wv.size() * 4, wv.data());
+    cl_mem bb = opencl::make_buffer(eng, bv.size() * 4, bv.data()), yb = opencl::make_buffer(eng, m * n * 4);
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
+    cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
+    std::vector<float> got(static_cast<std::size_t>(m * n));
+    opencl::read_buffer(strm, yb, got.data(), got.size() * 4);
+    auto want = testing::ref_binary(testing::ref_matmul(xv, wv, m, k, n, false, false), {m, n}, bv, {n}, {m, n}, true);
+    double max_error = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) max_error = std::max(max_error, std::abs(double(got[i]) - testing::ref_eltwise(4, want[i])));
+    for (cl_mem mem : {xb, wb, bb, yb}) clReleaseMemObject(mem);
+    const opencl::backend_stats st = opencl::stats();
+    std::printf("from_source=%llu from_binary=%llu stored=%llu rejected=%llu max_error=%.3g\n",
+                static_cast<unsigned long long>(st.programs_from_source),
+                static_cast<unsigned long long>(st.programs_from_binary),
+                static_cast<unsigned long long>(st.binaries_stored),
+                static_cast<unsigned long long>(st.binaries_rejected), max_error);
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+}
