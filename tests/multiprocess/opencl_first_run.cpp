@@ -36,7 +36,8 @@ int main() {
     for (std::size_t i = 0; i < got.size(); ++i) max_error = std::max(max_error, std::abs(double(got[i]) - testing::ref_eltwise(4, want[i])));
     for (cl_mem mem : {xb, wb, bb, yb}) clReleaseMemObject(mem);
     const opencl::backend_stats st = opencl::stats();
-    std::printf("from_source=%llu from_binary=%llu stored=%llu rejected=%llu max_error=%.3g\n",
+    std::printf("probes=%llu from_source=%llu from_binary=%llu stored=%llu rejected=%llu max_error=%.3g\n",
+                static_cast<unsigned long long>(st.probe_builds),
                 static_cast<unsigned long long>(st.programs_from_source),
                 static_cast<unsigned long long>(st.programs_from_binary),
                 static_cast<unsigned long long>(st.binaries_stored),

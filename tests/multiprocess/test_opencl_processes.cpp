@@ -1,6 +1,6 @@
-// The persistent path across processes: a fresh process builds from source
-// and stores the binaries; the next process with the same store builds
-// nothing; with the store off, it builds again.
+// The persistent path across processes: a fresh process probes its device
+// and builds its kernels from source, and stores both; the next process with
+// the same store builds nothing; with the store off, it builds again.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -35,10 +35,10 @@ struct OpenclProcesses : ::testing::Test {
 
 TEST_F(OpenclProcesses, TheSecondProcessLoadsEveryKernelFromTheStore) {
   const std::string first = run_first_run(with_store());
-  EXPECT_NE(first.find("from_source=2 from_binary=0 stored=2 rejected=0"), std::string::npos)
-      << "the GEMM and the weight packer, built and stored\n" << first;
+  EXPECT_NE(first.find("probes=1 from_source=2 from_binary=0 stored=2 rejected=0"), std::string::npos)
+      << "the probe, the GEMM and the weight packer, built; the kernels stored\n" << first;
   const std::string second = run_first_run(with_store());
-  EXPECT_NE(second.find("from_source=0 from_binary=2 stored=0 rejected=0"), std::string::npos) << second;
+  EXPECT_NE(second.find("probes=0 from_source=0 from_binary=2 stored=0 rejected=0"), std::string::npos) << second;
   for (const std::string* out : {&first, &second}) {
     const auto at = out->find("max_error=");
     ASSERT_NE(at, std::string::npos) << *out;
@@ -49,7 +49,7 @@ TEST_F(OpenclProcesses, TheSecondProcessLoadsEveryKernelFromTheStore) {
 TEST_F(OpenclProcesses, WithTheStoreOffEveryProcessBuilds) {
   run_first_run(with_store());
   const std::string off = run_first_run(with_store() + " UNICACHE_PERSISTENT_CACHE=0");
-  EXPECT_NE(off.find("from_source=2 from_binary=0 stored=0"), std::string::npos) << off;
+  EXPECT_NE(off.find("probes=1 from_source=2 from_binary=0 stored=0"), std::string::npos) << off;
 }
 
 }  // namespace

@@ -141,6 +141,26 @@ INSTANTIATE_TEST_SUITE_P(
         }}),
     [](const auto& info) { return std::string(info.param.name); });
 
+TEST(KernelStore, RemoveDeletesOnlyThatKeysEntryAndKeepsTheSizeExact) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  const byte_vector rejected = binary_for("gemm", 5000);
+  ASSERT_TRUE(store.put(gpu_a(), "gemm", rejected));
+  ASSERT_TRUE(store.put(gpu_a(), "softmax", binary_for("softmax", 3000)));
+  ASSERT_TRUE(store.put(pocl_cpu(), "gemm", binary_for("gemm", 4000)));
+  EXPECT_TRUE(store.remove(gpu_a(), "gemm"));
+  EXPECT_FALSE(store.get(gpu_a(), "gemm").has_value());
+  EXPECT_TRUE(store.get(gpu_a(), "softmax").has_value()) << "another key stays";
+  EXPECT_TRUE(store.get(pocl_cpu(), "gemm").has_value()) << "the same key of another device stays";
+  EXPECT_FALSE(store.remove(gpu_a(), "gemm")) << "nothing left to remove";
+  const store_stats s = store.stats();
+  EXPECT_EQ(s.entries, 2u);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+  const byte_vector rebuilt = binary_for("gemm-rebuilt", 6000);
+  EXPECT_TRUE(store.put(gpu_a(), "gemm", rebuilt)) << "the slot is free for the rebuilt binary";
+  EXPECT_EQ(store.get(gpu_a(), "gemm"), rebuilt);
+}
+
 TEST(KernelStore, SizeFileEqualsTheRecountAndIsRebuiltWhenMissingOrCorrupt) {
   temp_dir dir;
   kernel_store store(store_in(dir.path()));

@@ -196,6 +196,22 @@ device_info decode_info(std::string_view bytes) {
   return i;
 }
 
+// `queried` completed with the probe's results from an encoded device_info
+// (a blob's or the store's). Throws std::invalid_argument if the bytes are
+// malformed or describe another device.
+device_info with_probe_results(const device_info& queried, const byte_vector& encoded) {
+  const device_info stored =
+      decode_info(std::string_view(reinterpret_cast<const char*>(encoded.data()), encoded.size()));
+  if (stored.device_name != queried.device_name || stored.platform_name != queried.platform_name) {
+    throw std::invalid_argument("it describes " + stored.platform_name + " / " + stored.device_name);
+  }
+  device_info merged = queried;  // the queried facts are the device's own
+  merged.kernel_work_group_size = stored.kernel_work_group_size;
+  merged.preferred_work_group_multiple = stored.preferred_work_group_multiple;
+  merged.kernel_private_memory_bytes = stored.kernel_private_memory_bytes;
+  return merged;
+}
+
 engine wrap(cl_device_id device, cl_context context, device_info info) {
   auto s = std::make_shared<engine_state>();
   check(clRetainContext(context), "clRetainContext");
@@ -320,7 +336,20 @@ using namespace detail;
 
 engine make_engine(cl_device_id device, cl_context context) {
   device_info info = query_device(device);
+  // The probe's results live in the persistent store like a kernel binary:
+  // a warm process creates its engines without building anything.
+  kernel_store& store = kernel_store::instance();
+  const device_identity identity = identity_of(info);
+  if (std::optional<byte_vector> stored = store.get(identity, kEngineBlobKey)) {
+    try {
+      return wrap(device, context, with_probe_results(info, *stored));
+    } catch (const std::invalid_argument&) {
+      store.remove(identity, kEngineBlobKey);  // another layout of the same key: probe again
+    }
+  }
   probe(device, context, info);
+  const std::string payload = encode_info(info);
+  store.put(identity, kEngineBlobKey, byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
   return wrap(device, context, std::move(info));
 }
 
@@ -376,24 +405,12 @@ engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte
                            "\", not this unicache's engine info (" + kEngineBlobKey + ")",
                        CL_INVALID_VALUE);
   }
-  device_info info;
   try {
-    info = decode_info(std::string_view(reinterpret_cast<const char*>(contents.binary.data()), contents.binary.size()));
+    return wrap(device, context, with_probe_results(queried, contents.binary));
   } catch (const std::invalid_argument& err) {
     throw opencl_error(std::string("opencl: engine cache blob rejected: malformed engine info (") + err.what() + ")",
                        CL_INVALID_VALUE);
   }
-  // The queried facts are the device's own; the blob adds the probe's.
-  device_info merged = queried;
-  merged.kernel_work_group_size = info.kernel_work_group_size;
-  merged.preferred_work_group_multiple = info.preferred_work_group_multiple;
-  merged.kernel_private_memory_bytes = info.kernel_private_memory_bytes;
-  if (info.device_name != queried.device_name || info.platform_name != queried.platform_name) {
-    throw opencl_error("opencl: engine cache blob rejected: it describes " + info.platform_name + " / " +
-                           info.device_name,
-                       CL_INVALID_VALUE);
-  }
-  return wrap(device, context, std::move(merged));
 }
 
 cl_device_id native_device(const engine& e) { return state_of(e).device; }

@@ -91,7 +91,9 @@ struct device_info {
 // The engine over `device` and `context` (which must contain it). The
 // engine retains both; the caller keeps its own references. Queries the
 // device and builds a small probe kernel (one OpenCL build: hundreds of ms
-// cold on some drivers; see make_engine_from_cache_blob). Throws opencl_error.
+// cold on some drivers), unless the persistent kernel store holds this
+// device's probe results, which it keeps there after probing. Applications
+// with their own storage use make_engine_from_cache_blob. Throws opencl_error.
 engine make_engine(cl_device_id device, cl_context context);
 
 // The process's engine on the device named by UNICACHE_OPENCL_DEVICE
