@@ -37,6 +37,17 @@ bool register_membarrier() {
   return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
+// Registering waits for an RCU grace period when the process already has
+// other threads (6-14 ms measured on the dev VM, e.g. after an OpenCL
+// runtime started its workers); at static initialisation the process
+// usually has one thread and registering is free. Whatever runs first
+// registers; the result is the same either way.
+bool membarrier_registered() {
+  static const bool registered = register_membarrier();
+  return registered;
+}
+[[maybe_unused]] const bool registered_at_load = membarrier_registered();
+
 }  // namespace
 
 constinit thread_local epoch_domain::record* epoch_domain::current_record_ = nullptr;
@@ -55,7 +66,7 @@ namespace {
 thread_local record_releaser releaser;
 }  // namespace
 
-epoch_domain::epoch_domain() : asymmetric_(register_membarrier()) {}
+epoch_domain::epoch_domain() : asymmetric_(membarrier_registered()) {}
 
 epoch_domain::record* epoch_domain::acquire_record() {
   (void)&releaser;  // constructs this thread's releaser

@@ -1,0 +1,346 @@
+// bench_warm_start: time to first result of a fresh process that compiles
+// and runs one fused MatMul+bias+GELU partition on the default OpenCL device
+// (UNICACHE_OPENCL_DEVICE selects another), in three conditions:
+//
+//   cold    empty unicache store, driver caches off (POCL_KERNEL_CACHE=0,
+//           CUDA_CACHE_DISABLE=1)
+//   driver  unicache store off, the driver's own cache on and warm
+//   warm    unicache store warm, driver caches off
+//
+// Time to first result is compile() + the first execution + the copy back;
+// it is also reported with engine creation added. And engine creation with and without an engine cache blob. Every measured
+// run is a fresh process (this program, started again with --child); the
+// figures are medians over --runs processes. Usage:
+//
+//   bench_warm_start [--runs N] [--m M] [--k K] [--n N] [--json FILE]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "unicache/compiler.hpp"
+#include "unicache/graph.hpp"
+#include "unicache/opencl.hpp"
+#include "unicache/version.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+struct sizes {
+  std::int64_t m = 256, k = 768, n = 3072;  // a BERT-base FFN up-projection of 256 tokens
+};
+
+std::vector<float> random_values(std::size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// --- Child: one fresh process ---------------------------------------------------
+
+int child_first_result(const sizes& sz) {
+  using namespace unicache;
+  const auto start = clock_type::now();
+  graph g;
+  auto x = g.tensor({-1, sz.k}), w = g.tensor({sz.k, sz.n}, tensor_property::constant);
+  auto b = g.tensor({sz.n}, tensor_property::constant), mm = g.tensor({-1, sz.n}), s = g.tensor({-1, sz.n});
+  auto y = g.tensor({-1, sz.n});
+  g.add_op(op_kind::matmul, {x, w}, {mm});
+  g.add_op(op_kind::add, {mm, b}, {s});
+  g.add_op(op_kind::gelu_erf, {s}, {y});
+  g.finalize();
+  const auto xv = random_values(sz.m * sz.k, 1), wv = random_values(sz.k * sz.n, 2), bv = random_values(sz.n, 3);
+
+  const auto t_engine = clock_type::now();
+  engine eng = opencl::make_engine();
+  stream strm = make_stream(eng);
+  const double engine_ms = ms_since(t_engine);
+  cl_mem xb = opencl::make_buffer(eng, xv.size() * 4, xv.data());
+  cl_mem wb = opencl::make_buffer(eng, wv.size() * 4, wv.data());
+  cl_mem bb = opencl::make_buffer(eng, bv.size() * 4, bv.data());
+  cl_mem yb = opencl::make_buffer(eng, static_cast<std::size_t>(sz.m * sz.n) * 4);
+
+  const auto t_compile = clock_type::now();
+  compiled_partition cp = compile(g.partitions()[0], {{sz.m, sz.k}, {sz.k, sz.n}, {sz.n}}, eng);
+  const double compile_ms = ms_since(t_compile);
+  const auto t_run = clock_type::now();
+  cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
+  std::vector<float> out(static_cast<std::size_t>(sz.m * sz.n));
+  opencl::read_buffer(strm, yb, out.data(), out.size() * 4);
+  const double run_ms = ms_since(t_run);
+  const double total_ms = ms_since(t_engine);
+  const double process_ms = ms_since(start);
+
+  // Not timed: a spot check of 64 outputs against a double-precision reference.
+  double max_error = 0;
+  std::mt19937 rng(4);
+  for (int i = 0; i < 64; ++i) {
+    const std::int64_t r = rng() % sz.m, c = rng() % sz.n;
+    double acc = bv[c];
+    for (std::int64_t p = 0; p < sz.k; ++p) acc += double(xv[r * sz.k + p]) * wv[p * sz.n + c];
+    const double want = 0.5 * acc * (1 + std::erf(acc / std::sqrt(2.0)));
+    max_error = std::max(max_error, std::abs(want - out[r * sz.n + c]));
+  }
+  for (cl_mem mem : {xb, wb, bb, yb}) clReleaseMemObject(mem);
+  const opencl::backend_stats st = opencl::stats();
+  std::printf(
+      "RESULT engine_ms=%.3f compile_ms=%.3f first_run_ms=%.3f partition_ms=%.3f total_ms=%.3f process_ms=%.3f "
+      "probes=%llu "
+      "from_source=%llu from_binary=%llu stored=%llu max_error=%.3g\n",
+      engine_ms, compile_ms, run_ms, compile_ms + run_ms, total_ms, process_ms, static_cast<unsigned long long>(st.probe_builds),
+      static_cast<unsigned long long>(st.programs_from_source),
+      static_cast<unsigned long long>(st.programs_from_binary), static_cast<unsigned long long>(st.binaries_stored),
+      max_error);
+  std::printf("DEVICE %s / %s / %s\n", opencl::info(eng).platform_name.c_str(), opencl::info(eng).device_name.c_str(),
+              opencl::info(eng).driver_version.c_str());
+  return max_error < 1e-3 ? 0 : 3;
+}
+
+// Engine creation on the default device (the first GPU, else the first
+// device): a context, then an engine that probes (the store is off in this
+// child, so it must), then one from that engine's cache blob.
+int child_engine() {
+  using namespace unicache;
+  cl_uint np = 0;
+  if (clGetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) return 2;
+  std::vector<cl_platform_id> platforms(np);
+  clGetPlatformIDs(np, platforms.data(), nullptr);
+  cl_device_id d = nullptr;
+  for (cl_device_type type : {cl_device_type{CL_DEVICE_TYPE_GPU}, cl_device_type{CL_DEVICE_TYPE_ALL}}) {
+    for (cl_platform_id p : platforms) {
+      if (!d && clGetDeviceIDs(p, type, 1, &d, nullptr) != CL_SUCCESS) d = nullptr;
+    }
+  }
+  if (!d) return 2;
+  cl_int err = CL_SUCCESS;
+  const auto t_context = clock_type::now();
+  cl_context ctx = clCreateContext(nullptr, 1, &d, nullptr, nullptr, &err);
+  const double context_ms = ms_since(t_context);
+  if (err != CL_SUCCESS) return 2;
+  const auto t_probe = clock_type::now();
+  const engine probed = opencl::make_engine(d, ctx);
+  const double probe_ms = ms_since(t_probe);
+  const byte_vector blob = opencl::get_engine_cache_blob(probed);
+  const auto t_blob = clock_type::now();
+  const engine from_blob = opencl::make_engine_from_cache_blob(d, ctx, blob);
+  const double blob_ms = ms_since(t_blob);
+  std::printf("RESULT context_ms=%.3f engine_probe_ms=%.3f engine_blob_ms=%.3f blob_bytes=%zu probes=%llu\n",
+              context_ms, probe_ms, blob_ms, blob.size(),
+              static_cast<unsigned long long>(opencl::stats().probe_builds));
+  const bool same = opencl::info(from_blob) == opencl::info(probed);
+  clReleaseContext(ctx);
+  return same ? 0 : 3;
+}
+
+// --- Parent -------------------------------------------------------------------------
+
+std::string self_path() {
+  std::array<char, 4096> buf{};
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "bench_warm_start";
+}
+
+struct child_run {
+  std::map<std::string, double> values;
+  std::string device;
+  bool ok = false;
+  std::string output;
+};
+
+child_run run_child(const std::string& environment, const std::string& args) {
+  const std::string command = "env " + environment + " " + self_path() + " --child " + args + " 2>&1";
+  child_run r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 1024> line{};
+  while (std::fgets(line.data(), line.size(), pipe)) {
+    const std::string text = line.data();
+    r.output += text;
+    if (text.rfind("RESULT ", 0) == 0) {
+      std::istringstream in(text.substr(7));
+      std::string field;
+      while (in >> field) {
+        const auto eq = field.find('=');
+        if (eq != std::string::npos) r.values[field.substr(0, eq)] = std::stod(field.substr(eq + 1));
+      }
+    } else if (text.rfind("DEVICE ", 0) == 0) {
+      r.device = text.substr(7, text.size() - 8);
+    }
+  }
+  r.ok = ::pclose(pipe) == 0 && !r.values.empty();
+  return r;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+struct condition {
+  std::string name;
+  std::string description;
+  std::string environment;
+  std::string warm_up_environment;  // "" = no warm-up run
+  std::vector<child_run> runs;
+  double median_of(const std::string& key) const {
+    std::vector<double> v;
+    for (const auto& r : runs) {
+      if (auto it = r.values.find(key); it != r.values.end()) v.push_back(it->second);
+    }
+    return median(v);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sizes sz;
+  int runs = 5;
+  std::string json_path;
+  bool child = false, engine_mode = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--child") child = true;
+    else if (a == "--engine") engine_mode = true;
+    else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--m") sz.m = std::atoll(next().c_str());
+    else if (a == "--k") sz.k = std::atoll(next().c_str());
+    else if (a == "--n") sz.n = std::atoll(next().c_str());
+    else if (a == "--json") json_path = next();
+    else {
+      std::fprintf(stderr, "usage: bench_warm_start [--runs N] [--m M] [--k K] [--n N] [--json FILE]\n");
+      return 2;
+    }
+  }
+  try {
+    if (child) return engine_mode ? child_engine() : child_first_result(sz);
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+
+  char tmpl[] = "/tmp/unicache-warm-start-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string size_args =
+      "--m " + std::to_string(sz.m) + " --k " + std::to_string(sz.k) + " --n " + std::to_string(sz.n);
+  const std::string drivers_off = "POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1";
+  const std::string drivers_on = "POCL_KERNEL_CACHE=1 POCL_CACHE_DIR=" + root + "/pocl CUDA_CACHE_DISABLE=0 CUDA_CACHE_PATH=" +
+                                 root + "/cuda";
+  const std::string store = "UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/store";
+  std::vector<condition> conditions = {
+      {"cold", "empty unicache store, driver caches off", "", "", {}},
+      {"driver", "unicache store off, driver cache warm", "UNICACHE_PERSISTENT_CACHE=0 " + drivers_on,
+       "UNICACHE_PERSISTENT_CACHE=0 " + drivers_on, {}},
+      {"warm", "unicache store warm, driver caches off", store + " " + drivers_off, store + " " + drivers_off, {}},
+  };
+  std::fprintf(stderr, "bench_warm_start: %d fresh processes per condition, MatMul %lldx%lldx%lld + bias + GELU\n", runs,
+               static_cast<long long>(sz.m), static_cast<long long>(sz.k), static_cast<long long>(sz.n));
+  std::string device;
+  for (condition& c : conditions) {
+    if (!c.warm_up_environment.empty()) {
+      const child_run w = run_child(c.warm_up_environment, size_args);
+      if (!w.ok) {
+        std::fprintf(stderr, "bench_warm_start: warm-up of %s failed:\n%s", c.name.c_str(), w.output.c_str());
+        return 1;
+      }
+    }
+    for (int r = 0; r < runs; ++r) {
+      std::string env = c.environment;
+      if (c.name == "cold") {  // a new empty store every run
+        env = "UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/cold" + std::to_string(r) + " " +
+              drivers_off;
+      }
+      child_run one = run_child(env, size_args);
+      if (!one.ok) {
+        std::fprintf(stderr, "bench_warm_start: a %s run failed:\n%s", c.name.c_str(), one.output.c_str());
+        return 1;
+      }
+      device = one.device;
+      std::fprintf(stderr, "  %-6s run %d/%d: %.1f ms\n", c.name.c_str(), r + 1, runs, one.values["total_ms"]);
+      c.runs.push_back(std::move(one));
+    }
+  }
+  condition engine_runs{"engine", "engine creation, unicache store and driver caches off",
+                        "UNICACHE_PERSISTENT_CACHE=0 " + drivers_off, "", {}};
+  for (int r = 0; r < runs; ++r) {
+    child_run one = run_child(engine_runs.environment, "--engine");
+    if (!one.ok) {
+      std::fprintf(stderr, "bench_warm_start: an engine run failed:\n%s", one.output.c_str());
+      return 1;
+    }
+    engine_runs.runs.push_back(std::move(one));
+  }
+  std::filesystem::remove_all(root);
+
+  // Time to first result: compile() of the partition, its first execution
+  // and the copy back (the engine exists). "with engine" adds engine
+  // creation, which includes the OpenCL runtime's own start-up (platform
+  // and device enumeration), the same in every condition.
+  const double cold = conditions[0].median_of("partition_ms"), cold_total = conditions[0].median_of("total_ms");
+  std::printf("device: %s\n", device.c_str());
+  std::printf("%-8s %12s %10s %12s %10s %10s %12s %10s  %s\n", "", "first result", "vs cold", "with engine", "vs cold",
+              "engine", "compile", "first run", "kernels built+probe / loaded");
+  for (const condition& c : conditions) {
+    const double partition = c.median_of("partition_ms"), total = c.median_of("total_ms");
+    std::printf("%-8s %9.1f ms %9.1fx %9.1f ms %9.1fx %7.1f ms %9.1f ms %7.1f ms  %.0f+%.0f / %.0f\n", c.name.c_str(),
+                partition, cold / partition, total, cold_total / total, c.median_of("engine_ms"),
+                c.median_of("compile_ms"), c.median_of("first_run_ms"), c.median_of("from_source"),
+                c.median_of("probes"), c.median_of("from_binary"));
+  }
+  std::printf("engine creation: context %.1f ms, with probe build %.1f ms, from an engine cache blob %.3f ms (%.0f bytes)\n",
+              engine_runs.median_of("context_ms"), engine_runs.median_of("engine_probe_ms"),
+              engine_runs.median_of("engine_blob_ms"), engine_runs.median_of("blob_bytes"));
+  const double driver = conditions[1].median_of("partition_ms"), warm = conditions[2].median_of("partition_ms");
+  const double driver_total = conditions[1].median_of("total_ms"), warm_total = conditions[2].median_of("total_ms");
+  std::printf("first result: warm / cold = 1/%.0f, warm / driver cache = 1/%.1f; with engine: 1/%.0f and 1/%.1f\n",
+              cold / warm, driver / warm, cold_total / warm_total, driver_total / warm_total);
+
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << "{\n  \"benchmark\": \"bench_warm_start\",\n  \"unicache\": \"" << UNICACHE_VERSION_STRING << " "
+        << UNICACHE_GIT_HASH << "\",\n  \"device\": \"" << device << "\",\n  \"runs\": " << runs
+        << ",\n  \"partition\": {\"m\": " << sz.m << ", \"k\": " << sz.k << ", \"n\": " << sz.n
+        << ", \"ops\": \"MatMul+Add+GELU(erf)\"},\n  \"conditions\": {\n";
+    for (std::size_t i = 0; i < conditions.size(); ++i) {
+      const condition& c = conditions[i];
+      out << "    \"" << c.name << "\": {\"description\": \"" << c.description << "\"";
+      for (const char* key : {"partition_ms", "total_ms", "engine_ms", "compile_ms", "first_run_ms", "process_ms", "probes",
+                              "from_source", "from_binary", "max_error"}) {
+        out << ", \"" << key << "_median\": " << c.median_of(key);
+      }
+      out << ", \"total_ms_all\": [";
+      for (std::size_t r = 0; r < c.runs.size(); ++r) out << (r ? ", " : "") << c.runs[r].values.at("total_ms");
+      out << "]}" << (i + 1 < conditions.size() ? "," : "") << "\n";
+    }
+    out << "  },\n  \"engine\": {\"context_ms_median\": " << engine_runs.median_of("context_ms")
+        << ", \"probe_ms_median\": " << engine_runs.median_of("engine_probe_ms")
+        << ", \"blob_ms_median\": " << engine_runs.median_of("engine_blob_ms")
+        << ", \"blob_bytes\": " << engine_runs.median_of("blob_bytes") << "},\n"
+        << "  \"ratios\": {\"cold_over_warm\": " << cold / warm << ", \"driver_over_warm\": " << driver / warm
+        << ", \"cold_over_warm_with_engine\": " << cold_total / warm_total
+        << ", \"driver_over_warm_with_engine\": " << driver_total / warm_total << "}\n}\n";
+  }
+  return 0;
+}
