@@ -1,0 +1,129 @@
+// opencl_demo: cold start vs warm start on the default OpenCL device.
+//
+// Runs the MLP block of mlp_demo (768 -> 3072 (GELU) -> 768, constant
+// weights) on the default OpenCL device (UNICACHE_OPENCL_DEVICE selects
+// another) for batch sizes 1, 8 and 32, in two fresh processes that share
+// one persistent kernel store: the first finds it empty and builds every
+// kernel (with the driver's own cache off, as on a new machine); the second
+// loads them. Every batch size runs the same kernels: sizes are arguments.
+//
+//   build/examples/opencl_demo
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "unicache/compiler.hpp"
+#include "unicache/graph.hpp"
+#include "unicache/opencl.hpp"
+
+namespace {
+
+using namespace unicache;
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+// One process: what an application does, timed.
+int run_model(const char* label) {
+  constexpr std::int64_t kHidden = 768, kFfn = 3072;
+  graph g;
+  auto x = g.tensor({-1, kHidden});
+  auto w1 = g.tensor({kHidden, kFfn}, tensor_property::constant), b1 = g.tensor({kFfn}, tensor_property::constant);
+  auto h = g.tensor({-1, kFfn}), hb = g.tensor({-1, kFfn}), a = g.tensor({-1, kFfn});
+  auto w2 = g.tensor({kFfn, kHidden}, tensor_property::constant), b2 = g.tensor({kHidden}, tensor_property::constant);
+  auto y = g.tensor({-1, kHidden}), out = g.tensor({-1, kHidden});
+  g.add_op(op_kind::matmul, {x, w1}, {h});
+  g.add_op(op_kind::add, {h, b1}, {hb});
+  g.add_op(op_kind::gelu_erf, {hb}, {a});
+  g.add_op(op_kind::matmul, {a, w2}, {y});
+  g.add_op(op_kind::add, {y, b2}, {out});
+  g.finalize();
+
+  const auto start = clock_type::now();
+  engine eng = opencl::make_engine();
+  stream strm = make_stream(eng);
+  const double engine_ms = ms_since(start);
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  auto buffer = [&](std::int64_t count) {
+    std::vector<float> host(static_cast<std::size_t>(count));
+    for (auto& v : host) v = dist(rng);
+    return opencl::make_buffer(eng, host.size() * sizeof(float), host.data());
+  };
+  cl_mem weights[4] = {buffer(kHidden * kFfn), buffer(kFfn), buffer(kFfn * kHidden), buffer(kHidden)};
+  double compile_ms = 0, first_result_ms = 0;
+  for (std::int64_t batch : {1, 8, 32}) {
+    cl_mem xin = buffer(batch * kHidden), act = buffer(batch * kFfn), res = buffer(batch * kHidden);
+    const auto t = clock_type::now();
+    compiled_partition up = compile(g.partitions()[0], {{batch, kHidden}, {kHidden, kFfn}, {kFfn}}, eng);
+    compiled_partition down = compile(g.partitions()[1], {{batch, kFfn}, {kFfn, kHidden}, {kHidden}}, eng);
+    compile_ms += ms_since(t);
+    up.execute(strm, {{up.inputs()[0], xin}, {up.inputs()[1], weights[0]}, {up.inputs()[2], weights[1]}},
+               {{up.outputs()[0], act}});
+    down.execute(strm, {{down.inputs()[0], act}, {down.inputs()[1], weights[2]}, {down.inputs()[2], weights[3]}},
+                 {{down.outputs()[0], res}});
+    float first = 0;
+    opencl::read_buffer(strm, res, &first, sizeof first);
+    if (batch == 1) first_result_ms = ms_since(start);
+    for (cl_mem m : {xin, act, res}) clReleaseMemObject(m);
+  }
+  for (cl_mem m : weights) clReleaseMemObject(m);
+  const opencl::backend_stats st = opencl::stats();
+  std::printf("  %-5s %10.1f %12.1f %15.1f %10llu %12llu %8llu\n", label, engine_ms, compile_ms, first_result_ms,
+              static_cast<unsigned long long>(st.programs_from_source + st.probe_builds),
+              static_cast<unsigned long long>(st.programs_from_binary),
+              static_cast<unsigned long long>(st.weights_packed));
+  if (std::string(label) == "warm") std::printf("device: %s / %s\n", opencl::info(eng).platform_name.c_str(),
+                                                 opencl::info(eng).device_name.c_str());
+  return 0;
+}
+
+std::string self_path() {
+  std::array<char, 4096> buf{};
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "opencl_demo";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--process") {
+    try {
+      return run_model(argv[2]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "opencl_demo: %s\n", e.what());
+      return 1;
+    }
+  }
+  char tmpl[] = "/tmp/unicache-demo-XXXXXX";
+  const std::string store = ::mkdtemp(tmpl);
+  // The driver's own caches off: what a process on a new machine (or in a
+  // fresh container) pays, and what the unicache store removes.
+  const std::string env = "env UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + store +
+                          " POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1 ";
+  std::printf("MLP 768 -> 3072 (GELU) -> 768 on the default OpenCL device, batch 1, 8, 32; two fresh processes\n");
+  std::printf("sharing one kernel store (%s); driver caches off.\n\n", store.c_str());
+  std::printf("  %-5s %10s %12s %15s %10s %12s %8s\n", "", "engine ms", "compile ms", "first result ms", "builds",
+              "from store", "packs");
+  std::fflush(stdout);
+  int status = 0;
+  for (const char* label : {"cold", "warm"}) {
+    std::fprintf(stderr, "  (%s process running%s)\n", label,
+                 std::string(label) == "cold" ? ": building every kernel, a few seconds" : "");
+    status |= std::system((env + self_path() + " --process " + label).c_str());
+  }
+  std::filesystem::remove_all(store);
+  std::printf("\nbuilds: OpenCL programs built from source (the engine's probe included); from store: programs\n"
+              "loaded from the persistent kernel store. Three batch sizes share one kernel per partition kind.\n");
+  return status == 0 ? 0 : 1;
+}
