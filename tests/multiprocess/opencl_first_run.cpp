@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "reference_ops.hpp"
+#include "mlp_partition.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/opencl.hpp"
@@ -14,14 +14,7 @@ int main() {
   using namespace unicache;
   try {
     const std::int64_t m = 33, k = 64, n = 48;
-    graph g;
-    auto x = g.tensor({-1, k}), w = g.tensor({k, n}, tensor_property::constant);
-    auto b = g.tensor({n}, tensor_property::constant), mm = g.tensor({-1, n}), s = g.tensor({-1, n});
-    auto y = g.tensor({-1, n});
-    g.add_op(op_kind::matmul, {x, w}, {mm});
-    g.add_op(op_kind::add, {mm, b}, {s});
-    g.add_op(op_kind::gelu_erf, {s}, {y});
-    g.finalize();
+    graph g = testing::mlp_graph(k, n, /*constant_weight=*/true);
     engine eng = opencl::make_engine();
     stream strm = make_stream(eng);
     const auto xv = testing::random_data({m, k}, 1), wv = testing::random_data({k, n}, 2), bv = testing::random_data({n}, 3);
@@ -31,9 +24,9 @@ int main() {
     cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
     std::vector<float> got(static_cast<std::size_t>(m * n));
     opencl::read_buffer(strm, yb, got.data(), got.size() * 4);
-    auto want = testing::ref_binary(testing::ref_matmul(xv, wv, m, k, n, false, false), {m, n}, bv, {n}, {m, n}, true);
+    const auto want = testing::mlp_reference(xv, wv, bv, m, k, n);
     double max_error = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) max_error = std::max(max_error, std::abs(double(got[i]) - testing::ref_eltwise(4, want[i])));
+    for (std::size_t i = 0; i < got.size(); ++i) max_error = std::max(max_error, std::abs(double(got[i]) - want[i]));
     for (cl_mem mem : {xb, wb, bb, yb}) clReleaseMemObject(mem);
     const opencl::backend_stats st = opencl::stats();
     std::printf("probes=%llu from_source=%llu from_binary=%llu stored=%llu rejected=%llu max_error=%.3g\n",

@@ -14,6 +14,7 @@
 
 #include "backend_numerics.hpp"
 #include "codegen.hpp"
+#include "mlp_partition.hpp"
 #include "opencl_internal.hpp"
 #include "unicache/opencl.hpp"
 
@@ -98,28 +99,7 @@ struct fresh_context {
   ~fresh_context() { clReleaseContext(context); }
 };
 
-struct fixture : ::testing::Test, opencl_device {
-  // MatMul [-1, k] x [k, n] (+ bias) -> GELU: the bench_warm_start partition.
-  static graph mlp_graph(std::int64_t k, std::int64_t n, bool constant_weight) {
-    graph g;
-    auto x = g.tensor({-1, k}), w = g.tensor({k, n}, constant_weight ? tensor_property::constant
-                                                                       : tensor_property::variable);
-    auto b = g.tensor({n}, tensor_property::constant), mm = g.tensor({-1, n}), s = g.tensor({-1, n});
-    auto y = g.tensor({-1, n});
-    g.add_op(op_kind::matmul, {x, w}, {mm});
-    g.add_op(op_kind::add, {mm, b}, {s});
-    g.add_op(op_kind::gelu_erf, {s}, {y});
-    g.finalize();
-    return g;
-  }
-  static std::vector<float> mlp_reference(const std::vector<float>& x, const std::vector<float>& w,
-                                          const std::vector<float>& b, std::int64_t m, std::int64_t k,
-                                          std::int64_t n) {
-    auto want = ref_binary(ref_matmul(x, w, m, k, n, false, false), {m, n}, b, {n}, {m, n}, true);
-    for (auto& v : want) v = ref_eltwise(4, v);
-    return want;
-  }
-};
+struct fixture : ::testing::Test, opencl_device {};
 
 // --- Kernels: one per configuration -------------------------------------------------
 
