@@ -116,22 +116,12 @@ int child_first_result(const sizes& sz) {
   return max_error < 1e-3 ? 0 : 3;
 }
 
-// Engine creation on the default device (the first GPU, else the first
-// device): a context, then an engine that probes (the store is off in this
-// child, so it must), then one from that engine's cache blob.
+// Engine creation on the benchmark's device (make_engine()'s choice): a
+// context, then an engine that probes (the store is off in this child, so
+// it must), then one from that engine's cache blob.
 int child_engine() {
   using namespace unicache;
-  cl_uint np = 0;
-  if (clGetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) return 2;
-  std::vector<cl_platform_id> platforms(np);
-  clGetPlatformIDs(np, platforms.data(), nullptr);
-  cl_device_id d = nullptr;
-  for (cl_device_type type : {cl_device_type{CL_DEVICE_TYPE_GPU}, cl_device_type{CL_DEVICE_TYPE_ALL}}) {
-    for (cl_platform_id p : platforms) {
-      if (!d && clGetDeviceIDs(p, type, 1, &d, nullptr) != CL_SUCCESS) d = nullptr;
-    }
-  }
-  if (!d) return 2;
+  cl_device_id d = opencl::default_device();
   cl_int err = CL_SUCCESS;
   const auto t_context = clock_type::now();
   cl_context ctx = clCreateContext(nullptr, 1, &d, nullptr, nullptr, &err);

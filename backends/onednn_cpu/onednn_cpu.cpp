@@ -44,11 +44,6 @@ dnnl::memory::desc plain_md(const std::vector<std::int64_t>& shape) {
   return {dims(shape.begin(), shape.end()), dt::f32, plain_tag(shape.size())};
 }
 
-// `shape` with leading 1s up to `rank` (numpy broadcasting aligns trailing dims).
-std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank) {
-  while (shape.size() < rank) shape.insert(shape.begin(), 1);
-  return shape;
-}
 
 dnnl::algorithm eltwise_algorithm(op_kind k) {
   switch (k) {

@@ -142,5 +142,8 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
 std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
                                           const std::vector<std::int64_t>& b,
                                           const std::string& what);
+// `shape` with leading 1s up to `rank` (numpy broadcasting aligns trailing
+// dims); a shape of that rank or more is returned as is.
+std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank);
 
 }  // namespace unicache

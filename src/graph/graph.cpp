@@ -80,6 +80,11 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
   return out;
 }
 
+std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank) {
+  if (shape.size() < rank) shape.insert(shape.begin(), rank - shape.size(), 1);
+  return shape;
+}
+
 std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
                                           const std::vector<std::int64_t>& b, const std::string& what) {
   const std::size_t rank = std::max(a.size(), b.size());

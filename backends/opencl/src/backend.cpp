@@ -23,10 +23,6 @@ std::size_t round_up(std::int64_t n, std::int64_t multiple) {
   return static_cast<std::size_t>((n + multiple - 1) / multiple * multiple);
 }
 cl_mem buffer_of(const tensor& t) { return static_cast<cl_mem>(t.data); }
-shape_t to_rank(shape_t s, std::size_t rank) {
-  while (s.size() < rank) s.insert(s.begin(), 1);
-  return s;
-}
 // Row-major strides of `s`, 0 where a dim is 1 (a broadcast operand repeats).
 std::vector<long> broadcast_strides(const shape_t& s) {
   std::vector<long> out(s.size());

@@ -353,28 +353,32 @@ engine make_engine(cl_device_id device, cl_context context) {
   return wrap(device, context, std::move(info));
 }
 
-engine make_engine() {
+cl_device_id default_device() {
   const std::vector<device_entry> devices = all_devices();
   if (devices.empty()) {
     throw opencl_error("opencl: no OpenCL device (install an ICD, e.g. pocl-opencl-icd, or a GPU driver)",
                        CL_DEVICE_NOT_FOUND);
   }
-  const device_entry& chosen = select_device(devices);
+  return select_device(devices).device;
+}
+
+engine make_engine() {
+  const cl_device_id chosen = default_device();
   // One engine (one context) per device for the whole process: context
   // creation costs seconds on some drivers, and cached kernels belong to
   // the context that built them.
   static std::mutex mu;
   static auto* const engines = new std::map<cl_device_id, engine>();
   std::lock_guard lock(mu);
-  auto it = engines->find(chosen.device);
+  auto it = engines->find(chosen);
   if (it != engines->end()) return it->second;
   cl_int err = CL_SUCCESS;
-  cl_context context = clCreateContext(nullptr, 1, &chosen.device, nullptr, nullptr, &err);
-  check(err, "clCreateContext(" + chosen.description + ")");
+  cl_context context = clCreateContext(nullptr, 1, &chosen, nullptr, nullptr, &err);
+  check(err, "clCreateContext(" + device_string(chosen, CL_DEVICE_NAME) + ")");
   try {
-    engine e = make_engine(chosen.device, context);
+    engine e = make_engine(chosen, context);
     clReleaseContext(context);  // the engine holds its own reference
-    return engines->emplace(chosen.device, std::move(e)).first->second;
+    return engines->emplace(chosen, std::move(e)).first->second;
   } catch (...) {
     clReleaseContext(context);
     throw;

@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,13 +85,27 @@ class program {
   // enqueue under one lock: cl_kernel arguments are shared state), then
   // waits. After the program's first launch, stores the binary read back
   // then (on PoCL it holds the compiled work-group function).
-  void launch(const stream& s, const std::function<void(cl_kernel)>& set_args, cl_uint dims,
-              const std::size_t* global, const std::size_t* local) const;
+  // (A template: a std::function of the kernels' capturing lambdas would
+  // allocate on every execution.)
+  template <typename SetArgs>
+  void launch(const stream& s, SetArgs&& set_args, cl_uint dims, const std::size_t* global,
+              const std::size_t* local) const {
+    {
+      std::lock_guard lock(launch_mu_);
+      set_args(kernel_);
+      enqueue(s, dims, global, local);
+    }
+    finish(s);
+  }
   // The device binary as the driver has it now.
   byte_vector binary() const;
   const std::string& store_key() const { return store_key_; }
 
  private:
+  void enqueue(const stream& s, cl_uint dims, const std::size_t* global, const std::size_t* local) const;
+  // Waits for the queue; after the first launch, stores the binary.
+  void finish(const stream& s) const;
+
   cl_program program_;
   cl_kernel kernel_;
   std::string store_key_;

@@ -87,16 +87,14 @@ program::~program() {
   clReleaseProgram(program_);
 }
 
-void program::launch(const stream& s, const std::function<void(cl_kernel)>& set_args, cl_uint dims,
-                     const std::size_t* global, const std::size_t* local) const {
-  cl_command_queue q = s.native<stream_state>().queue;
-  {
-    std::lock_guard lock(launch_mu_);
-    set_args(kernel_);
-    check(clEnqueueNDRangeKernel(q, kernel_, dims, nullptr, global, local, 0, nullptr, nullptr),
-          "clEnqueueNDRangeKernel");
-  }
-  check(clFinish(q), "clFinish");
+void program::enqueue(const stream& s, cl_uint dims, const std::size_t* global, const std::size_t* local) const {
+  check(clEnqueueNDRangeKernel(s.native<stream_state>().queue, kernel_, dims, nullptr, global, local, 0, nullptr,
+                               nullptr),
+        "clEnqueueNDRangeKernel");
+}
+
+void program::finish(const stream& s) const {
+  check(clFinish(s.native<stream_state>().queue), "clFinish");
   if (store_pending_.load(std::memory_order_relaxed) && store_pending_.exchange(false)) {
     const byte_vector bin = binary();
     if (!bin.empty() && kernel_store::instance().put(identity_, store_key_, bin)) {

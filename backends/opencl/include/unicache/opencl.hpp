@@ -105,6 +105,11 @@ engine make_engine(cl_device_id device, cl_context context);
 // has no OpenCL device at all.
 engine make_engine();
 
+// The device make_engine() uses, by the same rules (and with the same
+// warning), for applications that create their own context on it. Throws
+// opencl_error if the machine has no OpenCL device.
+cl_device_id default_device();
+
 // --- Engine cache blob (seed 001) -------------------------------------------
 
 // 32 hex digits naming the device's blob: platform name, device name, driver
