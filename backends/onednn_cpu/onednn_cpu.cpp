@@ -1,5 +1,6 @@
 #include "unicache/onednn_cpu.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -21,6 +22,18 @@ using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
 constexpr std::size_t kPrimitiveBytesEstimate = 64 * 1024;
+
+struct counters {
+  std::atomic<std::uint64_t> primitives_created{0}, create_ns{0}, weights_packed{0}, pack_ns{0};
+};
+counters& stats_counters() {
+  static counters c;
+  return c;
+}
+std::uint64_t ns_since(std::chrono::steady_clock::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+}
 
 struct engine_state {
   dnnl::engine eng;
@@ -73,7 +86,14 @@ template <typename MakePrimitive>
 std::shared_ptr<const cached_primitive> primitive_for(const engine& e, const cache_key& key, MakePrimitive make) {
   return kernel_cache()
       .get_or_build<const cached_primitive>(e.scope(), backend_id_value, key.bytes(), kPrimitiveBytesEstimate,
-                                            [&] { return std::make_shared<const cached_primitive>(make()); })
+                                            [&] {
+                                              const auto start = std::chrono::steady_clock::now();
+                                              auto made = std::make_shared<const cached_primitive>(make());
+                                              counters& c = stats_counters();
+                                              c.primitives_created.fetch_add(1, std::memory_order_relaxed);
+                                              c.create_ns.fetch_add(ns_since(start), std::memory_order_relaxed);
+                                              return made;
+                                            })
       .value();
 }
 
@@ -102,11 +122,15 @@ dnnl::memory packed_weight_memory(const weight_slot& slot, const engine& e, dnnl
   return weights()
       .get(slot, e.scope(), t.data, t.version, key, packed_md.get_size(),
            [&] {
+             const auto start = std::chrono::steady_clock::now();
              auto p = std::make_shared<packed_weight>();
              p->mem = dnnl::memory(packed_md, eng);
              dnnl::memory user(user_md, eng, t.data);
              dnnl::reorder(user, p->mem).execute(strm, user, p->mem);
              strm.wait();
+             counters& c = stats_counters();
+             c.weights_packed.fetch_add(1, std::memory_order_relaxed);
+             c.pack_ns.fetch_add(ns_since(start), std::memory_order_relaxed);
              return p;
            })
       ->mem;
@@ -117,6 +141,12 @@ dnnl::memory packed_weight_memory(const weight_slot& slot, const engine& e, dnnl
 // MatMul -> (Add|Multiply)* -> eltwise*: one matmul with post-ops, or, if
 // this oneDNN cannot fuse a post-op's broadcast, a matmul followed by one
 // primitive per remaining op, applied in place on the output.
+//
+// With kernel_shapes::agnostic the fused matmul is created with every dim
+// but K and N as DNNL_RUNTIME_DIM_VAL, so one primitive serves every M and
+// batch; the tensors' real dims are given at execution. Where oneDNN
+// refuses runtime dims for a configuration, the kernel falls back to a
+// primitive for this shape.
 class matmul_kernel final : public compiled_kernel {
  public:
   matmul_kernel(const partition& p, const std::vector<logical_tensor>& in,
@@ -138,6 +168,7 @@ class matmul_kernel final : public compiled_kernel {
     b_user_md_ = dnnl::memory::desc(bd, dt::f32, mm.transpose_b ? transposed : plain_tag(rank));
     dst_md_ = plain_md(out[0].shape);
     constant_b_ = in[1].is_constant();
+    transpose_a_ = mm.transpose_a;
 
     // Post-ops: the extra operand of each binary, in partition input order.
     std::size_t next_input = 2;
@@ -151,7 +182,17 @@ class matmul_kernel final : public compiled_kernel {
       }
       posts.push_back(x);
     }
-    // Try everything fused; fall back to the plain matmul plus steps.
+    // Try everything fused (shape-agnostic first, when asked); fall back to
+    // the plain matmul plus steps.
+    if (current_kernel_shapes() == kernel_shapes::agnostic) {
+      try {
+        prim_ = make_runtime_matmul(e, posts);
+        fused_ = posts;
+        return;
+      } catch (const dnnl::error&) {
+        // This configuration needs its shapes: build for them below.
+      }
+    }
     try {
       prim_ = make_matmul(e, posts);
       fused_ = posts;
@@ -204,22 +245,54 @@ class matmul_kernel final : public compiled_kernel {
   };
 
   std::shared_ptr<const cached_primitive> make_matmul(const engine& e, const std::vector<post>& posts) {
+    std::vector<dnnl::memory::desc> post_mds;
+    for (const post& x : posts) post_mds.push_back(x.md);
+    return make_matmul(e, a_md_, dst_md_, posts, post_mds);
+  }
+
+  // The same matmul with every dim but K (of A) and N (of C) a runtime dim,
+  // and a post-op operand's dims runtime wherever they follow C's.
+  std::shared_ptr<const cached_primitive> make_runtime_matmul(const engine& e, const std::vector<post>& posts) {
+    const int rank = dst_md_.data.ndims;
+    auto runtime = [rank](const dnnl::memory::desc& md, int keep, const dnnl::memory::dims& follows) {
+      dims d = md.dims();
+      for (int i = 0; i < rank; ++i) {
+        if (i != keep && (follows.empty() || (d[i] != 1 && d[i] == follows[i]))) d[i] = DNNL_RUNTIME_DIM_VAL;
+      }
+      return d;
+    };
+    const tag plain = plain_tag(static_cast<std::size_t>(rank));
+    const dnnl::memory::desc a(runtime(a_md_, rank - 1, {}), dt::f32,
+                               transpose_a_ ? (rank == 3 ? tag::acb : tag::ba) : plain);
+    const dnnl::memory::desc c(runtime(dst_md_, rank - 1, {}), dt::f32, plain);
+    std::vector<dnnl::memory::desc> post_mds;
+    for (const post& x : posts) {
+      post_mds.push_back(is_binary(x.kind) ? dnnl::memory::desc(runtime(x.md, rank - 1, dst_md_.dims()), dt::f32, plain)
+                                           : x.md);
+    }
+    return make_matmul(e, a, c, posts, post_mds);
+  }
+
+  std::shared_ptr<const cached_primitive> make_matmul(const engine& e, const dnnl::memory::desc& a_md,
+                                                      const dnnl::memory::desc& dst_md, const std::vector<post>& posts,
+                                                      const std::vector<dnnl::memory::desc>& post_mds) {
     const dnnl::memory::desc b_any(b_user_md_.dims(), dt::f32, tag::any);
     const dnnl::memory::desc& b_md = constant_b_ ? b_any : b_user_md_;
     cache_key key;
     key.add("matmul");
-    add_md(key, a_md_);
+    add_md(key, a_md);
     add_md(key, b_md);
-    add_md(key, dst_md_);
-    for (const post& x : posts) {
-      key.add(static_cast<std::uint8_t>(x.kind));
-      if (is_binary(x.kind)) add_md(key, x.md);
+    add_md(key, dst_md);
+    for (std::size_t i = 0; i < posts.size(); ++i) {
+      key.add(static_cast<std::uint8_t>(posts[i].kind));
+      if (is_binary(posts[i].kind)) add_md(key, post_mds[i]);
     }
     return primitive_for(e, key, [&] {
       dnnl::post_ops ops;
-      for (const post& x : posts) {
+      for (std::size_t i = 0; i < posts.size(); ++i) {
+        const post& x = posts[i];
         if (is_binary(x.kind)) {
-          ops.append_binary(binary_algorithm(x.kind), x.md);
+          ops.append_binary(binary_algorithm(x.kind), post_mds[i]);
         } else {
           ops.append_eltwise(1.f, eltwise_algorithm(x.kind), 0.f, 0.f);
         }
@@ -227,7 +300,7 @@ class matmul_kernel final : public compiled_kernel {
       dnnl::primitive_attr attr;
       attr.set_post_ops(ops);
       const dnnl::engine& eng = e.native<engine_state>().eng;
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md_, b_md, dst_md_), attr, eng);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, dst_md), attr, eng);
       return cached_primitive{dnnl::matmul(pd), pd.weights_desc()};
     });
   }
@@ -257,7 +330,7 @@ class matmul_kernel final : public compiled_kernel {
   }
 
   dnnl::memory::desc a_md_, b_user_md_, dst_md_;
-  bool constant_b_ = false;
+  bool constant_b_ = false, transpose_a_ = false;
   std::shared_ptr<const cached_primitive> prim_;
   std::vector<post> fused_;
   std::vector<step> steps_;
@@ -409,6 +482,11 @@ class onednn_cpu_backend final : public backend {
 };
 
 }  // namespace
+
+backend_stats stats() {
+  const counters& c = stats_counters();
+  return {c.primitives_created.load(), c.create_ns.load(), c.weights_packed.load(), c.pack_ns.load()};
+}
 
 engine make_engine(int index) {
   static onednn_cpu_backend* const b = [] {

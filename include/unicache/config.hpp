@@ -8,6 +8,7 @@
 //   UNICACHE_KERNEL_CACHE_CAPACITY=cpu:256;gpu:512:COST
 //   UNICACHE_KERNEL_CACHE=0|1
 //   UNICACHE_VERBOSE=0|1
+//   UNICACHE_KERNEL_SHAPES=agnostic|specialized
 //
 // A capacity is in MB and is the budget of each device of that engine kind;
 // the policy is optional and names are case-insensitive. A malformed value is
@@ -75,6 +76,28 @@ struct cache_config {
   // UNICACHE_KERNEL_CACHE_CAPACITY, UNICACHE_KERNEL_CACHE and UNICACHE_VERBOSE.
   static cache_config kernel_cache_from_environment();
 };
+
+// How backends key the kernels they build (process-wide).
+enum class kernel_shapes : std::uint8_t {
+  // One kernel per configuration (data types, transposes, fused post-ops,
+  // tiles): sizes are runtime arguments, so every shape of a dynamic
+  // workload runs the kernel built for the first (oneDNN's
+  // DNNL_RUNTIME_DIM_VAL on the CPU, size arguments in OpenCL C).
+  agnostic,
+  // One kernel per configuration and shape, with the sizes compiled in: what
+  // oneDNN's primitive cache gives. A new shape costs a new compile; a static
+  // workload may run slightly faster.
+  specialized,
+};
+std::string_view to_string(kernel_shapes mode);
+// The mode backends use for kernels compiled from now on: set_kernel_shapes()
+// if called, else UNICACHE_KERNEL_SHAPES=agnostic|specialized (read once;
+// a malformed value gets one warning and the default, agnostic).
+// Thread-safe; kernels already compiled stay as they are.
+kernel_shapes current_kernel_shapes();
+void set_kernel_shapes(kernel_shapes mode);
+// Parses "agnostic" or "specialized", case-insensitively. nullopt otherwise.
+std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text);
 
 // One `kind:size[:policy]` part of a capacity specification.
 struct capacity_setting {

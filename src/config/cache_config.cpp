@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <limits>
@@ -175,5 +176,36 @@ cache_config cache_config::kernel_cache_from_environment() {
   apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
   return config;
 }
+
+std::string_view to_string(kernel_shapes mode) {
+  return mode == kernel_shapes::agnostic ? "agnostic" : "specialized";
+}
+
+std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text) {
+  text = trim(text);
+  for (auto m : {kernel_shapes::agnostic, kernel_shapes::specialized}) {
+    if (iequals(text, to_string(m))) return m;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::atomic<kernel_shapes>& kernel_shapes_setting() {
+  static std::atomic<kernel_shapes> setting = [] {
+    const std::optional<std::string> value = detail::environment_variable("UNICACHE_KERNEL_SHAPES");
+    if (!value) return kernel_shapes::agnostic;
+    if (const auto parsed = parse_kernel_shapes(*value)) return *parsed;
+    detail::warn("ignoring UNICACHE_KERNEL_SHAPES=\"" + *value + "\": bad token \"" + *value +
+                 "\": expected agnostic or specialized; keeping agnostic");
+    return kernel_shapes::agnostic;
+  }();
+  return setting;
+}
+
+}  // namespace
+
+kernel_shapes current_kernel_shapes() { return kernel_shapes_setting().load(std::memory_order_relaxed); }
+void set_kernel_shapes(kernel_shapes mode) { kernel_shapes_setting().store(mode, std::memory_order_relaxed); }
 
 }  // namespace unicache

@@ -16,7 +16,7 @@ struct run_result {
 run_result run_probe(const std::string& environment) {
   const std::string command = "env -u ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY "
                               "-u ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE -u UNICACHE_VERBOSE "
-                              "-u UNICACHE_KERNEL_CACHE_CAPACITY -u UNICACHE_KERNEL_CACHE " +
+                              "-u UNICACHE_KERNEL_CACHE_CAPACITY -u UNICACHE_KERNEL_CACHE -u UNICACHE_KERNEL_SHAPES " +
                               environment + " " + UNICACHE_ENV_PROBE + " 2>&1";
   run_result r;
   FILE* pipe = popen(command.c_str(), "r");
@@ -32,6 +32,18 @@ TEST(DefaultCaches, UseDocumentedDefaultsWithoutEnvironment) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("constant cpu=2048:DEFAULT gpu=1024:DEFAULT enabled=1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kernel cpu=256:DEFAULT gpu=256:DEFAULT enabled=1"), std::string::npos) << r.out;
+}
+
+TEST(DefaultCaches, KernelShapesDefaultToAgnosticAndFollowTheEnvironment) {
+  run_result r = run_probe("");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("kernel_shapes=agnostic"), std::string::npos) << r.out;
+  r = run_probe("UNICACHE_KERNEL_SHAPES=Specialized");
+  EXPECT_NE(r.out.find("kernel_shapes=specialized"), std::string::npos) << r.out;
+  r = run_probe("UNICACHE_KERNEL_SHAPES=per-shape");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("kernel_shapes=agnostic"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ignoring UNICACHE_KERNEL_SHAPES=\"per-shape\""), std::string::npos) << r.out;
 }
 
 TEST(DefaultCaches, ReadTheEnvironmentAndTheApiOverridesIt) {

@@ -82,6 +82,7 @@ struct opencl_device {
   }
 };
 INSTANTIATE_TYPED_TEST_SUITE_P(opencl, BackendNumerics, opencl_device);
+INSTANTIATE_TYPED_TEST_SUITE_P(opencl_specialized, BackendNumerics, specialized<opencl_device>);
 
 // A context of its own on the default device: nothing cached in memory yet.
 struct fresh_context {
@@ -120,6 +121,26 @@ TEST_F(fixture, EveryShapeOfAPartitionRunsOneKernel) {
                 (before.programs_from_source + before.programs_from_binary),
             1u)
       << "five shapes, one GEMM kernel";
+}
+
+TEST_F(fixture, SpecializedKernelsAreOneProgramPerShapeWithTheSizesCompiledIn) {
+  scoped_kernel_shapes mode(kernel_shapes::specialized);
+  fresh_context ctx(eng);
+  const std::int64_t k = 35, n = 19;
+  graph g = mlp_graph(k, n, /*constant_weight=*/false);
+  const auto w = random_data({k, n}, 44), b = random_data({n}, 45);
+  const opencl::backend_stats before = opencl::stats();
+  for (std::int64_t m : {1, 7, 129}) {
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, ctx.eng);
+    const auto x = random_data({m, k}, static_cast<unsigned>(m));
+    expect_close(run_compiled(ctx.eng, ctx.strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n), matmul_atol(k),
+                 1e-5, "M=" + std::to_string(m));
+  }
+  const opencl::backend_stats after = opencl::stats();
+  EXPECT_EQ(after.programs_from_source + after.programs_from_binary -
+                (before.programs_from_source + before.programs_from_binary),
+            3u)
+      << "three shapes, three GEMM programs";
 }
 
 TEST_F(fixture, ConcurrentFirstCompilesBuildOnce) {

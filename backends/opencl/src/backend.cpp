@@ -95,6 +95,7 @@ class gemm_kernel final : public compiled_kernel {
     config.transpose_b = mm.transpose_b;
     config.packed_b = in[1].is_constant() && b.size() == 2;
     config.tiles = s.plan.gemm;
+    if (current_kernel_shapes() == kernel_shapes::specialized) config.fixed_mnk = std::array<long, 3>{m_, n_, k_};
     tiles_ = config.tiles;
     std::size_t next_input = 2;
     for (std::size_t i = 1; i < p.ops().size(); ++i) {
@@ -177,6 +178,7 @@ class gemm_kernel final : public compiled_kernel {
     key.add(k_).add(n_).add(ldb_).add(packed_k_).add(packed_n_);
     const std::size_t bytes = static_cast<std::size_t>(packed_k_ * packed_n_) * sizeof(float);
     return weights().get(slot_, e.scope(), t.data, t.version, key, bytes, [&] {
+      const auto start = std::chrono::steady_clock::now();
       auto packed = std::make_shared<packed_buffer>();
       cl_int err = CL_SUCCESS;
       packed->mem = clCreateBuffer(es.context, CL_MEM_READ_WRITE, bytes, nullptr, &err);
@@ -196,6 +198,7 @@ class gemm_kernel final : public compiled_kernel {
           },
           2, global, local);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
+      counters::add_time(stats_counters().pack_ns, start);
       return packed;
     });
   }

@@ -47,9 +47,15 @@ constexpr const char* kGemm = R"CLC(
 #define NT (TX * TY)
 __attribute__((reqd_work_group_size(TX, TY, 1)))
 __kernel void gemm(__global const float* restrict A, __global const float* restrict B,
-                   __global float* restrict C, const int M, const int N, const int K,
+                   __global float* restrict C, const int M_ARG, const int N_ARG, const int K_ARG,
                    const long lda, const long ldb, const long ldc,
                    const long sa, const long sb, const long sc POST_PARAMS) {
+#ifdef FIXED_M
+  /* A shape-specialized kernel: the sizes are constants. */
+  const int M = FIXED_M, N = FIXED_N, K = FIXED_K;
+#else
+  const int M = M_ARG, N = N_ARG, K = K_ARG;
+#endif
   /* +1: the column a work-item writes while loading and the row it reads
      while multiplying fall in different local-memory banks. */
   __local float As[BK][BM + 1];
@@ -205,6 +211,8 @@ kernel_source gemm_source(const gemm_config& c) {
   cache_key key;
   key.add("gemm").add(c.transpose_a).add(c.transpose_b).add(c.packed_b);
   key.add(t.bm).add(t.bn).add(t.bk).add(t.rm).add(t.rn).add(static_cast<std::uint64_t>(c.chain.size()));
+  key.add(c.fixed_mnk.has_value());
+  if (c.fixed_mnk) key.add((*c.fixed_mnk)[0]).add((*c.fixed_mnk)[1]).add((*c.fixed_mnk)[2]);
   std::string params, code;
   int binary_index = 0;
   for (op_kind k : c.chain) {
@@ -222,9 +230,13 @@ kernel_source gemm_source(const gemm_config& c) {
   std::string body = kGemm;
   replace(body, "POST_PARAMS", params);
   replace(body, "POST_CODE", code);
-  const std::string defines = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("RM", t.rm) +
-                              define("RN", t.rn) + define("TRANS_A", c.transpose_a) +
-                              define("TRANS_B", c.transpose_b) + define("PACKED_B", c.packed_b);
+  std::string defines = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("RM", t.rm) +
+                        define("RN", t.rn) + define("TRANS_A", c.transpose_a) + define("TRANS_B", c.transpose_b) +
+                        define("PACKED_B", c.packed_b);
+  if (c.fixed_mnk) {
+    defines += define("FIXED_M", (*c.fixed_mnk)[0]) + define("FIXED_N", (*c.fixed_mnk)[1]) +
+               define("FIXED_K", (*c.fixed_mnk)[2]);
+  }
   return make(std::string(key.bytes()), defines, body.c_str(), "gemm");
 }
 

@@ -1,10 +1,13 @@
-// OpenCL C generation: one kernel per configuration, never per shape. Sizes
+// OpenCL C generation: one kernel per configuration, not per shape (unless
+// kernel_shapes::specialized asks for the GEMM's sizes compiled in). Sizes
 // and strides are kernel arguments; each kernel has a fixed work-group size
 // (reqd_work_group_size), so a driver that compiles a work-group function
 // per local size (PoCL) compiles it once and the stored binary serves every
 // shape.
 #pragma once
 
+#include <array>
+#include <optional>
 #include <vector>
 
 #include "opencl_internal.hpp"
@@ -24,6 +27,9 @@ struct gemm_config {
   bool packed_b = false;
   std::vector<op_kind> chain;  // post-ops after the MatMul, in order
   gemm_tiles tiles;
+  // Set for a shape-specialized kernel: M, N, K compiled in (the size
+  // arguments are then ignored).
+  std::optional<std::array<long, 3>> fixed_mnk;
 };
 kernel_source gemm_source(const gemm_config& c);
 

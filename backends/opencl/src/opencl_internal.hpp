@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,7 +49,15 @@ struct stream_state {
 
 struct counters {
   std::atomic<std::uint64_t> probe_builds{0}, programs_from_source{0}, programs_from_binary{0},
-      binaries_rejected{0}, binaries_stored{0}, weights_packed{0}, weights_released{0};
+      binaries_rejected{0}, binaries_stored{0}, weights_packed{0}, weights_released{0}, build_ns{0}, load_ns{0},
+      pack_ns{0};
+  // Adds the time since `start` to `total`.
+  static void add_time(std::atomic<std::uint64_t>& total, std::chrono::steady_clock::time_point start) {
+    total.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::steady_clock::now() - start)
+                                                   .count()),
+                    std::memory_order_relaxed);
+  }
 };
 counters& stats_counters();
 

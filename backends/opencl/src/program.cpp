@@ -125,15 +125,21 @@ std::shared_ptr<const program> get_program(const engine& e, const kernel_source&
             counters& c = stats_counters();
             for (const kernel_binary& b : preloaded) {
               if (b.key != key) continue;
-              if (built got = from_binary(s, b.binary, src.kernel_name); got.program) {
+              const auto start = std::chrono::steady_clock::now();
+              built got = from_binary(s, b.binary, src.kernel_name);
+              counters::add_time(c.load_ns, start);
+              if (got.program) {
                 c.programs_from_binary.fetch_add(1, std::memory_order_relaxed);
                 return std::make_shared<const program>(got.program, got.kernel, key, s.identity, true);
               }
               c.binaries_rejected.fetch_add(1, std::memory_order_relaxed);
             }
             kernel_store& store = kernel_store::instance();
+            const auto load_start = std::chrono::steady_clock::now();
             if (std::optional<byte_vector> stored = store.get(s.identity, key)) {
-              if (built got = from_binary(s, *stored, src.kernel_name); got.program) {
+              built got = from_binary(s, *stored, src.kernel_name);
+              counters::add_time(c.load_ns, load_start);
+              if (got.program) {
                 c.programs_from_binary.fetch_add(1, std::memory_order_relaxed);
                 return std::make_shared<const program>(got.program, got.kernel, key, s.identity, false);
               }
@@ -143,7 +149,9 @@ std::shared_ptr<const program> get_program(const engine& e, const kernel_source&
               c.binaries_rejected.fetch_add(1, std::memory_order_relaxed);
               store.remove(s.identity, key);
             }
+            const auto build_start = std::chrono::steady_clock::now();
             cl_program p = build_from_source(s, src.source, src.options);
+            counters::add_time(c.build_ns, build_start);
             cl_int err = CL_SUCCESS;
             cl_kernel k = clCreateKernel(p, src.kernel_name.c_str(), &err);
             if (err != CL_SUCCESS) {

@@ -6,7 +6,10 @@
 // Fused MatMul -> (Add|Multiply)* -> eltwise* partitions become one oneDNN
 // matmul with post-ops (or, where this oneDNN cannot fuse a broadcast, a
 // matmul followed by binary primitives); Add/Multiply, eltwise ops and
-// Softmax become their own primitives. Primitives are cached in the kernel
+// Softmax become their own primitives. With kernel_shapes::agnostic (the
+// default, see config.hpp) the fused matmul has runtime dims
+// (DNNL_RUNTIME_DIM_VAL) for everything but K and N, so one primitive
+// serves every M and batch; the other primitives are made per shape. Primitives are cached in the kernel
 // cache with their measured creation cost. A constant MatMul weight is
 // reordered once into the layout the primitive chose (format_tag::any) and
 // kept in the constant tensor cache, keyed by the weight's address, version
@@ -27,5 +30,15 @@ inline constexpr backend_id backend_id_value = 0x0D0E0001;
 // made them. Registers the backend on first use. Throws compile_error if
 // oneDNN refuses. Thread-safe.
 engine make_engine(int index = 0);
+
+// Process-wide counters of this backend, for tests, benchmarks and demos.
+struct backend_stats {
+  std::uint64_t primitives_created = 0;  // oneDNN primitives created (cache misses)
+  std::uint64_t create_ns = 0;           // time spent creating them
+  std::uint64_t weights_packed = 0;      // constant weights reordered into a primitive's layout
+  std::uint64_t pack_ns = 0;             // time spent packing them
+};
+// Thread-safe; each field is read atomically (the set need not be a snapshot).
+backend_stats stats();
 
 }  // namespace unicache::onednn_cpu

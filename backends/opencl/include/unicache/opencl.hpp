@@ -153,6 +153,9 @@ struct backend_stats {
   std::uint64_t binaries_stored = 0;     // binaries written to the persistent store
   std::uint64_t weights_packed = 0;      // constant weights packed on a device
   std::uint64_t weights_released = 0;    // packed weights whose cl_mem was released
+  std::uint64_t build_ns = 0;            // time in clBuildProgram from source
+  std::uint64_t load_ns = 0;             // time loading stored/blob binaries (store read included)
+  std::uint64_t pack_ns = 0;             // time packing constant weights (kernel included)
 };
 backend_stats stats();
 
