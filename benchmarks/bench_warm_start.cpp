@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "child_process.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/opencl.hpp"
@@ -37,6 +38,7 @@
 
 namespace {
 
+using namespace unicache::bench;
 using clock_type = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -143,49 +145,6 @@ int child_engine() {
 }
 
 // --- Parent -------------------------------------------------------------------------
-
-std::string self_path() {
-  std::array<char, 4096> buf{};
-  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "bench_warm_start";
-}
-
-struct child_run {
-  std::map<std::string, double> values;
-  std::string device;
-  bool ok = false;
-  std::string output;
-};
-
-child_run run_child(const std::string& environment, const std::string& args) {
-  const std::string command = "env " + environment + " " + self_path() + " --child " + args + " 2>&1";
-  child_run r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 1024> line{};
-  while (std::fgets(line.data(), line.size(), pipe)) {
-    const std::string text = line.data();
-    r.output += text;
-    if (text.rfind("RESULT ", 0) == 0) {
-      std::istringstream in(text.substr(7));
-      std::string field;
-      while (in >> field) {
-        const auto eq = field.find('=');
-        if (eq != std::string::npos) r.values[field.substr(0, eq)] = std::stod(field.substr(eq + 1));
-      }
-    } else if (text.rfind("DEVICE ", 0) == 0) {
-      r.device = text.substr(7, text.size() - 8);
-    }
-  }
-  r.ok = ::pclose(pipe) == 0 && !r.values.empty();
-  return r;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 struct condition {
   std::string name;

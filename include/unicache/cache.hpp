@@ -85,6 +85,7 @@ struct cache_stats {
   std::uint64_t failures = 0;        // entries dropped because their build failed
   std::uint64_t refused_full = 0;    // not cached: NO_EVICT and no room
   std::uint64_t refused_oversize = 0;  // not cached: larger than the capacity
+  std::uint64_t refused_admission = 0;  // not cached: COST judged it worth less than what it would evict
   std::uint64_t bytes = 0;    // declared sizes of the entries now cached
   std::uint64_t entries = 0;  // entries now cached
 };

@@ -40,6 +40,7 @@ struct entry : entry_base {
   std::uint64_t size_bytes = 0;
   double priority = 0;               // the key it has in the eviction queue
   std::atomic<float> cost_ns{0};     // a heuristic: float precision is plenty
+  float history = 0;                 // cost policy: uses before its last eviction
   std::uint32_t heap_index = 0;      // its position in the eviction queue
 
   std::string_view key() const noexcept {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cinttypes>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <new>
 #include <thread>
@@ -24,6 +25,10 @@ namespace unicache {
 namespace detail {
 
 constexpr std::uint64_t kBytesPerMb = std::uint64_t{1} << 20;
+// How many evicted or refused keys the cost policy remembers: this many,
+// plus this many per cached entry.
+constexpr std::size_t kGhostsMin = 1024;
+constexpr std::size_t kGhostsPerEntry = 4;
 // Device ids below this are found with one atomic load on the hit path.
 constexpr int kDirectDevices = 64;
 
@@ -115,7 +120,7 @@ void count_use(std::atomic<std::uint32_t>& counter) {
 // waits live in the entries, where the hit path already writes).
 struct scope_counters {
   std::atomic<std::uint64_t> misses{0}, inserts{0}, evictions{0}, failures{0};
-  std::atomic<std::uint64_t> refused_full{0}, refused_oversize{0};
+  std::atomic<std::uint64_t> refused_full{0}, refused_oversize{0}, refused_admission{0};
   std::atomic<std::uint64_t> bytes{0}, entries{0};
   std::atomic<std::uint64_t> retired_hits{0}, retired_waits{0};
 };
@@ -151,10 +156,61 @@ struct device_cache {
     return *slot;
   }
 
+  // The cost policy's memory of keys it gave up or turned away: how often
+  // each was used and what it cost, so that a key that comes back is judged
+  // by its whole history, not as new. Bounded (oldest forgotten first).
+  struct ghost {
+    float uses = 0;
+    float cost_ns = 0;
+  };
+  absl::flat_hash_map<std::uint64_t, ghost> ghosts ABSL_GUARDED_BY(mu);
+  std::deque<std::uint64_t> ghost_order ABSL_GUARDED_BY(mu);
+
+  void remember(std::uint64_t hash, float uses, float cost_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto [it, added] = ghosts.try_emplace(hash);
+    it->second = {uses, cost_ns};
+    if (!added) return;
+    ghost_order.push_back(hash);
+    const std::size_t limit = kGhostsMin + kGhostsPerEntry * table.size();
+    while (ghost_order.size() > limit) {
+      ghosts.erase(ghost_order.front());
+      ghost_order.pop_front();
+    }
+  }
+
+  // Cost policy, cache full: whether a new entry of `size` whose build costs
+  // `cost_ns` (0: unknown, then its remembered cost) is worth more per byte,
+  // counting its remembered uses, than the entry it would evict first.
+  // Entries of unknown cost are admitted. A refused key is remembered with
+  // one more use, so a key that keeps coming back gets in.
+  bool admits(std::uint64_t hash, std::uint64_t size, std::uint64_t cost_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const auto it = ghosts.find(hash);
+    const float prior = it == ghosts.end() ? 0.f : it->second.uses;
+    const double cost = cost_ns > 0 ? static_cast<double>(cost_ns) : it == ghosts.end() ? 0.0 : it->second.cost_ns;
+    if (cost <= 0) return true;
+    double lowest = 0;
+    if (!queue.victim([this](const entry* e) ABSL_NO_THREAD_SAFETY_ANALYSIS { return priority_of(e); }, &lowest)) {
+      return true;
+    }
+    const double inflation = std::bit_cast<double>(clock.load(std::memory_order_relaxed));
+    const double priority = inflation + (1.0 + prior) * cost / static_cast<double>(std::max<std::uint64_t>(size, 1));
+    if (priority >= lowest) return true;
+    remember(hash, prior + 1.f, static_cast<float>(cost));
+    return false;
+  }
+
+  // A newly inserted entry takes over its key's remembered uses.
+  void recall(entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const auto it = ghosts.find(e->hash);
+    if (it == ghosts.end()) return;
+    e->history = it->second.uses;
+    ghosts.erase(it);  // its slot in ghost_order expires harmlessly
+  }
+
   double priority_of(const entry* e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const std::uint64_t stamp = e->stamp.load(std::memory_order_relaxed);
     if (policy != eviction_policy::cost) return static_cast<double>(stamp);
-    const double uses = 1.0 + e->hits.load(std::memory_order_relaxed);
+    const double uses = 1.0 + e->history + e->hits.load(std::memory_order_relaxed);
     const double cost = e->cost_ns.load(std::memory_order_relaxed);
     const double size = static_cast<double>(std::max<std::uint64_t>(e->size_bytes, 1));
     return std::bit_cast<double>(stamp) + uses * cost / size;
@@ -162,6 +218,7 @@ struct device_cache {
 
   void insert_locked(entry* e, scope_counters& counters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (policy != eviction_policy::cost) clock.store(++tick, std::memory_order_relaxed);
+    if (policy == eviction_policy::cost) recall(e);
     e->stamp.store(clock.load(std::memory_order_relaxed), std::memory_order_relaxed);
     table.insert(e);
     used_bytes += e->size_bytes;
@@ -205,6 +262,10 @@ struct device_cache {
         const double inflation = std::bit_cast<double>(clock.load(std::memory_order_relaxed));
         if (priority > inflation) {
           clock.store(std::bit_cast<std::uint64_t>(priority), std::memory_order_relaxed);
+        }
+        if (reason == removal::capacity || reason == removal::shrink) {
+          remember(victim->hash, 1.f + victim->history + static_cast<float>(victim->hits.load(std::memory_order_relaxed)),
+                   victim->cost_ns.load(std::memory_order_relaxed));
         }
       }
       remove_locked(victim, reason, removed);
@@ -486,6 +547,10 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
                  d->policy == eviction_policy::no_evict) {
         counters.refused_full.fetch_add(1, std::memory_order_relaxed);
         trace = "refused_full";
+      } else if (d->used_bytes + size_bytes > d->capacity_bytes && d->policy == eviction_policy::cost &&
+                 !d->admits(hash, size_bytes, cost_ns)) {
+        counters.refused_admission.fetch_add(1, std::memory_order_relaxed);
+        trace = "refused_admission";
       } else {
         // Allocate before evicting: if allocation throws, nothing has changed.
         entry* e = entry::create(hash, scope.context_id, backend, key, size_bytes, cost_ns, future);
@@ -685,6 +750,7 @@ cache_stats unified_cache::stats(const cache_scope& scope) const {
   out.evictions = c.evictions.load(std::memory_order_relaxed);
   out.failures = c.failures.load(std::memory_order_relaxed);
   out.refused_full = c.refused_full.load(std::memory_order_relaxed);
+  out.refused_admission = c.refused_admission.load(std::memory_order_relaxed);
   out.refused_oversize = c.refused_oversize.load(std::memory_order_relaxed);
   out.bytes = c.bytes.load(std::memory_order_relaxed);
   out.entries = c.entries.load(std::memory_order_relaxed);
@@ -719,6 +785,7 @@ cache_stats unified_cache::total_stats() const {
     total.evictions += one.evictions;
     total.failures += one.failures;
     total.refused_full += one.refused_full;
+    total.refused_admission += one.refused_admission;
     total.refused_oversize += one.refused_oversize;
     total.bytes += one.bytes;
     total.entries += one.entries;

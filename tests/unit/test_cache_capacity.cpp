@@ -92,6 +92,52 @@ TEST(CachePolicy, ReportedCostReplacesTheEstimate) {
   EXPECT_TRUE(contains(cache, cpu_scope(), "estimated_cheap"));
 }
 
+TEST(CachePolicy, CostTurnsAwayAnEntryWorthLessThanWhatItWouldEvictUntilItKeepsComingBack) {
+  unified_cache cache(config_with(2, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
+  add_int(cache, cpu_scope(), "compile_500ms", 1, kMb, 500'000'000);
+  // A 1 ms rebuild would push out a 500 ms one: not cached, nothing evicted.
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "copy_1ms", 1, kMb, 1'000'000).built);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "copy_1ms"));
+  cache_stats s = cache.stats(cpu_scope());
+  EXPECT_EQ(s.refused_admission, 1u);
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_500ms"));
+  // Its uses are remembered: asked for often enough, it outweighs the
+  // 500 ms entry and gets in (at most 500 + 1 requests).
+  int requests = 1;
+  while (!contains(cache, cpu_scope(), "copy_1ms") && requests < 600) {
+    add_int(cache, cpu_scope(), "copy_1ms", 1, kMb, 1'000'000);
+    ++requests;
+  }
+  EXPECT_TRUE(contains(cache, cpu_scope(), "copy_1ms")) << "after " << requests << " requests";
+  EXPECT_GT(requests, 100) << "a cheap entry needs many uses to displace an expensive one";
+  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_1s"));
+}
+
+TEST(CachePolicy, CostAdmitsEntriesOfUnknownCost) {
+  unified_cache cache(config_with(1, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
+  // get_or_build reports the cost only once built: such entries always enter.
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "unknown", 1, kMb, 0).built);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "unknown"));
+  EXPECT_EQ(cache.stats(cpu_scope()).refused_admission, 0u);
+}
+
+TEST(CachePolicy, CostRemembersTheUsesOfAnEvictedEntryWhenItComesBack) {
+  unified_cache cache(config_with(2, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);
+  for (int i = 0; i < 20; ++i) add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);
+  cache.set_capacity(engine_kind::cpu, 0);  // evicts it, with its 21 uses remembered
+  cache.set_capacity(engine_kind::cpu, 2);
+  add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);  // back, once
+  add_int(cache, cpu_scope(), "once", 1, kMb, 20'000'000);     // twice its cost, one use
+  add_int(cache, cpu_scope(), "newcomer", 1, kMb, 100'000'000);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "popular")) << "22 uses x 10 ms outweigh 1 x 20 ms";
+  EXPECT_FALSE(contains(cache, cpu_scope(), "once"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "newcomer"));
+}
+
 TEST(CachePolicy, LibraryDefaultIsCost) {
   EXPECT_EQ(effective_policy(eviction_policy::library_default), eviction_policy::cost);
   unified_cache cache;

@@ -456,7 +456,7 @@ backend_stats stats() {
   const counters& c = stats_counters();
   return {c.probe_builds.load(), c.programs_from_source.load(), c.programs_from_binary.load(),
           c.binaries_rejected.load(), c.binaries_stored.load(), c.weights_packed.load(), c.weights_released.load(),
-          c.build_ns.load(), c.load_ns.load(), c.pack_ns.load()};
+          c.build_ns.load(), c.load_ns.load(), c.pack_ns.load(), c.first_launch_ns.load()};
 }
 
 }  // namespace unicache::opencl

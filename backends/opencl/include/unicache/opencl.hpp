@@ -155,7 +155,9 @@ struct backend_stats {
   std::uint64_t weights_released = 0;    // packed weights whose cl_mem was released
   std::uint64_t build_ns = 0;            // time in clBuildProgram from source
   std::uint64_t load_ns = 0;             // time loading stored/blob binaries (store read included)
-  std::uint64_t pack_ns = 0;             // time packing constant weights (kernel included)
+  std::uint64_t pack_ns = 0;             // time packing constant weights (a first launch excluded)
+  std::uint64_t first_launch_ns = 0;     // each program's first launch: the driver's last compile
+                                         // step (PoCL's work-group function) plus one execution
 };
 backend_stats stats();
 
