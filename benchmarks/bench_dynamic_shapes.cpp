@@ -36,7 +36,10 @@
 //   bench_dynamic_shapes [--device cpu|opencl|all] [--requests N] [--seed S]
 //       [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]
 //       [--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace]
-//       [--quiet]
+//       [--quiet] [--demo]
+// --record-trace also writes <out>/trace_<device>.csv from mode 2 (what the
+// per-shape kernel cache and the constant cache saw, with measured costs)
+// for bench_policy --trace.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -701,6 +704,16 @@ int main(int argc, char** argv) {
         o.record_trace = true;
       } else if (a == "--quiet") {
         o.quiet = true;
+      } else if (a == "--demo") {
+        // The README demo: a short trace (40 requests of up to 4 x 128
+        // tokens), every mode for at most 10 s, on the CPU and the default
+        // OpenCL device; JSON under the temporary directory.
+        o.requests = 40;
+        o.max_batch = 4;
+        o.max_seq = 128;
+        o.budget_s = 10;
+        o.modes = {"1", "2", "3", "4"};
+        o.out = (fs::temp_directory_path() / "unicache_demo").string();
       } else if (a == "--mode") {
         o.mode = next();
       } else if (a == "--trace-out") {
@@ -719,7 +732,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "bench_dynamic_shapes: %s\nusage: bench_dynamic_shapes [--device cpu|opencl|all] [--requests N] "
                  "[--seed S] [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S] "
-                 "[--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet]\n",
+                 "[--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo]\n",
                  e.what());
     return 2;
   }
