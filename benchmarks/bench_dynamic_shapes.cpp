@@ -125,6 +125,16 @@ std::vector<request> make_trace(const options& o) {
   return trace;
 }
 
+std::int64_t largest_rows(const std::vector<request>& trace) {
+  std::int64_t rows = 1;
+  for (const request& r : trace) rows = std::max(rows, r.rows());
+  return rows;
+}
+
+// What one per-shape kernel weighs in the kernel cache: the OpenCL
+// backend's program estimate (128 KB) plus the compiled partition's (4 KB).
+constexpr std::uint64_t kKernelEntryBytes = 128 * 1024 + 4096;
+
 // --- The layer ---------------------------------------------------------------------
 
 // The six fused MatMul(+bias)(+GELU) partitions; Q, K, V and the output
@@ -315,8 +325,7 @@ void progress(std::size_t done, std::size_t total) {
 int child_unicache(const options& o) {
   dnnl::set_primitive_cache_capacity(0);  // only unicache caches
   const std::vector<request> trace = make_trace(o);
-  std::int64_t max_rows = 1;
-  for (const request& r : trace) max_rows = std::max(max_rows, r.rows());
+  const std::int64_t max_rows = largest_rows(trace);
   const layer l(o.hidden, o.ffn);
 
   const auto t_engine = clock_type::now();
@@ -369,7 +378,7 @@ int child_unicache(const options& o) {
         const work c1 = dev->counters();
         const std::string kernel = l.part(i).fingerprint().substr(0, 8) + ":" + std::to_string(m);
         if (built_ns[i] >= 0) item_cost_ns.emplace(kernel, built_ns[i] + (c1.first_launch_ms - c0.first_launch_ms) * 1e6);
-        trace_items.push_back({kernel, 128 * 1024 + 4096});
+        trace_items.push_back({kernel, kKernelEntryBytes});
         const std::string weight = "weight" + std::to_string(i);
         if (c1.packs > c0.packs) item_cost_ns.emplace(weight, (c1.pack_ms - c0.pack_ms) * 1e6);
         trace_items.push_back({weight, static_cast<std::uint64_t>(l.steps[i].k * l.steps[i].n * 4)});
@@ -423,8 +432,7 @@ int child_onednn(const options& o, bool runtime_dims) {
   using tag = memory::format_tag;
   using dt = memory::data_type;
   const std::vector<request> trace = make_trace(o);
-  std::int64_t max_rows = 1;
-  for (const request& r : trace) max_rows = std::max(max_rows, r.rows());
+  const std::int64_t max_rows = largest_rows(trace);
   const layer l(o.hidden, o.ffn);
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);

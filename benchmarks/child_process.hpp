@@ -1,6 +1,6 @@
 // Running this benchmark again as a fresh child process, and reading what it
 // reports. A child prints lines of its own protocol to stdout:
-//   RESULT name=value name=value ...   numbers (several lines add up)
+//   RESULT name=value name=value ...   numbers (several lines are merged)
 //   DEVICE text                        the device it ran on
 //   PROGRESS done total                how far it is (passed to on_line)
 // Everything else is kept as output, to show when the child fails.

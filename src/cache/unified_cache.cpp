@@ -159,22 +159,32 @@ struct device_cache {
   // The cost policy's memory of keys it gave up or turned away: how often
   // each was used and what it cost, so that a key that comes back is judged
   // by its whole history, not as new. Bounded (oldest forgotten first).
+  // `ghost_order` lists (hash, serial) oldest first; a slot whose serial is
+  // not its ghost's (the key was recalled, then remembered again) is stale
+  // and forgets nothing when it expires.
   struct ghost {
     float uses = 0;
     float cost_ns = 0;
+    std::uint64_t serial = 0;
   };
   absl::flat_hash_map<std::uint64_t, ghost> ghosts ABSL_GUARDED_BY(mu);
-  std::deque<std::uint64_t> ghost_order ABSL_GUARDED_BY(mu);
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> ghost_order ABSL_GUARDED_BY(mu);
+  std::uint64_t ghost_serial ABSL_GUARDED_BY(mu) = 0;
 
   void remember(std::uint64_t hash, float uses, float cost_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto [it, added] = ghosts.try_emplace(hash);
-    it->second = {uses, cost_ns};
-    if (!added) return;
-    ghost_order.push_back(hash);
+    if (!added) {
+      it->second.uses = uses;
+      it->second.cost_ns = cost_ns;
+      return;
+    }
+    it->second = {uses, cost_ns, ++ghost_serial};
+    ghost_order.emplace_back(hash, ghost_serial);
     const std::size_t limit = kGhostsMin + kGhostsPerEntry * table.size();
     while (ghost_order.size() > limit) {
-      ghosts.erase(ghost_order.front());
+      const auto [oldest, serial] = ghost_order.front();
       ghost_order.pop_front();
+      if (const auto g = ghosts.find(oldest); g != ghosts.end() && g->second.serial == serial) ghosts.erase(g);
     }
   }
 
@@ -204,7 +214,7 @@ struct device_cache {
     const auto it = ghosts.find(e->hash);
     if (it == ghosts.end()) return;
     e->history = it->second.uses;
-    ghosts.erase(it);  // its slot in ghost_order expires harmlessly
+    ghosts.erase(it);  // its slot in ghost_order is now stale
   }
 
   double priority_of(const entry* e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

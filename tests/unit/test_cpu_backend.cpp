@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend_numerics.hpp"
+#include "mlp_partition.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
@@ -44,34 +45,20 @@ struct fixture : ::testing::Test, cpu_device {};
 
 // --- Kernels across shapes ----------------------------------------------------
 
-// MatMul + bias + GELU with a constant weight, for M in `ms`; returns how
-// many primitives were created, and checks every result.
+// The MLP partition (constant weight) for M in `ms`; returns how many
+// primitives were created, and checks every result.
 std::uint64_t primitives_for_shapes(const engine& eng, stream& strm, std::int64_t k, std::int64_t n,
                                     std::initializer_list<std::int64_t> ms) {
-  graph g;
-  auto x = g.tensor({-1, k}), w = g.tensor({k, n}, tensor_property::constant), b = g.tensor({n}, tensor_property::constant);
-  auto mm = g.tensor({-1, n}), sum = g.tensor({-1, n}), y = g.tensor({-1, n});
-  g.add_op(op_kind::matmul, {x, w}, {mm});
-  g.add_op(op_kind::add, {mm, b}, {sum});
-  g.add_op(op_kind::gelu_erf, {sum}, {y});
-  g.finalize();
-  const auto wv = random_data({k, n}, 50), bv = random_data({n}, 51);
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  auto wv = random_data({k, n}, 50), bv = random_data({n}, 51);
   const std::uint64_t before = onednn_cpu::stats().primitives_created;
   for (std::int64_t m : ms) {
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
     auto xv = random_data({m, k}, static_cast<unsigned>(m));
     std::vector<float> out(static_cast<std::size_t>(m * n));
-    cp.execute(strm, {{cp.inputs()[0], xv.data(), 0}, {cp.inputs()[1], const_cast<float*>(wv.data()), 0},
-                      {cp.inputs()[2], const_cast<float*>(bv.data()), 0}},
+    cp.execute(strm, {{cp.inputs()[0], xv.data(), 0}, {cp.inputs()[1], wv.data(), 0}, {cp.inputs()[2], bv.data(), 0}},
                {{cp.outputs()[0], out.data(), 0}});
-    std::vector<float> want = ref_matmul(xv, wv, m, k, n, false, false);
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float v = want[i * n + j] + bv[j];
-        want[i * n + j] = 0.5f * v * (1.0f + std::erf(v * 0.70710678f));
-      }
-    }
-    expect_close(out, want, matmul_atol(k), 1e-5, "M=" + std::to_string(m));
+    expect_close(out, mlp_reference(xv, wv, bv, m, k, n), matmul_atol(k), 1e-5, "M=" + std::to_string(m));
   }
   return onednn_cpu::stats().primitives_created - before;
 }

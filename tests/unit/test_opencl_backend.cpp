@@ -104,43 +104,32 @@ struct fixture : ::testing::Test, opencl_device {};
 
 // --- Kernels: one per configuration -------------------------------------------------
 
-TEST_F(fixture, EveryShapeOfAPartitionRunsOneKernel) {
-  fresh_context ctx(eng);
-  const std::int64_t k = 33, n = 17;
+// The MLP partition (variable weight) in a fresh context for M in `ms`;
+// returns how many programs were built or loaded, and checks every result.
+std::uint64_t programs_for_shapes(const engine& like, std::int64_t k, std::int64_t n,
+                                  std::initializer_list<std::int64_t> ms) {
+  fresh_context ctx(like);
   graph g = mlp_graph(k, n, /*constant_weight=*/false);
   const auto w = random_data({k, n}, 40), b = random_data({n}, 41);
   const opencl::backend_stats before = opencl::stats();
-  for (std::int64_t m : {1, 7, 129, 1000, 2}) {
+  for (std::int64_t m : ms) {
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, ctx.eng);
     const auto x = random_data({m, k}, static_cast<unsigned>(m));
     expect_close(run_compiled(ctx.eng, ctx.strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n), matmul_atol(k),
                  1e-5, "M=" + std::to_string(m));
   }
   const opencl::backend_stats after = opencl::stats();
-  EXPECT_EQ(after.programs_from_source + after.programs_from_binary -
-                (before.programs_from_source + before.programs_from_binary),
-            1u)
-      << "five shapes, one GEMM kernel";
+  return after.programs_from_source + after.programs_from_binary -
+         (before.programs_from_source + before.programs_from_binary);
+}
+
+TEST_F(fixture, EveryShapeOfAPartitionRunsOneKernel) {
+  EXPECT_EQ(programs_for_shapes(eng, 33, 17, {1, 7, 129, 1000, 2}), 1u) << "five shapes, one GEMM kernel";
 }
 
 TEST_F(fixture, SpecializedKernelsAreOneProgramPerShapeWithTheSizesCompiledIn) {
   scoped_kernel_shapes mode(kernel_shapes::specialized);
-  fresh_context ctx(eng);
-  const std::int64_t k = 35, n = 19;
-  graph g = mlp_graph(k, n, /*constant_weight=*/false);
-  const auto w = random_data({k, n}, 44), b = random_data({n}, 45);
-  const opencl::backend_stats before = opencl::stats();
-  for (std::int64_t m : {1, 7, 129}) {
-    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, ctx.eng);
-    const auto x = random_data({m, k}, static_cast<unsigned>(m));
-    expect_close(run_compiled(ctx.eng, ctx.strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n), matmul_atol(k),
-                 1e-5, "M=" + std::to_string(m));
-  }
-  const opencl::backend_stats after = opencl::stats();
-  EXPECT_EQ(after.programs_from_source + after.programs_from_binary -
-                (before.programs_from_source + before.programs_from_binary),
-            3u)
-      << "three shapes, three GEMM programs";
+  EXPECT_EQ(programs_for_shapes(eng, 35, 19, {1, 7, 129}), 3u) << "three shapes, three GEMM programs";
 }
 
 TEST_F(fixture, ConcurrentFirstCompilesBuildOnce) {

@@ -200,9 +200,7 @@ class gemm_kernel final : public compiled_kernel {
           2, global, local);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
       // The pack program's own first launch is counted as first_launch_ns.
-      const auto elapsed = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-      stats_counters().pack_ns.fetch_add(elapsed - (first_launch_ns_this_thread - launches_before),
+      stats_counters().pack_ns.fetch_add(counters::ns_since(start) - (first_launch_ns_this_thread - launches_before),
                                          std::memory_order_relaxed);
       return packed;
     });

@@ -51,12 +51,14 @@ struct counters {
   std::atomic<std::uint64_t> probe_builds{0}, programs_from_source{0}, programs_from_binary{0},
       binaries_rejected{0}, binaries_stored{0}, weights_packed{0}, weights_released{0}, build_ns{0}, load_ns{0},
       pack_ns{0}, first_launch_ns{0};
+  // Nanoseconds since `start`.
+  static std::uint64_t ns_since(std::chrono::steady_clock::time_point start) {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  }
   // Adds the time since `start` to `total`.
   static void add_time(std::atomic<std::uint64_t>& total, std::chrono::steady_clock::time_point start) {
-    total.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                   std::chrono::steady_clock::now() - start)
-                                                   .count()),
-                    std::memory_order_relaxed);
+    total.fetch_add(ns_since(start), std::memory_order_relaxed);
   }
 };
 counters& stats_counters();
@@ -113,8 +115,7 @@ class program {
     // Drivers finish compiling at the first launch (PoCL builds its
     // work-group function then): counted apart, execution included.
     if (first) {
-      const auto ns = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+      const std::uint64_t ns = counters::ns_since(start);
       stats_counters().first_launch_ns.fetch_add(ns, std::memory_order_relaxed);
       first_launch_ns_this_thread += ns;
     }

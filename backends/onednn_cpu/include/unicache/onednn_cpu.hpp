@@ -9,11 +9,11 @@
 // Softmax become their own primitives. With kernel_shapes::agnostic (the
 // default, see config.hpp) the fused matmul has runtime dims
 // (DNNL_RUNTIME_DIM_VAL) for everything but K and N, so one primitive
-// serves every M and batch; the other primitives are made per shape. Primitives are cached in the kernel
-// cache with their measured creation cost. A constant MatMul weight is
-// reordered once into the layout the primitive chose (format_tag::any) and
-// kept in the constant tensor cache, keyed by the weight's address, version
-// and layout, in the engine's scope.
+// serves every M and batch; the other primitives are made per shape.
+// Primitives are cached in the kernel cache with their measured creation
+// cost. A constant MatMul weight is reordered once into the layout the
+// primitive chose (format_tag::any) and kept in the constant tensor cache,
+// keyed by the weight's address, version and layout, in the engine's scope.
 #pragma once
 
 #include "unicache/backend.hpp"
