@@ -474,6 +474,13 @@ class onednn_cpu_backend final : public backend {
             std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " + v->hash};
   }
 
+  // oneDNN CPU kernels have no binaries to put in a blob; the in-memory
+  // compiled-partition key adds the full shapes to this.
+  std::string kernel_configuration(const partition& /*p*/, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                   const engine& /*e*/) const override {
+    return shape_mode_configuration(current_kernel_shapes(), input_shapes);
+  }
+
   stream make_stream(const engine& e) override {
     auto s = std::make_shared<stream_state>();
     s->strm = dnnl::stream(e.native<engine_state>().eng);

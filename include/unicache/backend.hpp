@@ -71,10 +71,30 @@ class backend {
   // What the engine's binaries are valid for: blobs made on one identity are
   // refused on another.
   virtual device_identity identity(const engine& e) const = 0;
+  // The kernel configuration `p` needs for `input_shapes` on `e`: bytes that
+  // decide which kernels compile() builds, i.e. the backend's options (such
+  // as the kernel-shape mode) and the part of the shapes its kernels are
+  // specialized for. Calls that return equal bytes must lead to the same
+  // kernels: compiled partitions are cached under it (with the full shapes)
+  // and a compiled-partition cache blob is identified by it, so one blob
+  // serves every shape of one configuration. The default, every shape in
+  // full, is always correct; a backend whose kernels take sizes as arguments
+  // returns less.
+  virtual std::string kernel_configuration(const partition& p,
+                                           const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                           const engine& e) const;
 };
 
+// The kernel configuration of a backend whose shape-agnostic kernels depend
+// on the inputs' ranks only and whose specialized kernels on every size (the
+// mode's name, then ranks or full shapes): what a backend built on
+// current_kernel_shapes() returns from kernel_configuration().
+std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::vector<std::int64_t>>& input_shapes);
+
 // Registers a backend that lives as long as the process. Thread-safe;
-// registering a name twice keeps the first.
+// registering a name twice keeps the first. Compiled partitions are cached
+// per backend object, so two backends never share one even when their
+// engines have the same scope.
 void register_backend(backend* b);
 // The backend registered under `name`, or nullptr.
 backend* find_backend(const std::string& name);

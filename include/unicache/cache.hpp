@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "unicache/error.hpp"
 #include "unicache/config.hpp"
 
 namespace unicache {
@@ -103,9 +104,9 @@ using eviction_callback = std::function<void(const eviction_event&)>;
 
 // Thrown by the cache's own API on misuse (a bad argument); build failures
 // reach callers as the exception the builder threw.
-class cache_error : public std::runtime_error {
+class cache_error : public error {
  public:
-  using std::runtime_error::runtime_error;
+  using error::error;
 };
 
 namespace detail {

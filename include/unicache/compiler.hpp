@@ -6,9 +6,11 @@
 //   unicache::compiled_partition cp = unicache::compile(partition, {{batch, 768}, {768, 3072}}, eng);
 //   cp.execute(strm, {{cp.inputs()[0], x_data}, {cp.inputs()[1], w_data}}, {{cp.outputs()[0], y_data}});
 //
-// Compiled partitions are cached (in the process-wide kernel cache, under
-// the partition's fingerprint, the concrete shapes and the engine's scope),
-// so compiling a shape seen before costs one lookup.
+// Compiled partitions are cached in the process-wide kernel cache, in the
+// engine's scope, under everything that decides the code that runs: the
+// partition's fingerprint, the backend, its kernel configuration (options
+// such as the kernel-shape mode) and the concrete shapes. Compiling a shape
+// seen before costs one lookup.
 #pragma once
 
 #include <cstdint>
@@ -17,15 +19,27 @@
 #include <vector>
 
 #include "unicache/backend.hpp"
+#include "unicache/error.hpp"
 #include "unicache/graph.hpp"
 
 namespace unicache {
 
-// Bad arguments to compile() or execute() (shapes, counts), or a partition
-// the backend cannot compile; the message says which.
-class compile_error : public std::runtime_error {
+// compile() (or get_cache_blob_id, compile_from_cache_blob) failed: shapes that do not fit the partition, a partition the backend
+// cannot compile, a build the driver refused, a bad blob. The message says
+// which. Where a backend reported the failure with its own exception type
+// (opencl_error with the OpenCL status, say), that exception is nested:
+// std::rethrow_if_nested(e) reaches it.
+class compile_error : public error {
  public:
-  using std::runtime_error::runtime_error;
+  using error::error;
+};
+
+// compiled_partition::execute() failed: tensors that do not match the
+// compiled shapes, or the device refused to run the kernel (the backend's
+// exception, when it has its own type, is nested as for compile_error).
+class execute_error : public error {
+ public:
+  using error::error;
 };
 
 class compiled_partition {
@@ -35,16 +49,20 @@ class compiled_partition {
   const std::vector<logical_tensor>& inputs() const;
   const std::vector<logical_tensor>& outputs() const;
   // Runs the partition. The tensors must match inputs()/outputs() in count
-  // and shape (else compile_error). Thread-safe: concurrent executions of one
-  // compiled partition are allowed, each with its own stream.
+  // and shape (else execute_error). Thread-safe: concurrent executions of one
+  // compiled partition are allowed, each with its own stream. Throws
+  // execute_error if the device fails to run it (or the partition is empty).
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const;
 
-  // Cache blobs (seed 000, option 2), for applications that keep compiled
-  // kernels in their own storage. The id is 32 hex digits naming (partition
-  // structure, input shapes, backend, device identity, unicache build): the
-  // same as get_cache_blob_id(partition, shapes, engine) before compiling.
-  // The blob holds the device binaries of the partition's kernels (none on
-  // the CPU backend), self-checking; compile_from_cache_blob() takes it.
+  // Cache blobs, for applications that keep compiled kernels in their own
+  // storage. The id is 32 hex digits naming (partition structure, backend,
+  // kernel configuration, device identity, unicache build): the same as
+  // get_cache_blob_id(partition, shapes, engine) before compiling. The kernel
+  // configuration holds only what the kernels are specialized for: with
+  // shape-agnostic kernels (the default) every shape of a partition has the
+  // same id and the same blob, stored once. The blob holds the device
+  // binaries of the partition's kernels (none on the CPU backend),
+  // self-checking; compile_from_cache_blob() takes it.
   std::string get_cache_blob_id() const;
   byte_vector get_cache_blob() const;
 
@@ -68,11 +86,12 @@ std::string get_cache_blob_id(const partition& p, const std::vector<std::vector<
                               const engine& e);
 
 // compile(), with the kernels created from the binaries in `blob` (a blob
-// from get_cache_blob() of the same partition, shapes and device identity)
-// instead of being built. A binary the driver rejects is rebuilt from source.
-// Throws compile_error naming the problem if the blob is not a unicache
-// blob, is corrupt or truncated, was made for another device, driver or
-// unicache build, or for another partition or shapes.
+// from get_cache_blob() of the same partition, kernel configuration and
+// device identity, for any of its shapes) instead of being built. A binary
+// the driver rejects is rebuilt from source. Throws compile_error naming the
+// problem if the blob is not a unicache blob, is corrupt or truncated, was
+// made for another device, driver or unicache build, or for another
+// partition, backend or kernel configuration.
 compiled_partition compile_from_cache_blob(const partition& p,
                                            const std::vector<std::vector<std::int64_t>>& input_shapes,
                                            const engine& e, byte_span blob);

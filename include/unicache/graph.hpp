@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "unicache/error.hpp"
+
 namespace unicache {
 
 enum class data_type : std::uint8_t { f32 };
@@ -66,9 +68,9 @@ struct op {
 };
 
 // A malformed graph: the message names the op and the tensor.
-class graph_error : public std::runtime_error {
+class graph_error : public error {
  public:
-  using std::runtime_error::runtime_error;
+  using error::error;
 };
 
 // A piece of the graph compiled as one unit.

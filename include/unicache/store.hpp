@@ -40,6 +40,8 @@
 #include <string_view>
 #include <vector>
 
+#include "unicache/error.hpp"
+
 namespace unicache {
 
 namespace detail {
@@ -96,9 +98,9 @@ struct store_entry_info {
 };
 
 // Errors of the explicit (blob and maintenance) API; get/put never throw.
-class store_error : public std::runtime_error {
+class store_error : public error {
  public:
-  using std::runtime_error::runtime_error;
+  using error::error;
 };
 
 class kernel_store {

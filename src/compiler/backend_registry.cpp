@@ -1,7 +1,9 @@
+// The registry of backends, and the defaults of the backend interface.
 #include <string>
 #include <vector>
 
 #include "unicache/backend.hpp"
+#include "unicache/cache_key.hpp"
 #include "util/mutex.hpp"
 
 namespace unicache {
@@ -18,6 +20,30 @@ registry& the_registry() {
 }
 
 }  // namespace
+
+std::string backend::kernel_configuration(const partition& /*p*/,
+                                          const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                          const engine& /*e*/) const {
+  cache_key key;
+  key.add("shapes").add(static_cast<std::uint64_t>(input_shapes.size()));
+  for (const auto& s : input_shapes) {
+    key.add(static_cast<std::uint64_t>(s.size()));
+    for (std::int64_t d : s) key.add(d);
+  }
+  return std::string(key.bytes());
+}
+
+std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::vector<std::int64_t>>& input_shapes) {
+  cache_key key;
+  key.add(to_string(mode)).add(static_cast<std::uint64_t>(input_shapes.size()));
+  for (const auto& s : input_shapes) {
+    key.add(static_cast<std::uint64_t>(s.size()));
+    if (mode == kernel_shapes::specialized) {
+      for (std::int64_t d : s) key.add(d);
+    }
+  }
+  return std::string(key.bytes());
+}
 
 void register_backend(backend* b) {
   registry& r = the_registry();

@@ -1,3 +1,6 @@
+// compile() and compiled partitions: the compiled-partition cache, cache
+// blobs, and the errors a backend raises reported as the core's types.
+#include <exception>
 #include <string>
 #include <unordered_map>
 
@@ -24,17 +27,36 @@ namespace {
 // held by the backend's kernel cache entries).
 constexpr std::size_t kCompiledPartitionBytes = 4096;
 
-// What a compiled partition is, for its cache blob: structure, shapes and
-// backend (the device identity is the blob's own field).
-std::string blob_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
-                     const engine& e) {
-  cache_key key;
-  key.add("compiled-partition").add(p.fingerprint()).add(e.owner()->name());
-  key.add(static_cast<std::uint64_t>(input_shapes.size()));
-  for (const auto& s : input_shapes) {
+void add_shapes(cache_key& key, const std::vector<std::vector<std::int64_t>>& shapes) {
+  key.add(static_cast<std::uint64_t>(shapes.size()));
+  for (const auto& s : shapes) {
     key.add(static_cast<std::uint64_t>(s.size()));
     for (std::int64_t d : s) key.add(d);
   }
+}
+
+// The compiled-partition cache key: everything that decides the code that
+// runs. The structure, the backend object (two backends on engines of one
+// scope never share a compiled partition), its kernel configuration (its
+// options, the kernel-shape mode), and the shapes the partition's tensors
+// are described with.
+std::string compiled_partition_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                   const engine& e) {
+  cache_key key;
+  key.add(p.fingerprint()).add(e.owner()->name()).add(reinterpret_cast<std::uintptr_t>(e.owner()));
+  key.add(e.owner()->kernel_configuration(p, input_shapes, e));
+  add_shapes(key, input_shapes);
+  return std::string(key.bytes());
+}
+
+// What a compiled partition's cache blob is for: structure, backend and
+// kernel configuration (the device identity is the blob's own field). Not
+// the shapes: one blob serves every shape whose kernels are the same.
+std::string blob_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                     const engine& e) {
+  cache_key key;
+  key.add("compiled-partition/2").add(p.fingerprint()).add(e.owner()->name());
+  key.add(e.owner()->kernel_configuration(p, input_shapes, e));
   return std::string(key.bytes());
 }
 
@@ -91,16 +113,10 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
     throw compile_error("compile: partition " + p.fingerprint() + " has " + std::to_string(p.inputs().size()) +
                         " inputs, got " + std::to_string(input_shapes.size()) + " shapes");
   }
-  // The key: structure, concrete shapes; the engine is the scope.
-  cache_key key;
-  key.add(p.fingerprint()).add(static_cast<std::uint64_t>(input_shapes.size()));
-  for (const auto& s : input_shapes) {
-    key.add(static_cast<std::uint64_t>(s.size()));
-    for (std::int64_t d : s) key.add(d);
-  }
+  const std::string key = compiled_partition_key(p, input_shapes, e);
   compiled_partition out;
   cache_handle<const compiled_partition::state> cached = kernel_cache().get_or_build<const compiled_partition::state>(
-      e.scope(), compiled_partition_backend_id, key.bytes(), kCompiledPartitionBytes, [&] {
+      e.scope(), compiled_partition_backend_id, key, kCompiledPartitionBytes, [&] {
         auto s = std::make_shared<compiled_partition::state>();
         std::unordered_map<std::uint64_t, std::vector<std::int64_t>> shape_of;
         for (std::size_t i = 0; i < input_shapes.size(); ++i) {
@@ -141,7 +157,14 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
           concrete.shape = shape_of.at(declared.id);
           s->outputs.push_back(concrete);
         }
-        s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e, preloaded);
+        try {
+          s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e, preloaded);
+        } catch (const compile_error&) {
+          throw;
+        } catch (const error& err) {
+          // A backend's own error type (with its status) stays reachable.
+          std::throw_with_nested(compile_error(err.what()));
+        }
         s->identity = e.owner()->identity(e);
         s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
@@ -152,22 +175,28 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
 
 void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
                                  const std::vector<tensor>& outputs) const {
-  if (!state_) throw compile_error("execute() of an empty compiled_partition");
+  if (!state_) throw execute_error("execute() of an empty compiled_partition");
   auto check = [](const std::vector<tensor>& given, const std::vector<logical_tensor>& want, const char* what) {
     if (given.size() != want.size()) {
-      throw compile_error(std::string("execute: expected ") + std::to_string(want.size()) + " " + what + ", got " +
+      throw execute_error(std::string("execute: expected ") + std::to_string(want.size()) + " " + what + ", got " +
                           std::to_string(given.size()));
     }
     for (std::size_t i = 0; i < given.size(); ++i) {
       if (given[i].desc.shape != want[i].shape || given[i].data == nullptr) {
-        throw compile_error(std::string("execute: ") + what + " " + std::to_string(i) + " must be " +
+        throw execute_error(std::string("execute: ") + what + " " + std::to_string(i) + " must be " +
                             shape_to_string(want[i].shape) + " with data, got " + shape_to_string(given[i].desc.shape));
       }
     }
   };
   check(inputs, state_->inputs, "inputs");
   check(outputs, state_->outputs, "outputs");
-  state_->kernel->execute(s, inputs, outputs);
+  try {
+    state_->kernel->execute(s, inputs, outputs);
+  } catch (const execute_error&) {
+    throw;
+  } catch (const error& err) {
+    std::throw_with_nested(execute_error(err.what()));
+  }
 }
 
 std::string compiled_partition::get_cache_blob_id() const {
@@ -197,7 +226,7 @@ compiled_partition compile_from_cache_blob(const partition& p,
     throw compile_error(std::string("compile_from_cache_blob: ") + err.what());
   }
   if (contents.key != blob_key(p, input_shapes, e)) {
-    throw compile_error("compile_from_cache_blob: the blob belongs to another partition, shapes or backend (partition " +
+    throw compile_error("compile_from_cache_blob: the blob belongs to another partition, backend or kernel configuration (partition " +
                         p.fingerprint() + ")");
   }
   return compile_with(p, input_shapes, e, decode_binaries(contents.binary));

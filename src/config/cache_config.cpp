@@ -133,10 +133,9 @@ void apply_capacity_variable(const char* name, cache_config& config) {
   if (!value) return;
   const capacity_spec spec = parse_capacity_spec(*value);
   if (!spec.ok()) {
-    detail::warn(std::string("ignoring ") + name + "=\"" + *value + "\": bad token \"" +
-                 spec.bad_token + "\": " + spec.error + "; keeping cpu:" +
-                 std::to_string(config.cpu.capacity_mb) +
-                 ";gpu:" + std::to_string(config.gpu.capacity_mb));
+    detail::warn_ignored_setting(name, *value, spec.bad_token, spec.error,
+                                 "cpu:" + std::to_string(config.cpu.capacity_mb) +
+                                     ";gpu:" + std::to_string(config.gpu.capacity_mb));
     return;
   }
   for (const capacity_setting& s : spec.settings) {
@@ -150,8 +149,7 @@ void apply_switch_variable(const char* name, bool& target) {
   if (!value) return;
   const std::optional<bool> parsed = parse_switch(*value);
   if (!parsed) {
-    detail::warn(std::string("ignoring ") + name + "=\"" + *value + "\": bad token \"" + *value +
-                 "\": expected 0 or 1; keeping " + (target ? "1" : "0"));
+    detail::warn_ignored_setting(name, *value, *value, "expected 0 or 1", target ? "1" : "0");
     return;
   }
   target = *parsed;
@@ -196,8 +194,8 @@ std::atomic<kernel_shapes>& kernel_shapes_setting() {
     const std::optional<std::string> value = detail::environment_variable("UNICACHE_KERNEL_SHAPES");
     if (!value) return kernel_shapes::agnostic;
     if (const auto parsed = parse_kernel_shapes(*value)) return *parsed;
-    detail::warn("ignoring UNICACHE_KERNEL_SHAPES=\"" + *value + "\": bad token \"" + *value +
-                 "\": expected agnostic or specialized; keeping agnostic");
+    detail::warn_ignored_setting("UNICACHE_KERNEL_SHAPES", *value, *value, "expected agnostic or specialized",
+                                 "agnostic");
     return kernel_shapes::agnostic;
   }();
   return setting;

@@ -18,9 +18,10 @@ void apply_number(const char* name, std::uint64_t max, const char* unit, T& targ
   if (!value) return;
   const std::optional<std::uint64_t> parsed = detail::parse_decimal(detail::trim(*value), max);
   if (!parsed) {
-    detail::warn(std::string("ignoring ") + name + "=\"" + *value + "\": bad token \"" + *value +
-                 "\": expected a non-negative whole number of " + unit + " up to " +
-                 std::to_string(max) + "; keeping " + std::to_string(target));
+    detail::warn_ignored_setting(name, *value, *value,
+                                 std::string("expected a non-negative whole number of ") + unit + " up to " +
+                                     std::to_string(max),
+                                 std::to_string(target));
     return;
   }
   target = static_cast<T>(*parsed);
@@ -34,8 +35,7 @@ store_config store_config::from_environment() {
     if (const auto on = parse_switch(*v)) {
       c.enabled = *on;
     } else {
-      detail::warn("ignoring UNICACHE_PERSISTENT_CACHE=\"" + *v + "\": bad token \"" + *v +
-                   "\": expected 0 or 1; keeping 1");
+      detail::warn_ignored_setting("UNICACHE_PERSISTENT_CACHE", *v, *v, "expected 0 or 1", "1");
     }
   }
   if (const auto dir = detail::environment_variable("UNICACHE_PERSISTENT_CACHE_DIR");

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 
 #include "unicache/config.hpp"
+#include "util/env.hpp"
 
 namespace unicache {
 namespace {
@@ -194,6 +196,34 @@ TEST_F(EnvironmentTest, MalformedSwitchIsReportedAndIgnored) {
   EXPECT_TRUE(cache_config::constant_tensor_cache_from_environment().enabled);
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE=\"off\""), std::string::npos) << err;
+}
+
+TEST(QuotedValue, EscapesControlQuoteBackslashAndNonAsciiBytes) {
+  EXPECT_EQ(detail::quoted("cpu:1"), "\"cpu:1\"");
+  EXPECT_EQ(detail::quoted("a\nb\tc\r\"d\\"), "\"a\\nb\\tc\\r\\\"d\\\\\"");
+  EXPECT_EQ(detail::quoted(std::string("\x1b[2J\x7f\xc3\xa9", 7)), "\"\\x1b[2J\\x7f\\xc3\\xa9\"");
+  EXPECT_EQ(detail::quoted(std::string("a\0b", 3)), "\"a\\x00b\"");
+}
+
+TEST(QuotedValue, LongValuesAreCutAndTheirLengthIsSaid) {
+  const std::string value(100000, 'x');
+  const std::string shown = detail::quoted(value, 64);
+  EXPECT_EQ(shown, "\"" + std::string(64, 'x') + "\"... (100000 bytes)");
+}
+
+TEST_F(EnvironmentTest, AHugeValueWithControlCharactersGivesOneShortEscapedLine) {
+  std::string value = "cpu:1\x1b[2J\n";
+  value += std::string(100000, 'z');
+  setenv("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY", value.c_str(), 1);
+  ::testing::internal::CaptureStderr();
+  const cache_config c = cache_config::constant_tensor_cache_from_environment();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(c.cpu.capacity_mb, cache_config{}.cpu.capacity_mb);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "the value's newline is escaped, not echoed";
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << "no raw escape sequence reaches the terminal";
+  EXPECT_NE(err.find("\\x1b[2J\\n"), std::string::npos) << err.substr(0, 400);
+  EXPECT_NE(err.find("(" + std::to_string(value.size()) + " bytes)"), std::string::npos) << err.substr(0, 400);
+  EXPECT_LT(err.size(), 600u) << "a 100 KB value must not give a 100 KB line";
 }
 
 TEST_F(EnvironmentTest, KernelCacheHasItsOwnVariable) {

@@ -196,7 +196,7 @@ TEST_F(fixture, BadShapesAreRejectedWithClearErrors) {
   try {
     cp.execute(strm, {{cp.inputs()[0], buf.data(), 0}}, {});
     FAIL() << "accepted a wrong number of tensors";
-  } catch (const compile_error& e) {
+  } catch (const execute_error& e) {
     EXPECT_NE(std::string(e.what()).find("expected 2 inputs"), std::string::npos) << e.what();
   }
 }

@@ -451,7 +451,58 @@ TEST_F(fixture, ACompiledPartitionBlobRecreatesItInAnotherContextWithoutBuilding
                matmul_atol(k), 1e-5, "from the blob");
 }
 
-TEST_F(fixture, ACompiledPartitionBlobForOtherShapesOrCorruptIsRejected) {
+TEST_F(fixture, ShapeAgnosticKernelsGiveOneBlobForEveryShapeOfAConfiguration) {
+  const std::int64_t k = 40, n = 24;
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  byte_vector blob;
+  std::string id;
+  {
+    fresh_context first(eng);
+    for (std::int64_t m : {1, 3, 17, 64, 100}) {
+      compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, first.eng);
+      if (id.empty()) {
+        id = cp.get_cache_blob_id();
+        blob = cp.get_cache_blob();
+        continue;
+      }
+      EXPECT_EQ(cp.get_cache_blob_id(), id) << "M=" << m << ": the same kernels under another id";
+      const byte_vector again = cp.get_cache_blob();
+      const device_identity who = opencl::detail::identity_of(opencl::info(first.eng));
+      EXPECT_EQ(deserialize_blob(who, again).binary, deserialize_blob(who, blob).binary) << "M=" << m;
+    }
+    EXPECT_NE(get_cache_blob_id(g.partitions()[0], {{2, 3, k}, {k, n}, {n}}, first.eng), id)
+        << "another rank is another configuration";
+  }
+  kernel_store::instance().clear();
+  fresh_context second(eng);
+  const std::int64_t m = 7;  // a shape the blob was never made for
+  const auto x = random_data({m, k}, 63), w = random_data({k, n}, 64), b = random_data({n}, 65);
+  const opencl::backend_stats before = opencl::stats();
+  compiled_partition cp = compile_from_cache_blob(g.partitions()[0], {{m, k}, {k, n}, {n}}, second.eng, blob);
+  EXPECT_EQ(opencl::stats().programs_from_source - before.programs_from_source, 0u);
+  expect_close(run_compiled(second.eng, second.strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n),
+               matmul_atol(k), 1e-5, "another shape from the blob");
+}
+
+TEST_F(fixture, SpecializedKernelsGiveOneBlobPerShape) {
+  struct restore {
+    ~restore() { set_kernel_shapes(kernel_shapes::agnostic); }
+  } restore_mode;
+  set_kernel_shapes(kernel_shapes::specialized);
+  fresh_context ctx(eng);
+  const std::int64_t k = 12, n = 8;
+  graph g = mlp_graph(k, n, false);
+  compiled_partition cp = compile(g.partitions()[0], {{3, k}, {k, n}, {n}}, ctx.eng);
+  EXPECT_NE(get_cache_blob_id(g.partitions()[0], {{4, k}, {k, n}, {n}}, ctx.eng), cp.get_cache_blob_id());
+  try {
+    compile_from_cache_blob(g.partitions()[0], {{4, k}, {k, n}, {n}}, ctx.eng, cp.get_cache_blob());
+    ADD_FAILURE() << "a blob of specialized kernels for M=3 was accepted for M=4";
+  } catch (const compile_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel configuration"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(fixture, ACompiledPartitionBlobForAnotherConfigurationOrCorruptIsRejected) {
   fresh_context ctx(eng);
   const std::int64_t k = 12, n = 8;
   graph g = mlp_graph(k, n, false);
@@ -465,7 +516,7 @@ TEST_F(fixture, ACompiledPartitionBlobForOtherShapesOrCorruptIsRejected) {
       EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
     }
   };
-  expect_error(blob, {{4, k}, {k, n}, {n}}, "another partition, shapes or backend");
+  expect_error(blob, {{2, 4, k}, {k, n}, {n}}, "another partition, backend or kernel configuration");
   byte_vector corrupt = blob;
   corrupt[corrupt.size() / 2] ^= 1;
   expect_error(corrupt, {{3, k}, {k, n}, {n}}, "checksum");

@@ -328,6 +328,13 @@ class opencl_backend final : public backend {
   }
 
   device_identity identity(const engine& e) const override { return e.native<engine_state>().identity; }
+
+  // Shape-agnostic kernels depend on the ranks only (sizes and strides are
+  // arguments); specialized ones on every size.
+  std::string kernel_configuration(const partition& /*p*/, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                   const engine& /*e*/) const override {
+    return shape_mode_configuration(current_kernel_shapes(), input_shapes);
+  }
 };
 
 }  // namespace

@@ -114,7 +114,7 @@ const device_entry& select_device(const std::vector<device_entry>& devices) {
         return d;
       }
     }
-    unicache::detail::warn("UNICACHE_OPENCL_DEVICE=\"" + v + "\" names no OpenCL device (devices: " +
+    unicache::detail::warn("UNICACHE_OPENCL_DEVICE=" + unicache::detail::quoted(v) + " names no OpenCL device (devices: " +
                            describe_all(devices) + "); using the default device");
   }
   for (const auto& d : devices) {
@@ -405,8 +405,8 @@ engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte
     throw opencl_error(std::string("opencl: engine cache blob rejected: ") + err.what(), CL_INVALID_VALUE);
   }
   if (contents.key != kEngineBlobKey) {
-    throw opencl_error("opencl: engine cache blob rejected: it holds \"" + contents.key.substr(0, 40) +
-                           "\", not this unicache's engine info (" + kEngineBlobKey + ")",
+    throw opencl_error("opencl: engine cache blob rejected: it holds " + unicache::detail::quoted(contents.key, 40) +
+                           ", not this unicache's engine info (" + kEngineBlobKey + ")",
                        CL_INVALID_VALUE);
   }
   try {

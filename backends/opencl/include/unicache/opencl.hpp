@@ -28,9 +28,10 @@
 // constant tensor cache's (gpu, device, context) scope; evicting one releases
 // its cl_mem. Two contexts never share packed weights or kernels.
 //
-// Errors: engine creation and compile failures throw opencl_error (a
-// compile_error) with the OpenCL status name and, for a build failure, the
-// driver's build log. execute() throws opencl_error if an enqueue fails.
+// Errors: engine creation throws opencl_error with the OpenCL status name.
+// compile() throws compile_error (a build failure's message holds the
+// driver's build log) and execute() throws execute_error; both carry the
+// opencl_error with the status nested.
 // Thread safety: engines, compiled partitions and the functions below may be
 // used from any thread; a stream is used by one thread at a time.
 #pragma once
@@ -56,10 +57,13 @@ inline constexpr backend_id backend_id_value = 0x0C1E0001;
 
 // An OpenCL call failed, or a kernel did not build (the message then holds
 // the build log). `status()` is the OpenCL status (CL_SUCCESS when the error
-// is not an OpenCL status, e.g. no device matched).
-class opencl_error : public compile_error {
+// is not an OpenCL status, e.g. no device matched). Engine creation and the
+// buffer helpers throw it as it is; inside compile() it reaches the caller
+// nested in a compile_error, inside execute() nested in an execute_error
+// (std::rethrow_if_nested gets it back).
+class opencl_error : public error {
  public:
-  opencl_error(const std::string& what, cl_int status) : compile_error(what), status_(status) {}
+  opencl_error(const std::string& what, cl_int status) : error(what), status_(status) {}
   cl_int status() const noexcept { return status_; }
 
  private:
