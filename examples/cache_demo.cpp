@@ -63,7 +63,7 @@ int main() {
   }
 
   std::atomic<int> packs{0}, evictions{0};
-  cache.set_eviction_callback(kDemoBackend, [&](const eviction_event& e) {
+  cache.add_eviction_callback(kDemoBackend, [&](const eviction_event& e) {
     evictions.fetch_add(1);
     std::printf("  eviction callback: %s left the cache\n", std::string(e.key).c_str());
   });

@@ -60,6 +60,13 @@ using cache_future = std::shared_future<cache_value>;
 // are compared only with keys of the same backend id.
 using backend_id = std::uint32_t;
 
+// Names a backend id in diagnostics (UNICACHE_VERBOSE lines say
+// backend=onednn_cpu, not its number). Backends call it when they register;
+// naming an id again replaces the name. Thread-safe.
+void name_backend(backend_id backend, std::string_view name);
+// The name given to `backend`, else its id in hex ("0x0d0e0001").
+std::string backend_name(backend_id backend);
+
 // Where an entry lives. Entries are visible only to callers with the same
 // kind, device id and context id. The context id is an opaque value chosen by
 // the backend (a cl_context's address, a counter, 0 for the CPU).
@@ -85,7 +92,7 @@ struct cache_stats {
   std::uint64_t evictions = 0;       // entries removed to make room or by shrinking
   std::uint64_t failures = 0;        // entries dropped because their build failed
   std::uint64_t refused_full = 0;    // not cached: NO_EVICT and no room
-  std::uint64_t refused_oversize = 0;  // not cached: larger than the capacity
+  std::uint64_t refused_oversize = 0;  // not cached: larger than the capacity (or capacity 0)
   std::uint64_t refused_admission = 0;  // not cached: COST judged it worth less than what it would evict
   std::uint64_t bytes = 0;    // declared sizes of the entries now cached
   std::uint64_t entries = 0;  // entries now cached
@@ -101,6 +108,12 @@ struct eviction_event {
   cache_future value;
 };
 using eviction_callback = std::function<void(const eviction_event&)>;
+
+// One subscriber of eviction callbacks, as add_eviction_callback returns it.
+struct eviction_subscription {
+  backend_id backend = 0;
+  std::uint64_t id = 0;  // 0: none
+};
 
 // Thrown by the cache's own API on misuse (a bad argument); build failures
 // reach callers as the exception the builder threw.
@@ -183,7 +196,7 @@ class unified_cache {
  public:
   // An independent cache with its own configuration. Tests and applications
   // that want isolation use these; most code uses the process-wide caches
-  // below.
+  // below. Throws cache_error for a capacity above max_capacity_mb.
   explicit unified_cache(cache_config config = {});
   // Destroying a cache while another thread uses it is undefined. Values held
   // by users stay alive; their handles become invalid.
@@ -233,7 +246,9 @@ class unified_cache {
   // Capacity in MB, a budget for each device of `kind`. Applies to existing
   // and future devices of that kind and clears per-device overrides.
   // Shrinking evicts (per policy; NO_EVICT in least-recently-used order) down
-  // to the new size; growing keeps every entry. 0 caches nothing.
+  // to the new size; growing keeps every entry. 0 caches nothing, not even a
+  // value of 0 bytes. Throws cache_error, changing nothing, for a capacity
+  // above max_capacity_mb (the bound the environment parser applies too).
   void set_capacity(engine_kind kind, std::size_t capacity_mb);
   void set_capacity(engine_kind kind, std::size_t capacity_mb, eviction_policy policy);
   // Capacity in MB of one device index, overriding the kind's value.
@@ -244,13 +259,16 @@ class unified_cache {
   void set_enabled(bool enabled);
   bool enabled() const;
 
-  // Registers the callback for entries of `backend`, replacing any earlier
-  // one. It is called after an entry is evicted or cleared, never for an entry
-  // removed with remove() or dropped after a failed build.
-  void set_eviction_callback(backend_id backend, eviction_callback callback);
-  // After this returns no call of the backend's callback is running, except
-  // one on the calling thread (unregistering from inside the callback is allowed).
-  void clear_eviction_callback(backend_id backend);
+  // Subscribes `callback` to evictions of `backend`'s entries. A backend may
+  // have several subscribers (a backend's own bookkeeping and a user who
+  // observes it); each is called, in the order they subscribed, after an
+  // entry is evicted or cleared, never for an entry removed with remove() or
+  // dropped after a failed build. Throws cache_error for an empty callback.
+  eviction_subscription add_eviction_callback(backend_id backend, eviction_callback callback);
+  // Unsubscribes. After this returns no call of that callback is running,
+  // except one on the calling thread (unsubscribing from inside the callback
+  // is allowed). Returns false if the subscription was already removed.
+  bool remove_eviction_callback(const eviction_subscription& subscription);
 
   cache_stats stats(const cache_scope& scope) const;
   cache_stats total_stats() const;

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,6 +50,11 @@ std::string_view to_string(eviction_policy policy);
 // `library_default` resolved to the policy it stands for.
 eviction_policy effective_policy(eviction_policy policy);
 
+// The largest capacity in MB, for an API call or an environment variable:
+// one whose byte count fits in a size_t. Larger values are rejected, never
+// saturated.
+inline constexpr std::size_t max_capacity_mb = std::numeric_limits<std::size_t>::max() >> 20;
+
 // Budget of every device of one engine kind.
 struct kind_capacity {
   std::size_t capacity_mb = 0;
@@ -61,6 +67,9 @@ struct cache_config {
   kind_capacity gpu{1024, eviction_policy::library_default};
   // One stderr line per miss and per eviction (UNICACHE_VERBOSE=1).
   bool verbose = false;
+  // What verbose lines call this cache ("constant_tensor_cache" and
+  // "kernel_cache" for the process-wide ones).
+  std::string name = "unified_cache";
 
   kind_capacity& of(engine_kind kind) { return kind == engine_kind::cpu ? cpu : gpu; }
   const kind_capacity& of(engine_kind kind) const {
@@ -117,7 +126,7 @@ struct capacity_spec {
 };
 
 // Parses `kind:size[:policy](;kind:size[:policy])*`. Kinds are `cpu` and
-// `gpu`, sizes are decimal MB that fit in bytes in a size_t, policies are
+// `gpu`, sizes are decimal MB up to max_capacity_mb, policies are
 // NO_EVICT, LRU, COST and DEFAULT; names are case-insensitive and spaces
 // around a token are ignored. Empty parts, a kind named twice, signs and
 // anything else are errors. Never throws.

@@ -48,13 +48,14 @@ class constant_registry {
     cache_handle<T> handle;
   };
 
-  // Registers this registry's eviction callback for `backend` in `cache`
-  // (replacing any other). Backends create one registry per backend id and
-  // never destroy it, since the cache may call the callback at any time.
-  constant_registry(unified_cache& cache, backend_id backend) : cache_(cache), backend_(backend) {
-    cache_.set_eviction_callback(backend_, [this](const eviction_event& e) { evicted(e.key); });
-  }
-  ~constant_registry() { cache_.clear_eviction_callback(backend_); }
+  // Subscribes this registry to evictions of `backend`'s entries in `cache`
+  // (beside any other subscriber). Backends create one registry per backend
+  // id and never destroy it.
+  constant_registry(unified_cache& cache, backend_id backend)
+      : cache_(cache),
+        backend_(backend),
+        subscription_(cache_.add_eviction_callback(backend_, [this](const eviction_event& e) { evicted(e.key); })) {}
+  ~constant_registry() { cache_.remove_eviction_callback(subscription_); }
   constant_registry(const constant_registry&) = delete;
   constant_registry& operator=(const constant_registry&) = delete;
 
@@ -118,6 +119,7 @@ class constant_registry {
 
   unified_cache& cache_;
   backend_id backend_;
+  eviction_subscription subscription_;
   std::mutex mu_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<slot>>> slots_;
 };

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -227,9 +228,16 @@ struct device_cache {
   }
 
   void insert_locked(entry* e, scope_counters& counters) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (policy != eviction_policy::cost) clock.store(++tick, std::memory_order_relaxed);
-    if (policy == eviction_policy::cost) recall(e);
-    e->stamp.store(clock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    if (policy == eviction_policy::cost) {
+      recall(e);
+      e->stamp.store(clock.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    } else {
+      // The new entry takes a tick of its own and the clock that hits stamp
+      // moves past it: an entry hit after this insertion is more recent than
+      // this entry, not tied with it (K1, K2, hit K1, K3 evicts K2).
+      e->stamp.store(++tick, std::memory_order_relaxed);
+      clock.store(++tick, std::memory_order_relaxed);
+    }
     table.insert(e);
     used_bytes += e->size_bytes;
     e->resident.store(true, std::memory_order_release);
@@ -300,6 +308,9 @@ struct device_cache {
     }
     capacity_bytes = bytes;
     evict_to(capacity_bytes, removal::shrink, removed);
+    if (capacity_bytes == 0) {  // caches nothing: entries of zero bytes go too
+      for (entry* e : table.entries()) remove_locked(e, removal::shrink, removed);
+    }
   }
 };
 
@@ -309,11 +320,15 @@ using namespace detail;
 
 namespace {
 
-std::uint64_t mb_to_bytes(std::size_t mb) {
-  if (mb > std::numeric_limits<std::uint64_t>::max() / kBytesPerMb) {
-    return std::numeric_limits<std::uint64_t>::max();
+// Capacities come checked (check_capacity, or the environment parser with
+// the same bound), so the product fits.
+std::uint64_t mb_to_bytes(std::size_t mb) { return std::uint64_t{mb} * kBytesPerMb; }
+
+void check_capacity(std::size_t capacity_mb) {
+  if (capacity_mb > max_capacity_mb) {
+    throw cache_error("unicache: capacity " + std::to_string(capacity_mb) + " MB does not fit in bytes; the largest is " +
+                      std::to_string(max_capacity_mb) + " MB");
   }
-  return std::uint64_t{mb} * kBytesPerMb;
 }
 
 std::string describe_scope(engine_kind kind, int device_id, std::uint64_t context_id) {
@@ -361,12 +376,15 @@ struct unified_cache::impl {
 
   struct callback_slot {
     eviction_callback callback;
+    std::uint64_t id = 0;
     int running = 0;  // guarded by callbacks_mu
   };
   mutable mutex callbacks_mu;
   std::condition_variable_any callback_finished;
-  absl::flat_hash_map<backend_id, std::shared_ptr<callback_slot>> callbacks
+  // Every backend's subscribers, in the order they subscribed.
+  absl::flat_hash_map<backend_id, std::vector<std::shared_ptr<callback_slot>>> callbacks
       ABSL_GUARDED_BY(callbacks_mu);
+  std::uint64_t last_subscription ABSL_GUARDED_BY(callbacks_mu) = 0;
 
   device_cache* find_device(engine_kind kind, int device_id) const {
     if (device_id >= 0 && device_id < kDirectDevices) {
@@ -427,16 +445,15 @@ struct unified_cache::impl {
       const bool evicted = r.reason == removal::capacity || r.reason == removal::shrink ||
                            r.reason == removal::clear;
       if (initial.verbose) {
-        char line[256];
+        char line[384];
         std::snprintf(line, sizeof line,
-                      "unicache_verbose,cache,evict,%s,backend=%u,key=%016" PRIx64
-                      ",bytes=%" PRIu64 ",reason=%s",
-                      describe_scope(kind, device_id, e->context_id).c_str(), e->backend, e->hash,
-                      e->size_bytes, describe(r.reason));
+                      "unicache_verbose,%s,evict,%s,backend=%s,key=%016" PRIx64 ",bytes=%" PRIu64 ",reason=%s",
+                      initial.name.c_str(), describe_scope(kind, device_id, e->context_id).c_str(),
+                      backend_name(e->backend).c_str(), e->hash, e->size_bytes, describe(r.reason));
         write_line(line);
       }
       if (evicted) {
-        run_callback(eviction_event{{kind, device_id, e->context_id}, e->backend, e->key(),
+        run_callbacks(eviction_event{{kind, device_id, e->context_id}, e->backend, e->key(),
                                     e->future});
       }
       // With its size: an evicted large value (a packed weight's device
@@ -448,41 +465,52 @@ struct unified_cache::impl {
     epoch_domain::instance().collect();
   }
 
-  void run_callback(const eviction_event& event) {
-    std::shared_ptr<callback_slot> slot;
+  // Calls every subscriber of the entry's backend. A subscriber removed
+  // meanwhile is skipped; one added meanwhile sees the next eviction.
+  void run_callbacks(const eviction_event& event) {
+    std::vector<std::shared_ptr<callback_slot>> slots;
     {
       mutex_lock lock(&callbacks_mu);
       auto it = callbacks.find(event.backend);
       if (it == callbacks.end()) return;
-      slot = it->second;
-      ++slot->running;
+      slots = it->second;
     }
-    running_callbacks.push_back(slot.get());
-    try {
-      slot->callback(event);
-    } catch (...) {
-      warn("an eviction callback threw; the exception was dropped");
+    for (const std::shared_ptr<callback_slot>& slot : slots) {
+      {
+        mutex_lock lock(&callbacks_mu);
+        if (slot->id == 0) continue;  // removed since the copy
+        ++slot->running;
+      }
+      running_callbacks.push_back(slot.get());
+      try {
+        slot->callback(event);
+      } catch (...) {
+        warn("an eviction callback threw; the exception was dropped");
+      }
+      running_callbacks.pop_back();
+      mutex_lock lock(&callbacks_mu);
+      --slot->running;
+      callback_finished.notify_all();
     }
-    running_callbacks.pop_back();
-    mutex_lock lock(&callbacks_mu);
-    --slot->running;
-    callback_finished.notify_all();
   }
 
   void trace_miss(const cache_scope& scope, backend_id backend, std::uint64_t hash,
                   std::uint64_t size, const char* outcome) const {
     if (!initial.verbose) return;
-    char line[256];
+    char line[384];
     std::snprintf(line, sizeof line,
-                  "unicache_verbose,cache,miss,%s,backend=%u,key=%016" PRIx64 ",bytes=%" PRIu64
-                  ",outcome=%s",
-                  describe_scope(scope.kind, scope.device_id, scope.context_id).c_str(), backend,
-                  hash, size, outcome);
+                  "unicache_verbose,%s,miss,%s,backend=%s,key=%016" PRIx64 ",bytes=%" PRIu64 ",outcome=%s",
+                  initial.name.c_str(), describe_scope(scope.kind, scope.device_id, scope.context_id).c_str(),
+                  backend_name(backend).c_str(), hash, size, outcome);
     write_line(line);
   }
 };
 
-unified_cache::unified_cache(cache_config config) : impl_(std::make_unique<impl>(config)) {}
+unified_cache::unified_cache(cache_config config) {
+  check_capacity(config.cpu.capacity_mb);
+  check_capacity(config.gpu.capacity_mb);
+  impl_ = std::make_unique<impl>(config);
+}
 
 unified_cache::~unified_cache() {
   mutex_lock lock(&impl_->config_mu);
@@ -550,7 +578,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
       counters.misses.fetch_add(1, std::memory_order_relaxed);
       if (!enabled) {
         trace = "disabled";
-      } else if (size_bytes > d->capacity_bytes) {
+      } else if (size_bytes > d->capacity_bytes || d->capacity_bytes == 0) {
         counters.refused_oversize.fetch_add(1, std::memory_order_relaxed);
         trace = "refused_oversize";
       } else if (d->used_bytes + size_bytes > d->capacity_bytes &&
@@ -668,6 +696,7 @@ void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb) {
 
 void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb,
                                  eviction_policy new_policy) {
+  check_capacity(capacity_mb);
   std::vector<std::pair<device_cache*, std::vector<removed_entry>>> work;
   {
     mutex_lock lock(&impl_->config_mu);
@@ -692,6 +721,7 @@ void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb,
 }
 
 void unified_cache::set_capacity(engine_kind kind, int device_id, std::size_t capacity_mb) {
+  check_capacity(capacity_mb);
   device_cache* d = impl_->device(kind, device_id);
   std::vector<removed_entry> removed;
   {
@@ -724,27 +754,37 @@ void unified_cache::set_enabled(bool enabled) {
 
 bool unified_cache::enabled() const { return impl_->enabled.load(std::memory_order_relaxed); }
 
-void unified_cache::set_eviction_callback(backend_id backend, eviction_callback callback) {
-  clear_eviction_callback(backend);
+eviction_subscription unified_cache::add_eviction_callback(backend_id backend, eviction_callback callback) {
+  if (!callback) throw cache_error("unicache: add_eviction_callback needs a callable callback");
   auto slot = std::make_shared<impl::callback_slot>();
   slot->callback = std::move(callback);
   mutex_lock lock(&impl_->callbacks_mu);
-  impl_->callbacks[backend] = std::move(slot);
+  slot->id = ++impl_->last_subscription;
+  impl_->callbacks[backend].push_back(slot);
+  return {backend, slot->id};
 }
 
-void unified_cache::clear_eviction_callback(backend_id backend) {
+bool unified_cache::remove_eviction_callback(const eviction_subscription& subscription) {
   mutex_lock lock(&impl_->callbacks_mu);
-  auto it = impl_->callbacks.find(backend);
-  if (it == impl_->callbacks.end()) return;
-  std::shared_ptr<impl::callback_slot> slot = std::move(it->second);
-  impl_->callbacks.erase(it);
-  // Wait for other threads' calls; calls on this thread (unregistering from
+  auto it = impl_->callbacks.find(subscription.backend);
+  if (it == impl_->callbacks.end()) return false;
+  auto& slots = it->second;
+  const auto found = std::find_if(slots.begin(), slots.end(), [&](const auto& slot) {
+    return subscription.id != 0 && slot->id == subscription.id;
+  });
+  if (found == slots.end()) return false;
+  std::shared_ptr<impl::callback_slot> slot = *found;
+  slots.erase(found);
+  if (slots.empty()) impl_->callbacks.erase(it);
+  slot->id = 0;  // a run that copied the list before this skips it
+  // Wait for other threads' calls; calls on this thread (unsubscribing from
   // inside the callback) are allowed to stay.
   const int mine = static_cast<int>(
       std::count(running_callbacks.begin(), running_callbacks.end(), slot.get()));
   impl_->callbacks_mu.wait(impl_->callback_finished, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return slot->running <= mine;
   });
+  return true;
 }
 
 cache_stats unified_cache::stats(const cache_scope& scope) const {

@@ -25,9 +25,6 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
-// Largest MB value whose byte count fits in a size_t.
-constexpr std::size_t kMaxMb = std::numeric_limits<std::size_t>::max() >> 20;
-
 capacity_spec failure(std::string error, std::string_view token) {
   capacity_spec spec;
   spec.error = std::move(error);
@@ -116,7 +113,7 @@ capacity_spec parse_capacity_spec(std::string_view text) {
     if (size_text.find_first_not_of("0123456789") != std::string_view::npos) {
       return failure("size must be a non-negative decimal number of MB", size_text);
     }
-    const std::optional<std::uint64_t> mb = detail::parse_decimal(size_text, kMaxMb);
+    const std::optional<std::uint64_t> mb = detail::parse_decimal(size_text, max_capacity_mb);
     if (!mb) return failure("size in MB overflows", size_text);
     spec.settings.push_back({kind, static_cast<std::size_t>(*mb), policy});
 
@@ -159,6 +156,7 @@ void apply_switch_variable(const char* name, bool& target) {
 
 cache_config cache_config::constant_tensor_cache_from_environment() {
   cache_config config;
+  config.name = "constant_tensor_cache";
   apply_capacity_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY", config);
   apply_switch_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE", config.enabled);
   apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
@@ -167,6 +165,7 @@ cache_config cache_config::constant_tensor_cache_from_environment() {
 
 cache_config cache_config::kernel_cache_from_environment() {
   cache_config config;
+  config.name = "kernel_cache";
   config.cpu.capacity_mb = 256;
   config.gpu.capacity_mb = 256;
   apply_capacity_variable("UNICACHE_KERNEL_CACHE_CAPACITY", config);

@@ -41,7 +41,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
 
   std::atomic<std::uint64_t> builds{0}, requests{0}, wrong_values{0}, wrong_errors{0};
   std::atomic<std::uint64_t> callbacks{0};
-  cache.set_eviction_callback(kBackend, [&](const eviction_event& e) {
+  cache.add_eviction_callback(kBackend, [&](const eviction_event& e) {
     callbacks.fetch_add(1, std::memory_order_relaxed);
     // Reenter: a lookup and, now and then, stats. (Another thread may have
     // cached the key again already, so the lookup's answer is not checked.)

@@ -16,7 +16,7 @@ using namespace unicache::testing;
 TEST(EvictionCallback, RunsAfterRemovalWithTheEntrysScopeKeyAndValue) {
   unified_cache cache(config_with(1, eviction_policy::lru));
   std::vector<std::string> evicted;
-  cache.set_eviction_callback(kBackend, [&](const eviction_event& e) {
+  cache.add_eviction_callback(kBackend, [&](const eviction_event& e) {
     EXPECT_FALSE(cache.contains(e.scope, e.backend, e.key)) << "called before removal";
     EXPECT_EQ(e.scope, (cache_scope{engine_kind::cpu, 0, 9}));
     EXPECT_EQ(e.backend, kBackend);
@@ -31,7 +31,7 @@ TEST(EvictionCallback, RunsAfterRemovalWithTheEntrysScopeKeyAndValue) {
 TEST(EvictionCallback, MayCallBackIntoTheCacheWithoutDeadlock) {
   unified_cache cache(config_with(2, eviction_policy::lru));
   int calls = 0;
-  cache.set_eviction_callback(kBackend, [&](const eviction_event& e) {
+  cache.add_eviction_callback(kBackend, [&](const eviction_event& e) {
     ++calls;
     // Every kind of reentry: lookups, inserts (which may evict again),
     // stats, capacity changes and callback registration of another backend.
@@ -39,7 +39,7 @@ TEST(EvictionCallback, MayCallBackIntoTheCacheWithoutDeadlock) {
     (void)cache.stats(e.scope);
     (void)cache.contains(e.scope, e.backend, e.key);
     cache.set_capacity(engine_kind::cpu, 2, eviction_policy::lru);
-    cache.set_eviction_callback(kBackend + 1, [](const eviction_event&) {});
+    cache.add_eviction_callback(kBackend + 1, [](const eviction_event&) {});
   });
   for (int i = 0; i < 10; ++i) add_int(cache, cpu_scope(), "k" + std::to_string(i), i);
   EXPECT_GT(calls, 0);
@@ -48,8 +48,8 @@ TEST(EvictionCallback, MayCallBackIntoTheCacheWithoutDeadlock) {
 TEST(EvictionCallback, OnlyTheOwningBackendsCallbackRuns) {
   unified_cache cache(config_with(1, eviction_policy::lru));
   int mine = 0, other = 0;
-  cache.set_eviction_callback(kBackend, [&](const eviction_event&) { ++mine; });
-  cache.set_eviction_callback(kBackend + 1, [&](const eviction_event&) { ++other; });
+  cache.add_eviction_callback(kBackend, [&](const eviction_event&) { ++mine; });
+  cache.add_eviction_callback(kBackend + 1, [&](const eviction_event&) { ++other; });
   add_int(cache, cpu_scope(), "a", 1);
   add_int(cache, cpu_scope(), "b", 1);
   EXPECT_EQ(mine, 1);
@@ -59,7 +59,7 @@ TEST(EvictionCallback, OnlyTheOwningBackendsCallbackRuns) {
 TEST(EvictionCallback, RunsForClearButNotForRemoveOrFailedBuilds) {
   unified_cache cache;
   int calls = 0;
-  cache.set_eviction_callback(kBackend, [&](const eviction_event&) { ++calls; });
+  cache.add_eviction_callback(kBackend, [&](const eviction_event&) { ++calls; });
   add_int(cache, cpu_scope(), "removed", 1);
   cache.remove(cpu_scope(), kBackend, "removed");
   EXPECT_THROW(cache.get_or_build<int>(cpu_scope(), kBackend, "failed", kMb,
@@ -73,11 +73,11 @@ TEST(EvictionCallback, RunsForClearButNotForRemoveOrFailedBuilds) {
   EXPECT_EQ(cache.total_stats().entries, 0u);
 }
 
-TEST(EvictionCallback, ClearingItWaitsForARunningCallback) {
+TEST(EvictionCallback, UnsubscribingWaitsForARunningCallback) {
   unified_cache cache(config_with(1, eviction_policy::lru));
   std::latch running(1), release(1);
   std::atomic<bool> finished{false};
-  cache.set_eviction_callback(kBackend, [&](const eviction_event&) {
+  const eviction_subscription sub = cache.add_eviction_callback(kBackend, [&](const eviction_event&) {
     running.count_down();
     release.wait();
     finished = true;
@@ -87,7 +87,7 @@ TEST(EvictionCallback, ClearingItWaitsForARunningCallback) {
   running.wait();
   std::atomic<bool> finished_when_cleared{false};
   std::thread clearer([&] {
-    cache.clear_eviction_callback(kBackend);
+    EXPECT_TRUE(cache.remove_eviction_callback(sub));
     finished_when_cleared = finished.load();
   });
   std::this_thread::yield();
@@ -97,20 +97,60 @@ TEST(EvictionCallback, ClearingItWaitsForARunningCallback) {
   EXPECT_TRUE(finished_when_cleared.load());
 }
 
-TEST(EvictionCallback, MayUnregisterItself) {
+TEST(EvictionCallback, MayUnsubscribeItself) {
   unified_cache cache(config_with(1, eviction_policy::lru));
   int calls = 0;
-  cache.set_eviction_callback(kBackend, [&](const eviction_event&) {
+  eviction_subscription self;
+  self = cache.add_eviction_callback(kBackend, [&](const eviction_event&) {
     ++calls;
-    cache.clear_eviction_callback(kBackend);
+    cache.remove_eviction_callback(self);
   });
   for (int i = 0; i < 4; ++i) add_int(cache, cpu_scope(), "k" + std::to_string(i), i);
   EXPECT_EQ(calls, 1);
 }
 
+TEST(EvictionCallback, ASecondSubscriberOfOneBackendAddsToTheFirstAndNeverReplacesIt) {
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  std::vector<std::string> order;
+  const eviction_subscription first =
+      cache.add_eviction_callback(kBackend, [&](const eviction_event& e) { order.push_back("first:" + std::string(e.key)); });
+  const eviction_subscription second =
+      cache.add_eviction_callback(kBackend, [&](const eviction_event& e) { order.push_back("second:" + std::string(e.key)); });
+  EXPECT_NE(first.id, second.id);
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(), "b", 1);
+  EXPECT_EQ(order, (std::vector<std::string>{"first:a", "second:a"})) << "both, in the order they subscribed";
+
+  EXPECT_TRUE(cache.remove_eviction_callback(second));
+  EXPECT_FALSE(cache.remove_eviction_callback(second)) << "already removed";
+  order.clear();
+  add_int(cache, cpu_scope(), "c", 1);
+  EXPECT_EQ(order, std::vector<std::string>{"first:b"}) << "removing one leaves the other";
+}
+
+TEST(EvictionCallback, AUserObservingABackendKeepsTheBackendsOwnCallbackWorking) {
+  // What a user watching onednn_cpu's evictions did: subscribing must not
+  // switch off the backend's own handle dropping.
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  cache_handle<int> held;
+  cache.add_eviction_callback(kBackend, [&](const eviction_event&) { held = {}; });  // the backend's
+  int observed = 0;
+  cache.add_eviction_callback(kBackend, [&](const eviction_event&) { ++observed; });  // the user's
+  held = cache.get_or_build<int>(cpu_scope(), kBackend, "w", kMb, [] { return std::make_shared<int>(1); });
+  add_int(cache, cpu_scope(), "other", 1);
+  EXPECT_EQ(observed, 1);
+  EXPECT_FALSE(held) << "the backend's callback ran too and dropped its handle";
+}
+
+TEST(EvictionCallback, AnEmptyCallbackIsRejected) {
+  unified_cache cache;
+  EXPECT_THROW(cache.add_eviction_callback(kBackend, eviction_callback()), cache_error);
+  EXPECT_FALSE(cache.remove_eviction_callback({}));
+}
+
 TEST(EvictionCallback, AnExceptionFromACallbackDoesNotEscapeIntoTheCaller) {
   unified_cache cache(config_with(1, eviction_policy::lru));
-  cache.set_eviction_callback(kBackend, [](const eviction_event&) { throw std::runtime_error("bug"); });
+  cache.add_eviction_callback(kBackend, [](const eviction_event&) { throw std::runtime_error("bug"); });
   add_int(cache, cpu_scope(), "a", 1);
   EXPECT_NO_THROW(add_int(cache, cpu_scope(), "b", 1));
 }
@@ -122,7 +162,7 @@ TEST(CacheHandle, IsValidWhileCachedAndInvalidAfterEviction) {
   bool dropped_by_callback = false;
   cache_handle<int> packed = cache.get_or_build<int>(cpu_scope(), kBackend, "w", kMb,
                                                      [] { return std::make_shared<int>(7); });
-  cache.set_eviction_callback(kBackend, [&](const eviction_event&) {
+  cache.add_eviction_callback(kBackend, [&](const eviction_event&) {
     dropped_by_callback = true;
     EXPECT_FALSE(packed.valid()) << "the callback must see the entry already gone";
   });

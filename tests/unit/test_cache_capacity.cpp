@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 #include <string>
 
@@ -49,6 +50,22 @@ TEST(CachePolicy, LruEvictsTheLeastRecentlyUsedEntry) {
   EXPECT_TRUE(contains(cache, cpu_scope(), "c"));
   EXPECT_TRUE(contains(cache, cpu_scope(), "d"));
   EXPECT_TRUE(contains(cache, cpu_scope(), "e"));
+}
+
+TEST(CachePolicy, LruKeepsAnEntryHitAfterTheLastInsertionOverOneNeverReused) {
+  // K1, K2, K1, K3 at 400 KB each in 1 MB: K2 is least recently used.
+  constexpr std::size_t k400 = 400 * 1024;
+  for (int round = 0; round < 20; ++round) {  // a tie would go either way: repeat
+    unified_cache cache(config_with(1, eviction_policy::lru));
+    const std::string prefix = std::to_string(round);
+    add_int(cache, cpu_scope(), prefix + "K1", 1, k400);
+    add_int(cache, cpu_scope(), prefix + "K2", 2, k400);
+    EXPECT_FALSE(add_int(cache, cpu_scope(), prefix + "K1", 1, k400).built);
+    add_int(cache, cpu_scope(), prefix + "K3", 3, k400);
+    EXPECT_TRUE(contains(cache, cpu_scope(), prefix + "K1")) << "round " << round << ": K1 was used last";
+    EXPECT_FALSE(contains(cache, cpu_scope(), prefix + "K2")) << "round " << round;
+    EXPECT_TRUE(contains(cache, cpu_scope(), prefix + "K3"));
+  }
 }
 
 TEST(CachePolicy, CostEvictsTheCheapestToRebuildFirst) {
@@ -172,6 +189,34 @@ TEST(CacheCapacity, ZeroCapacityCachesNothing) {
   EXPECT_TRUE(add_int(cache, cpu_scope(), "k", 1, 1).built);
   EXPECT_TRUE(add_int(cache, cpu_scope(), "k", 1, 1).built);
   EXPECT_EQ(cache.stats(cpu_scope()).refused_oversize, 2u);
+}
+
+TEST(CacheCapacity, ZeroCapacityCachesNotEvenAValueOfZeroBytes) {
+  for (auto policy : {eviction_policy::no_evict, eviction_policy::lru, eviction_policy::cost}) {
+    unified_cache cache(config_with(0, policy));
+    EXPECT_TRUE(add_int(cache, cpu_scope(), "empty", 1, 0).built);
+    EXPECT_TRUE(add_int(cache, cpu_scope(), "empty", 1, 0).built) << to_string(policy);
+    EXPECT_FALSE(contains(cache, cpu_scope(), "empty"));
+    EXPECT_EQ(cache.stats(cpu_scope()).entries, 0u);
+  }
+  unified_cache cache(config_with(1, eviction_policy::lru));
+  add_int(cache, cpu_scope(), "empty", 1, 0);
+  cache.set_capacity(engine_kind::cpu, 0);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "empty")) << "shrinking to 0 drops zero-byte entries too";
+}
+
+TEST(CacheCapacity, ACapacityWhoseBytesDoNotFitIsRejectedAsTheEnvironmentParserRejectsIt) {
+  unified_cache cache(config_with(5, eviction_policy::lru));
+  EXPECT_TRUE(parse_capacity_spec("cpu:" + std::to_string(max_capacity_mb)).ok());
+  EXPECT_FALSE(parse_capacity_spec("cpu:" + std::to_string(max_capacity_mb + 1)).ok());
+  EXPECT_THROW(cache.set_capacity(engine_kind::cpu, max_capacity_mb + 1), cache_error);
+  EXPECT_THROW(cache.set_capacity(engine_kind::cpu, SIZE_MAX, eviction_policy::lru), cache_error);
+  EXPECT_THROW(cache.set_capacity(engine_kind::cpu, 0, SIZE_MAX), cache_error);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu), 5u) << "a rejected value changes nothing";
+  EXPECT_EQ(cache.capacity(engine_kind::cpu, 0), 5u);
+  cache.set_capacity(engine_kind::cpu, max_capacity_mb);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu), max_capacity_mb);
+  EXPECT_EQ(cache.capacity(engine_kind::cpu, 0), max_capacity_mb) << "both getters say the same";
 }
 
 TEST(CacheCapacity, BudgetAppliesToEachDeviceSeparately) {

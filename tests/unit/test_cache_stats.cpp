@@ -61,5 +61,27 @@ TEST(CacheStats, WaitsCountRequestsThatFoundABuildInFlight) {
   EXPECT_EQ(s.misses, 1u);
 }
 
+TEST(CacheVerbose, LinesNameTheCacheAndTheBackend) {
+  cache_config config = config_with(1, eviction_policy::lru);
+  config.verbose = true;
+  config.name = "weights_of_test";
+  unified_cache cache(config);
+  name_backend(kBackend, "test_backend");
+  ::testing::internal::CaptureStderr();
+  add_int(cache, cpu_scope(), "a", 1);
+  add_int(cache, cpu_scope(), "b", 1, kMb, 1000, kBackend + 100);  // an unnamed backend: its id in hex
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("unicache_verbose,weights_of_test,miss,cpu:0:0x0,backend=test_backend,"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("unicache_verbose,weights_of_test,evict,cpu:0:0x0,backend=test_backend,"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("backend=0x0000006b,"), std::string::npos) << err;
+}
+
+TEST(CacheVerbose, TheProcessWideCachesAreNamed) {
+  EXPECT_EQ(cache_config::constant_tensor_cache_from_environment().name, "constant_tensor_cache");
+  EXPECT_EQ(cache_config::kernel_cache_from_environment().name, "kernel_cache");
+}
+
 }  // namespace
 }  // namespace unicache

@@ -182,6 +182,10 @@ TEST_F(fixture, ASeenShapeCompilesFromTheCacheAndANewShapeCompilesOnce) {
   EXPECT_EQ(after.inserts - before.inserts, 3u);
 }
 
+TEST_F(fixture, TheBackendNamesItsIdForDiagnostics) {
+  EXPECT_EQ(backend_name(onednn_cpu::backend_id_value), "onednn_cpu");
+}
+
 TEST_F(fixture, BadShapesAreRejectedWithClearErrors) {
   graph g;
   auto x = g.tensor({-1, 32}), w = g.tensor({32, 16}), y = g.tensor({-1, 16});

@@ -81,8 +81,8 @@ TEST(DefaultCaches, VerbosePrintsOneLinePerMissAndPerEviction) {
     for (std::size_t at = r.out.find(needle); at != std::string::npos; at = r.out.find(needle, at + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count("unicache_verbose,cache,miss,cpu:0:0x0,backend=1,"), 2) << r.out;
-  EXPECT_EQ(count("unicache_verbose,cache,evict,cpu:0:0x0,backend=1,"), 1) << r.out;
+  EXPECT_EQ(count("unicache_verbose,constant_tensor_cache,miss,cpu:0:0x0,backend=probe_backend,"), 2) << r.out;
+  EXPECT_EQ(count("unicache_verbose,constant_tensor_cache,evict,cpu:0:0x0,backend=probe_backend,"), 1) << r.out;
   EXPECT_NE(r.out.find("reason=capacity"), std::string::npos) << r.out;
 }
 

@@ -343,6 +343,7 @@ backend* the_backend() {
   static opencl_backend* const b = [] {
     auto* created = new opencl_backend();
     register_backend(created);
+    name_backend(backend_id_value, created->name());
     weights();  // registers the eviction callback
     return created;
   }();
