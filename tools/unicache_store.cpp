@@ -27,7 +27,7 @@ const char* const kMainHelp =
     "\n"
     "commands:\n"
     "  stats                       entries, bytes (on disk and recorded), devices\n"
-    "  list                        one line per entry\n"
+    "  list [--json]               every entry: what it is, its device, size, last use\n"
     "  verify [--fix]              check every entry; --fix removes bad ones\n"
     "  prune [--max-size MB] [--older-than DAYS]\n"
     "                              remove least recently used entries down to MB,\n"
@@ -53,15 +53,23 @@ const command_help kCommandHelp[] = {
      "store's size file records them, the number of devices and of temporary\n"
      "files left by writers that died. Exit 0, or 1 if the store is unusable.\n"},
     {"list",
-     "usage: unicache-store [--dir DIR] list\n\n"
-     "Prints one line per entry: device hash (first 12 digits), binary bytes,\n"
-     "last use (UTC), status, path. Exit 0, or 1 if the store is unusable.\n"},
+     "usage: unicache-store [--dir DIR] list [--json]\n\n"
+     "Prints every entry, grouped by device: a line per device (its hash and\n"
+     "description), then a line per entry: last use (UTC), binary bytes, and\n"
+     "what it is (the kind and kernel name its key gives, else a quoted preview\n"
+     "of the key), or BAD and why. With --json, one JSON object:\n"
+     "{\"directory\": ..., \"entries\": [{\"device_hash\", \"device\", \"kind\", \"name\",\n"
+     "\"key_preview\", \"key_bytes\", \"binary_bytes\", \"file_bytes\", \"last_use_unix\",\n"
+     "\"last_use\", \"valid\", \"problem\", \"path\"}, ...]}.\n"
+     "Exit 0, or 1 if the store is unusable.\n"},
     {"verify",
      "usage: unicache-store [--dir DIR] verify [--fix]\n\n"
-     "Reads every entry and checks its magic, format version, sizes, checksum\n"
-     "and that it lies in its device's and key's directory. Prints each bad\n"
-     "entry and why. With --fix, removes them and temporary files, and\n"
-     "recounts the size file. Exit 0 if every entry is valid (or --fix removed\n"
+     "Reads every entry and checks its magic, format version, sizes, checksum,\n"
+     "owner and mode, and that it lies in its device's and key's directory;\n"
+     "reports anything else that does not belong (a directory, FIFO, link or\n"
+     "stray file where the store keeps entries or its directories). Prints\n"
+     "each bad thing and why. With --fix, removes them (a link, never what it\n"
+     "points to) and temporary files, and recounts the size file. Exit 0 if every entry is valid (or --fix removed\n"
      "the bad ones), 1 if bad entries remain or the store is unusable.\n"},
     {"prune",
      "usage: unicache-store [--dir DIR] prune [--max-size MB] [--older-than DAYS]\n\n"
@@ -89,6 +97,79 @@ std::string utc(std::int64_t unix_seconds) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+// `text` as a JSON string. The library's strings are printable ASCII; the
+// directory is the user's own and may be UTF-8: valid UTF-8 passes, any
+// other byte becomes U+FFFD, so the output is always valid JSON.
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      // A UTF-8 sequence: a lead byte, then 1-3 continuation bytes.
+      const std::size_t length = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+      bool valid = length > 0 && length <= 4 && i + length <= text.size();
+      for (std::size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+      if (valid) {
+        out.append(text.substr(i, length));
+        i += length - 1;
+      } else {
+        out += "\\ufffd";
+      }
+    }
+  }
+  return out + "\"";
+}
+
+// What an entry is, in words: "opencl-c gemm", or the key's preview.
+std::string what_it_is(const unicache::store_entry_info& e) {
+  if (e.kind.empty()) return e.key_preview;
+  return e.name.empty() ? e.kind : e.kind + " " + e.name;
+}
+
+void print_list(const std::vector<unicache::store_entry_info>& entries) {
+  std::string device;
+  for (const auto& e : entries) {
+    if (device != e.device_hash || &e == &entries.front()) {
+      device = e.device_hash;
+      std::printf("device %.12s  %s\n", e.device_hash.c_str(),
+                  e.device_description.empty() ? "(no description)" : e.device_description.c_str());
+    }
+    if (e.valid) {
+      std::printf("  %s  %10llu B  %s\n", utc(e.last_use_unix).c_str(), static_cast<unsigned long long>(e.binary_bytes),
+                  what_it_is(e).c_str());
+    } else {
+      std::printf("  %s  BAD: %s: %s\n", utc(e.last_use_unix).c_str(), e.problem.c_str(), e.path.c_str());
+    }
+  }
+}
+
+void print_list_json(const std::string& directory, const std::vector<unicache::store_entry_info>& entries) {
+  std::printf("{\"directory\": %s, \"entries\": [", json_string(directory).c_str());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    std::printf(
+        "%s\n  {\"device_hash\": %s, \"device\": %s, \"kind\": %s, \"name\": %s, \"key_preview\": %s, "
+        "\"key_bytes\": %llu, \"binary_bytes\": %llu, \"file_bytes\": %llu, \"last_use_unix\": %lld, "
+        "\"last_use\": %s, \"valid\": %s, \"problem\": %s, \"path\": %s}",
+        i == 0 ? "" : ",", json_string(e.device_hash).c_str(), json_string(e.device_description).c_str(),
+        json_string(e.kind).c_str(), json_string(e.name).c_str(), json_string(e.key_preview).c_str(),
+        static_cast<unsigned long long>(e.key_bytes), static_cast<unsigned long long>(e.binary_bytes),
+        static_cast<unsigned long long>(e.file_bytes), static_cast<long long>(e.last_use_unix),
+        json_string(utc(e.last_use_unix)).c_str(), e.valid ? "true" : "false", json_string(e.problem).c_str(),
+        json_string(e.path).c_str());
+  }
+  std::printf("\n]}\n");
 }
 
 std::optional<std::uint64_t> number(std::string_view text) {
@@ -150,11 +231,14 @@ int main(int argc, char** argv) {
 
   // Parse the command's options before touching the store.
   bool fix = false;
+  bool json = false;
   std::optional<std::uint64_t> max_mb, older_than_days;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (command == "verify" && a == "--fix") {
       fix = true;
+    } else if (command == "list" && a == "--json") {
+      json = true;
     } else if (command == "prune" && (a == "--max-size" || a == "--older-than") && i + 1 < args.size()) {
       const auto value = number(args[i + 1]);
       if (!value) return usage_error("bad number " + std::string(args[i + 1]) + " for " + std::string(a), help);
@@ -188,16 +272,21 @@ int main(int argc, char** argv) {
       std::printf("entries:          %llu\n", static_cast<unsigned long long>(s.entries));
       std::printf("bytes on disk:    %llu\n", static_cast<unsigned long long>(s.bytes));
       std::printf("bytes recorded:   %llu\n", static_cast<unsigned long long>(s.recorded_bytes));
-      std::printf("maximum:          %llu\n", static_cast<unsigned long long>(config.max_size_bytes));
+      if (config.max_size_bytes == 0 || !config.size_eviction) {
+        std::printf("maximum:          none (%s)\n", config.max_size_bytes == 0 ? "no size limit" : "size eviction off");
+      } else {
+        std::printf("maximum:          %llu\n", static_cast<unsigned long long>(config.max_size_bytes));
+      }
       std::printf("devices:          %llu\n", static_cast<unsigned long long>(s.devices));
       std::printf("temporary files:  %llu\n", static_cast<unsigned long long>(s.temporary_files));
       return kOk;
     }
     if (command == "list") {
-      for (const auto& e : store.list()) {
-        std::printf("%.12s  %10llu  %s  %-8s  %s\n", e.device_hash.c_str(),
-                    static_cast<unsigned long long>(e.binary_bytes), utc(e.last_use_unix).c_str(),
-                    e.valid ? "ok" : "BAD", e.path.c_str());
+      const auto entries = store.list();
+      if (json) {
+        print_list_json(config.directory, entries);
+      } else {
+        print_list(entries);
       }
       return kOk;
     }

@@ -24,11 +24,44 @@
 // unwritable directory, a full disk or a permission error prints one warning
 // and the process carries on without persistence.
 //
+// Untrusted contents: whatever another process left in the store is read
+// with care. Nothing below the root is followed as a symbolic link (the
+// configured directory itself may be reached through one); an entry is read
+// only if it is a regular file no larger than the largest entry the store
+// keeps, opened without blocking; a slot holding anything else (a FIFO, a
+// directory, a link, an unreadable file) is skipped by get, put and remove
+// alike, so put never reports as stored what get cannot read. verify()
+// reports such things and verify(true) removes them.
+//
+// Trust: a stored binary is code the process will run, so the store loads
+// nothing from a directory or entry that another user owns or could have
+// written. Private (the default): the configured directory, its v1 root,
+// every directory on the way to an entry, and the entry must be owned by
+// this process's user or root and not be writable by group or others; the
+// store creates directories 0700 and files 0600 (whatever the umask).
+// Shared (store_config::shared, UNICACHE_PERSISTENT_CACHE_SHARED=1): the
+// users of the directory's group trust each other; any owner is accepted
+// but nothing may be writable by others; the store creates directories 02770
+// (setgid: new ones keep the group) and files 0660. An untrusted root turns
+// the store off with one warning; an untrusted entry or key directory is a
+// miss (one warning per process).
+//
 // Thread and process safety: any number of threads and processes may use one
 // store directory at once. Entries are published by rename and never
 // modified, so a reader never sees a partial entry; the size file is updated
 // under an advisory flock(2) lock, which the kernel releases when a process
-// dies, so a crash never leaves the store locked.
+// dies, so a crash never leaves the store locked. Nothing blocks on a file
+// another process planted while holding that lock.
+//
+// Keys that describe themselves: `unicache-store list` shows what each
+// entry is. A key written with unicache::cache_key whose first field is a
+// text naming its kind (1 to 64 bytes of letters, digits and . _ - + / :)
+// is listed by that kind, and by its second field, if that is a text, as the
+// name: the OpenCL backend's keys (cache_key "opencl-c", kernel name, build
+// options, source) list as kind "opencl-c", name "gemm". Any other key
+// (such as the OpenCL engine's "opencl-engine-info/1") is listed as a
+// quoted, escaped preview of its first 40 bytes. Keys longer than 1 MiB are
+// not stored.
 #pragma once
 
 #include <cstddef>
@@ -64,15 +97,26 @@ struct device_identity {
 struct store_config {
   bool enabled = true;
   std::string directory;  // the root; empty means "not set" (the store is off)
+  // The store's size. Over it, a put evicts least recently used entries
+  // down to half of it; a binary whose entry alone is larger is not stored.
+  // 0: no size limit (as SYCL_CACHE_MAX_SIZE=0).
   std::uint64_t max_size_bytes = std::uint64_t{1024} << 20;
   std::uint32_t threshold_days = 30;  // entries unused this long are removed; 0: never
   std::uint64_t min_entry_bytes = 0;
   std::uint64_t max_entry_bytes = std::uint64_t{256} << 20;
+  // false: puts never evict for size and max_size_bytes is not enforced
+  // (as SYCL_CACHE_EVICTION_DISABLE); the store grows until threshold_days,
+  // prune or clear removes entries. Age-based removal is not affected.
+  bool size_eviction = true;
+  // A store shared on purpose by the users of its directory's group; see
+  // "Trust" above. false: private to this process's user.
+  bool shared = false;
 
   // Defaults, then UNICACHE_PERSISTENT_CACHE, UNICACHE_PERSISTENT_CACHE_DIR
   // (default $XDG_CACHE_HOME/unicache, else $HOME/.cache/unicache),
-  // ..._MAX_SIZE (MB), ..._THRESHOLD (days), ..._MIN_ENTRY_SIZE and
-  // ..._MAX_ENTRY_SIZE (bytes). Malformed values: one warning each, default kept.
+  // ..._MAX_SIZE (MB; 0: no limit), ..._EVICTION (0 or 1), ..._THRESHOLD
+  // (days), ..._MIN_ENTRY_SIZE and ..._MAX_ENTRY_SIZE (bytes) and ..._SHARED
+  // (0 or 1). Malformed values: one warning each, default kept.
   static store_config from_environment();
 };
 
@@ -84,11 +128,16 @@ struct store_stats {
   std::uint64_t temporary_files = 0;  // left behind by writers that died
 };
 
-// One entry as the maintenance tool sees it.
+// One entry (or, from verify, anything else that does not belong in the
+// store) as the maintenance tool sees it. Every string is printable ASCII:
+// names and keys from disk are shown escaped, never raw.
 struct store_entry_info {
-  std::string path;
+  std::string path;  // the store's directory, then names (odd ones quoted and escaped)
   std::string device_hash;
-  std::string device_description;  // as the writer recorded it
+  std::string device_description;  // as the writer recorded it (device.txt)
+  std::string kind;                // what the key says it is ("opencl-c"), or "" (see above)
+  std::string name;                // the kernel's name when the key gives one, or ""
+  std::string key_preview;         // a key that does not describe itself: its first bytes, quoted
   std::uint64_t file_bytes = 0;
   std::uint64_t key_bytes = 0;
   std::uint64_t binary_bytes = 0;
@@ -113,18 +162,32 @@ class kernel_store {
   kernel_store(const kernel_store&) = delete;
   kernel_store& operator=(const kernel_store&) = delete;
 
-  // The process-wide store, configured from the environment on first use;
-  // never destroyed.
+  // The process-wide store, configured from the environment on first use
+  // and by the setters below; never destroyed (usable from static
+  // destructors).
   static kernel_store& instance();
+
+  // Runtime configuration, mirroring the environment variables. A change
+  // applies to every operation that starts after the call returns;
+  // operations already running finish with the settings they started with.
+  // Safe to call while other threads use the store. A new directory (or
+  // enabling) is opened as the constructor opens one: when it cannot be used
+  // or is not trusted, one warning and the store stays off.
+  void set_enabled(bool enabled);                  // UNICACHE_PERSISTENT_CACHE
+  void set_directory(std::string directory);       // UNICACHE_PERSISTENT_CACHE_DIR
+  void set_capacity_mb(std::uint64_t capacity_mb); // UNICACHE_PERSISTENT_CACHE_MAX_SIZE; 0: no limit
+  void set_size_eviction(bool enabled);            // UNICACHE_PERSISTENT_CACHE_EVICTION
 
   // The binary stored under `key` for `device`, or nullopt. Records the use
   // (at most once a minute per entry). Never throws.
   std::optional<byte_vector> get(const device_identity& device, std::string_view key) noexcept;
 
   // Stores `binary` under `key` for `device`, then evicts if the store is
-  // over its size (least recently used first, down to half the maximum).
-  // Returns whether the binary is now stored (false: disabled, outside the
-  // entry size limits, or a write failed). Never throws.
+  // over its size (least recently used first, down to half the maximum;
+  // never the entry just stored). Returns whether the binary is now stored
+  // where get finds it (false: disabled, outside the entry size limits,
+  // larger than the whole store, a key over 1 MiB, no usable slot for the
+  // key, or a write failed). Never throws.
   bool put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
 
   // Removes the binary stored under `key` for `device` (a backend calls it
@@ -136,14 +199,21 @@ class kernel_store {
   // (a write failure turns writes off for the rest of the process).
   bool enabled() const noexcept;
   bool writable() const noexcept;
-  const store_config& config() const noexcept;
+  // The settings operations that start now use.
+  store_config config() const;
 
-  // Maintenance (the unicache-store tool). These walk the whole store and
-  // take its lock; they throw store_error if the store is disabled.
+  // Maintenance (the unicache-store tool). These walk the whole store
+  // (never following a link) and take its lock; they throw store_error if
+  // the store is disabled.
   store_stats stats() const;
+  // Every entry, with what its key says it is; reads each device's
+  // description once.
   std::vector<store_entry_info> list() const;
-  // Checks every entry; with `fix`, removes the bad ones and temporary files
-  // left by dead writers, and rewrites the size file. Returns the bad entries.
+  // Checks every entry, and reports anything else that does not belong
+  // (directories, FIFOs, links or files where the store keeps entries or
+  // its own directories). With `fix`, removes them (a link, never what it
+  // points to), temporary files left by dead writers and empty key
+  // directories, and rewrites the size file. Returns what was bad.
   std::vector<store_entry_info> verify(bool fix) const;
   // Removes least recently used entries until at most `max_bytes` remain,
   // and entries unused for more than `max_age_days` (0: no age limit).

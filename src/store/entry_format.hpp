@@ -27,6 +27,18 @@ namespace unicache::detail {
 
 inline constexpr std::uint32_t kStoreFormatVersion = 1;
 inline constexpr std::size_t kEntryHeaderBytes = 64;
+// Keys describe a kernel (its source included); they are not payloads. A
+// longer key is not stored, so that no reader ever needs to read more than
+// max_entry_file_bytes.
+inline constexpr std::size_t kMaxKeyBytes = std::size_t{1} << 20;
+
+// The largest entry file of a key of `key_bytes` (or of any key, with
+// kMaxKeyBytes) whose binary is at most `max_binary_bytes`: nothing larger
+// is ever read.
+constexpr std::uint64_t max_entry_file_bytes(std::uint64_t key_bytes, std::uint64_t max_binary_bytes) {
+  const std::uint64_t rest = kEntryHeaderBytes + key_bytes;
+  return max_binary_bytes > UINT64_MAX - rest ? UINT64_MAX : rest + max_binary_bytes;
+}
 
 // Stable across processes and machines: XXH3-128 of the identity's fields
 // and of this unicache build's version and git hash.

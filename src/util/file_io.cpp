@@ -1,8 +1,9 @@
+// The store's file operations, all relative to directory handles and none
+// of them blocking on or following what another writer left.
 #include "util/file_io.hpp"
 
 #include <fcntl.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,63 +13,67 @@
 
 namespace unicache::detail {
 
-int read_file(const std::string& path, byte_vector& out, struct stat* info,
-              long touch_older_than_s) noexcept {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int result = 0;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    result = errno;
-  } else {
-    try {
-      out.resize(static_cast<std::size_t>(st.st_size));
-      std::size_t done = 0;
-      while (done < out.size()) {
-        const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          result = errno;
-          break;
-        }
-        if (n == 0) {  // shrank under us: report what is there
-          out.resize(done);
-          break;
-        }
-        done += static_cast<std::size_t>(n);
-      }
-    } catch (const std::bad_alloc&) {
-      result = ENOMEM;
-    }
-    if (result == 0 && touch_older_than_s > 0) {
-      struct timespec now {};
-      ::clock_gettime(CLOCK_REALTIME, &now);
-      if (now.tv_sec - st.st_mtim.tv_sec >= touch_older_than_s) {
-        const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
-        ::futimens(fd, times);  // best effort: a read-only store still serves
-      }
-    }
-  }
-  if (info) *info = st;
-  ::close(fd);
-  return result;
+int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept {
+  out.fd = unique_fd(::openat(dir.fd(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  if (!out.fd) return errno;
+  if (::fstat(out.fd.get(), &out.status) != 0) return errno;
+  if (S_ISDIR(out.status.st_mode)) return EISDIR;
+  if (!S_ISREG(out.status.st_mode)) return EINVAL;
+  return 0;
 }
 
-int write_temp_file(const std::string& directory, byte_span data, std::string& temp_path) noexcept {
+int read_contents(const opened_file& file, std::size_t max_bytes, byte_vector& out) noexcept {
+  if (file.status.st_size < 0 || static_cast<std::uint64_t>(file.status.st_size) > max_bytes) return EFBIG;
+  try {
+    out.resize(static_cast<std::size_t>(file.status.st_size));
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  }
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(file.fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) {  // shrank under us: report what is there
+      out.resize(done);
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+int read_regular_file(const directory_handle& dir, const std::string& name, std::size_t max_bytes,
+                      byte_vector& out) noexcept {
+  opened_file file;
+  if (const int err = open_regular_file(dir, name, file); err != 0) return err;
+  return read_contents(file, max_bytes, out);
+}
+
+void touch_if_older(const opened_file& file, long older_than_s) noexcept {
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  if (now.tv_sec - file.status.st_mtim.tv_sec < older_than_s) return;
+  const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+  ::futimens(file.fd.get(), times);
+}
+
+int write_temp_file(const directory_handle& dir, byte_span data, mode_t mode, std::string& temp_name) noexcept {
   static std::atomic<unsigned long> counter{0};
   try {
-    int fd = -1;
-    for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-      temp_path = directory + "/.tmp." + std::to_string(::getpid()) + "." +
+    unique_fd fd;
+    for (int attempt = 0; attempt < 16 && !fd; ++attempt) {
+      temp_name = ".tmp." + std::to_string(::getpid()) + "." +
                   std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-      fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd < 0 && errno != EEXIST) return errno;
+      fd = unique_fd(::openat(dir.fd(), temp_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                              mode & 0777));
+      if (!fd && errno != EEXIST) return errno;
     }
-    if (fd < 0) return EEXIST;
+    if (!fd) return EEXIST;
+    int result = ::fchmod(fd.get(), mode) == 0 ? 0 : errno;  // the umask does not decide
     std::size_t done = 0;
-    int result = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    while (result == 0 && done < data.size()) {
+      const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         result = errno;
@@ -76,45 +81,25 @@ int write_temp_file(const std::string& directory, byte_span data, std::string& t
       }
       done += static_cast<std::size_t>(n);
     }
-    if (::close(fd) != 0 && result == 0) result = errno;  // NFS reports ENOSPC here
-    if (result != 0) ::unlink(temp_path.c_str());
+    if (const int err = fd.close(); err != 0 && result == 0) result = err;
+    if (result != 0) ::unlinkat(dir.fd(), temp_name.c_str(), 0);
     return result;
   } catch (const std::bad_alloc&) {
     return ENOMEM;
   }
 }
 
-int publish_no_replace(const std::string& from, const std::string& to) noexcept {
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+int publish_no_replace(const directory_handle& dir, const std::string& from, const std::string& to) noexcept {
+  if (::renameat2(dir.fd(), from.c_str(), dir.fd(), to.c_str(), RENAME_NOREPLACE) == 0) return 0;
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return errno;
   // The filesystem cannot rename without replacing: a hard link can.
-  if (::link(from.c_str(), to.c_str()) != 0) return errno;
-  ::unlink(from.c_str());
+  if (::linkat(dir.fd(), from.c_str(), dir.fd(), to.c_str(), 0) != 0) return errno;
+  ::unlinkat(dir.fd(), from.c_str(), 0);
   return 0;
 }
 
-int publish_replace(const std::string& from, const std::string& to) noexcept {
-  return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+int publish_replace(const directory_handle& dir, const std::string& from, const std::string& to) noexcept {
+  return ::renameat(dir.fd(), from.c_str(), dir.fd(), to.c_str()) == 0 ? 0 : errno;
 }
 
-int make_directories(const std::string& path) noexcept {
-  // Deepest first: usually only the last component is missing.
-  if (::mkdir(path.c_str(), 0755) == 0) return 0;
-  int err = errno;
-  if (err == ENOENT) {
-    try {
-      const std::size_t slash = path.find_last_of('/');
-      if (slash == std::string::npos || slash == 0) return ENOENT;
-      if (const int parent = make_directories(path.substr(0, slash)); parent != 0) return parent;
-    } catch (const std::bad_alloc&) {
-      return ENOMEM;
-    }
-    if (::mkdir(path.c_str(), 0755) == 0) return 0;
-    err = errno;
-  }
-  if (err != EEXIST) return err;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return errno;
-  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-}
 }  // namespace unicache::detail

@@ -1,37 +1,58 @@
-// Small POSIX file helpers that report errno instead of throwing, for the
-// persistent store, whose failures must never reach a caller as exceptions.
+// The persistent store's file operations, relative to a directory handle:
+// they report errno instead of throwing (the store's failures never reach a
+// caller as exceptions), and never block on, follow or read unbounded a name
+// that another writer may have planted.
 #pragma once
 
 #include <sys/stat.h>
 
+#include <cstddef>
 #include <string>
 
 #include "unicache/store.hpp"
+#include "util/directory_handle.hpp"
+#include "util/unique_fd.hpp"
 
 namespace unicache::detail {
 
-// Reads the whole of `path` into `out` and its metadata into `*info`;
-// returns 0 or an errno value. With `touch_older_than_s` > 0, also sets the
-// file's mtime to now if it is at least that many seconds old (the store's
-// throttled last-use record). Never throws (bad_alloc is reported as ENOMEM).
-int read_file(const std::string& path, byte_vector& out, struct stat* info,
-              long touch_older_than_s = 0) noexcept;
+// A regular file opened for reading, with its metadata at open time.
+struct opened_file {
+  unique_fd fd;
+  struct stat status {};
+};
 
-// Writes `data` to a new file in `directory` with a unique temporary name
-// (".tmp.<pid>.<n>"); on success `temp_path` names it. Returns 0 or errno;
-// on failure nothing is left behind.
-int write_temp_file(const std::string& directory, byte_span data, std::string& temp_path) noexcept;
+// Opens `name` in `dir` for reading. A symbolic link is refused (ELOOP);
+// the open never blocks (a FIFO opens at once, unread); then fstat refuses a
+// directory (EISDIR) and a FIFO, socket or device (EINVAL). Returns 0 or errno.
+int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept;
 
-// Publishes `from` as `to` only if `to` does not exist (renameat2 with
-// RENAME_NOREPLACE, or link+unlink where the filesystem lacks it). Returns
-// 0, EEXIST when `to` is taken, or another errno. Atomic: `to` is either
-// absent or complete.
-int publish_no_replace(const std::string& from, const std::string& to) noexcept;
+// Reads the whole of `file` into `out`, or nothing at all when it is larger
+// than `max_bytes` (EFBIG). Returns 0 or errno (ENOMEM when out of memory).
+int read_contents(const opened_file& file, std::size_t max_bytes, byte_vector& out) noexcept;
 
-// Replaces `to` with `from` atomically (rename). Returns 0 or errno.
-int publish_replace(const std::string& from, const std::string& to) noexcept;
+// open_regular_file, then read_contents.
+int read_regular_file(const directory_handle& dir, const std::string& name, std::size_t max_bytes,
+                      byte_vector& out) noexcept;
 
-// mkdir -p; returns 0 or errno.
-int make_directories(const std::string& path) noexcept;
+// Sets the file's mtime to now if it is at least `older_than_s` seconds old:
+// the store's throttled last-use record. Best effort (a read-only store
+// still serves).
+void touch_if_older(const opened_file& file, long older_than_s) noexcept;
+
+// Writes `data` to a new file in `dir` with a unique temporary name
+// (".tmp.<pid>.<n>") and exactly `mode` (the umask does not apply); on
+// success `temp_name` names it. Returns 0 or errno; on failure nothing is
+// left behind.
+int write_temp_file(const directory_handle& dir, byte_span data, mode_t mode, std::string& temp_name) noexcept;
+
+// Publishes `from` as `to`, both in `dir`, only if nothing is named `to`
+// (renameat2 with RENAME_NOREPLACE, or link + unlink where the filesystem
+// lacks it). Returns 0, EEXIST when `to` is taken (by anything, a link
+// included), or another errno. Atomic: `to` is either absent or complete.
+int publish_no_replace(const directory_handle& dir, const std::string& from, const std::string& to) noexcept;
+
+// Replaces `to` with `from` atomically (rename); a link named `to` is
+// replaced itself, never followed. Returns 0 or errno.
+int publish_replace(const directory_handle& dir, const std::string& from, const std::string& to) noexcept;
 
 }  // namespace unicache::detail

@@ -4,16 +4,21 @@
 // share a lock_file are serialized by its mutex as well.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
+#include "util/directory_handle.hpp"
 #include "util/mutex.hpp"
 
 namespace unicache::detail {
 
 class ABSL_LOCKABLE lock_file {
  public:
-  // Opens (creating) `path`. Check ok() before locking.
-  explicit lock_file(const std::string& path);
+  // Opens `name` in `dir`, creating it with exactly `mode` if missing. A
+  // link or anything but a regular file is refused (never followed, never
+  // blocked on). Check ok() before locking.
+  lock_file(const directory_handle& dir, const std::string& name, mode_t mode);
   ~lock_file();
   lock_file(const lock_file&) = delete;
   lock_file& operator=(const lock_file&) = delete;

@@ -1,11 +1,14 @@
 // libFuzzer target for the store's entry parser and the blob deserializer:
-// the same format, reached from files on disk and from an application's blobs.
+// the same format, reached from files on disk and from an application's blobs;
+// and for how `list` describes a key read from disk.
 // Invariants: never crashes or reads out of bounds; whatever is accepted
-// re-encodes to the same bytes (nothing unchecked slips through).
+// re-encodes to the same bytes (nothing unchecked slips through); a key's
+// description is printable ASCII whatever the key's bytes.
 #include <cstdint>
 #include <cstdlib>
 
 #include "store/entry_format.hpp"
+#include "store/key_description.hpp"
 #include "unicache/store.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -23,6 +26,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const blob_contents b = deserialize_blob(device, input);
     if (!detail::parse_entry(input, &device_h).ok() || b.binary.size() > size) std::abort();
   } catch (const store_error&) {
+  }
+  const detail::key_description d =
+      detail::describe_key(std::string_view(reinterpret_cast<const char*>(data), size));
+  for (const std::string* text : {&d.kind, &d.name, &d.preview}) {
+    for (const char c : *text) {
+      if (c < 0x20 || c >= 0x7f) std::abort();
+    }
   }
   return 0;
 }

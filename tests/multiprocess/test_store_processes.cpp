@@ -1,12 +1,16 @@
 // Real processes on one store: concurrent writers, readers and evictions,
-// and writers killed with SIGKILL at random points.
+// writers killed with SIGKILL at random points, and a FIFO planted where an
+// entry goes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -113,6 +117,40 @@ TEST(StoreProcesses, WriterKilledAtRandomPointsLeavesNoVisibleDamageAndNoLock) {
   const store_stats s = store.stats();
   EXPECT_EQ(s.temporary_files, 0u);
   EXPECT_EQ(s.recorded_bytes, s.bytes);
+}
+
+TEST(StoreProcesses, AFifoPlantedInAnEntrysPlaceStallsNoProcess) {
+  temp_dir dir;
+  ASSERT_TRUE(kernel_store(store_in(dir.path())).put(gpu_a(), key_of(0), binary_for(key_of(0), size_of(0))));
+  const std::string key_dir = entry_dir_of(dir.path(), gpu_a(), key_of(1));
+  std::filesystem::create_directories(key_dir);
+  ASSERT_EQ(::mkfifo((key_dir + "/0.entry").c_str(), 0600), 0);
+  // Every process uses the FIFO's key and others; one that blocked on the
+  // FIFO (while holding the store's lock, every other one behind it) is
+  // ended by its alarm.
+  constexpr int kProcesses = 4;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(kHangAlarmSeconds);
+      kernel_store store(store_in(dir.path()));
+      for (int op = 0; op < 200; ++op) {
+        const int k = op % 2 ? 1 : (op + p) % kKeys;
+        store.put(gpu_a(), key_of(k), binary_for(key_of(k), size_of(k)));
+        const auto got = store.get(gpu_a(), key_of(k));
+        if (got && *got != binary_for(key_of(k), size_of(k))) ::_exit(1);
+      }
+      ::_exit(store.get(gpu_a(), key_of(1)) ? 0 : 3);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_FALSE(WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) << "a process blocked on the FIFO";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "1: a wrong binary; 3: the key was not stored";
+  }
 }
 
 }  // namespace

@@ -1,14 +1,21 @@
 // Helpers shared by the store tests: temporary directories, configurations,
-// device identities, deterministic binaries.
+// device identities, deterministic binaries, and child processes (for
+// operations that could hang, and for running as another user).
 #pragma once
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 
+#include "store/entry_format.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::testing {
@@ -56,6 +63,12 @@ inline byte_vector binary_for(const std::string& key, std::size_t bytes) {
   return out;
 }
 
+// Where the store in `root` keeps `key`'s entries for device `d`.
+inline std::string entry_dir_of(const std::string& root, const device_identity& d, std::string_view key) {
+  const std::string k = detail::to_hex(detail::key_hash(key));
+  return root + "/v1/" + detail::to_hex(detail::device_hash(d)) + "/" + k.substr(0, 2) + "/" + k;
+}
+
 // Every *.entry file under `dir`.
 inline std::vector<std::string> entry_files(const std::string& dir) {
   std::vector<std::string> out;
@@ -65,6 +78,67 @@ inline std::vector<std::string> entry_files(const std::string& dir) {
     if (it->path().extension() == ".entry") out.push_back(it->path().string());
   }
   return out;
+}
+
+// A child process's exit status (128 + signal when a signal ended it) and
+// what it wrote to stderr.
+struct child_result {
+  int status = -1;
+  std::string err;
+  bool hung() const { return status == 128 + SIGALRM; }
+};
+
+// Runs `body` (returning an exit code) in a forked child with stderr
+// captured. With `alarm_seconds`, SIGALRM ends a child still running then,
+// so an operation that blocks fails the test instead of hanging it.
+template <typename Body>
+child_result run_in_child(Body body, unsigned alarm_seconds = 0) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], STDERR_FILENO);
+    ::close(pipe_fds[0]);
+    if (alarm_seconds > 0) ::alarm(alarm_seconds);
+    ::_exit(body());
+  }
+  ::close(pipe_fds[1]);
+  child_result r;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) r.err.append(buf, static_cast<std::size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// Long enough for any store operation on a loaded machine, short enough that
+// a blocked one fails the test soon.
+inline constexpr unsigned kHangAlarmSeconds = 20;
+
+// Another local user (nobody), for ownership and permission tests; only root
+// can act as it.
+inline constexpr uid_t kOtherUser = 65534;
+inline bool can_act_as_another_user() { return ::geteuid() == 0; }
+
+// In a child that has become kOtherUser: gives up root for good.
+inline bool become_other_user() {
+  return ::setresgid(kOtherUser, kOtherUser, kOtherUser) == 0 &&
+         ::setresuid(kOtherUser, kOtherUser, kOtherUser) == 0;
+}
+
+// Bytes this process has read so far (rchar of /proc/self/io: every read(2),
+// pread(2), ... whatever the page cache did), or nullopt where the kernel
+// does not say.
+inline std::optional<std::uint64_t> bytes_read_by_this_process() {
+  std::ifstream io("/proc/self/io");
+  std::string field;
+  std::uint64_t value = 0;
+  while (io >> field >> value) {
+    if (field == "rchar:") return value;
+  }
+  return std::nullopt;
 }
 
 }  // namespace unicache::testing

@@ -1,3 +1,4 @@
+// The persistent store's settings as the environment gives them.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -21,7 +22,8 @@ class StoreEnvironment : public ::testing::Test {
   static constexpr const char* kVariables[] = {
       "UNICACHE_PERSISTENT_CACHE", "UNICACHE_PERSISTENT_CACHE_DIR", "UNICACHE_PERSISTENT_CACHE_MAX_SIZE",
       "UNICACHE_PERSISTENT_CACHE_THRESHOLD", "UNICACHE_PERSISTENT_CACHE_MIN_ENTRY_SIZE",
-      "UNICACHE_PERSISTENT_CACHE_MAX_ENTRY_SIZE", "XDG_CACHE_HOME", "HOME"};
+      "UNICACHE_PERSISTENT_CACHE_MAX_ENTRY_SIZE", "UNICACHE_PERSISTENT_CACHE_EVICTION",
+      "UNICACHE_PERSISTENT_CACHE_SHARED", "XDG_CACHE_HOME", "HOME"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -45,6 +47,8 @@ TEST_F(StoreEnvironment, DocumentedDefaults) {
   EXPECT_EQ(c.threshold_days, 30u);
   EXPECT_EQ(c.min_entry_bytes, 0u);
   EXPECT_EQ(c.max_entry_bytes, std::uint64_t{256} << 20);
+  EXPECT_TRUE(c.size_eviction);
+  EXPECT_FALSE(c.shared) << "private to its user unless declared shared";
 }
 
 TEST_F(StoreEnvironment, EveryVariableIsRead) {
@@ -53,12 +57,24 @@ TEST_F(StoreEnvironment, EveryVariableIsRead) {
   ::setenv("UNICACHE_PERSISTENT_CACHE_THRESHOLD", "0", 1);
   ::setenv("UNICACHE_PERSISTENT_CACHE_MIN_ENTRY_SIZE", "4096", 1);
   ::setenv("UNICACHE_PERSISTENT_CACHE_MAX_ENTRY_SIZE", "1048576", 1);
+  ::setenv("UNICACHE_PERSISTENT_CACHE_EVICTION", "0", 1);
+  ::setenv("UNICACHE_PERSISTENT_CACHE_SHARED", "1", 1);
   const store_config c = store_config::from_environment();
   EXPECT_FALSE(c.enabled);
   EXPECT_EQ(c.max_size_bytes, std::uint64_t{64} << 20);
   EXPECT_EQ(c.threshold_days, 0u);
   EXPECT_EQ(c.min_entry_bytes, 4096u);
   EXPECT_EQ(c.max_entry_bytes, 1048576u);
+  EXPECT_FALSE(c.size_eviction);
+  EXPECT_TRUE(c.shared);
+}
+
+TEST_F(StoreEnvironment, MaxSizeZeroMeansNoSizeLimit) {
+  ::setenv("UNICACHE_PERSISTENT_CACHE_MAX_SIZE", "0", 1);
+  ::testing::internal::CaptureStderr();
+  const store_config c = store_config::from_environment();
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << "0 is a meaning, not a mistake";
+  EXPECT_EQ(c.max_size_bytes, 0u);
 }
 
 TEST_F(StoreEnvironment, MalformedValuesWarnOnceEachAndKeepDefaults) {
@@ -66,6 +82,8 @@ TEST_F(StoreEnvironment, MalformedValuesWarnOnceEachAndKeepDefaults) {
   ::setenv("UNICACHE_PERSISTENT_CACHE_MAX_SIZE", "-5", 1);
   ::setenv("UNICACHE_PERSISTENT_CACHE_THRESHOLD", "a week", 1);
   ::setenv("UNICACHE_PERSISTENT_CACHE_MAX_ENTRY_SIZE", "99999999999999999999999", 1);
+  ::setenv("UNICACHE_PERSISTENT_CACHE_EVICTION", "off", 1);
+  ::setenv("UNICACHE_PERSISTENT_CACHE_SHARED", "\x1b[2Jyes", 1);
   ::testing::internal::CaptureStderr();
   const store_config c = store_config::from_environment();
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -74,8 +92,12 @@ TEST_F(StoreEnvironment, MalformedValuesWarnOnceEachAndKeepDefaults) {
   EXPECT_EQ(c.max_size_bytes, defaults.max_size_bytes);
   EXPECT_EQ(c.threshold_days, defaults.threshold_days);
   EXPECT_EQ(c.max_entry_bytes, defaults.max_entry_bytes);
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << err;
-  for (const char* token : {"UNICACHE_PERSISTENT_CACHE=\"yes\"", "\"-5\"", "\"a week\"", "\"99999999999999999999999\""}) {
+  EXPECT_EQ(c.size_eviction, defaults.size_eviction);
+  EXPECT_EQ(c.shared, defaults.shared);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 6) << err;
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << "values are echoed escaped";
+  for (const char* token : {"UNICACHE_PERSISTENT_CACHE=\"yes\"", "\"-5\"", "\"a week\"", "\"99999999999999999999999\"",
+                            "UNICACHE_PERSISTENT_CACHE_EVICTION=\"off\"", "UNICACHE_PERSISTENT_CACHE_SHARED=\"\\x1b[2Jyes\""}) {
     EXPECT_NE(err.find(token), std::string::npos) << token << "\n" << err;
   }
 }

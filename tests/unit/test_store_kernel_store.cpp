@@ -9,15 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "store/entry_format.hpp"
+#include "store/key_description.hpp"
 #include "store/size_file.hpp"
 #include "store/store_testing.hpp"
-#include "util/file_io.hpp"
+#include "util/directory_handle.hpp"
 #include "store_test_support.hpp"
+#include "unicache/cache_key.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache {
@@ -25,11 +30,6 @@ namespace {
 
 using namespace unicache::testing;
 namespace fs = std::filesystem;
-
-std::string entry_dir_of(const std::string& root, const device_identity& d, std::string_view key) {
-  const std::string k = detail::to_hex(detail::key_hash(key));
-  return root + "/v1/" + detail::to_hex(detail::device_hash(d)) + "/" + k.substr(0, 2) + "/" + k;
-}
 
 void set_mtime(const std::string& path, std::int64_t unix_seconds) {
   const struct timespec times[2] = {{0, UTIME_OMIT}, {unix_seconds, 0}};
@@ -45,6 +45,11 @@ std::int64_t mtime_of(const std::string& path) {
 void write_bytes(const std::string& path, const byte_vector& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+byte_vector read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return byte_vector(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 TEST(KernelStore, PutThenGetReturnsTheBinaryFromItsLayoutPath) {
@@ -114,10 +119,7 @@ TEST_P(KernelStoreDamagedEntry, IsAMissAndIsRemoved) {
   kernel_store store(store_in(dir.path()));
   ASSERT_TRUE(store.put(gpu_a(), "k", binary_for("k", 4000)));
   const std::string path = entry_dir_of(dir.path(), gpu_a(), "k") + "/0.entry";
-  byte_vector bytes;
-  struct stat st {};
-  ASSERT_EQ(detail::read_file(path, bytes, &st), 0);
-  write_bytes(path, GetParam().apply(bytes));
+  write_bytes(path, GetParam().apply(read_bytes(path)));
   EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
   EXPECT_FALSE(fs::exists(path)) << "a bad entry must be removed";
   const store_stats s = store.stats();
@@ -226,7 +228,8 @@ TEST(KernelStore, EntriesUnusedForThresholdDaysAreRemovedByTheDailyWalk) {
   set_mtime(entry_dir_of(dir.path(), gpu_a(), "stale") + "/0.entry", now - 8 * 86400);
   set_mtime(entry_dir_of(dir.path(), gpu_a(), "fresh") + "/0.entry", now - 6 * 86400);
   // The last walk was two days ago: the next write walks and ages entries out.
-  detail::size_file sizes(dir.path() + "/v1/size");
+  const detail::directory_handle root = detail::directory_handle::open(dir.path() + "/v1");
+  detail::size_file sizes(root, 0600);
   auto record = sizes.read();
   ASSERT_TRUE(record);
   record->last_walk_unix = now - 2 * 86400;
@@ -273,33 +276,6 @@ TEST(KernelStore, UnusableDirectoryWarnsOnceAndTheProcessCarriesOn) {
   EXPECT_NE(err.find("continuing without persistence"), std::string::npos) << err;
 }
 
-// Runs `body` in a child process with stderr captured; returns exit status
-// and what it printed.
-struct child_result {
-  int status = -1;
-  std::string err;
-};
-template <typename Body>
-child_result run_in_child(Body body) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return {};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipe_fds[1], STDERR_FILENO);
-    ::close(pipe_fds[0]);
-    ::_exit(body());
-  }
-  ::close(pipe_fds[1]);
-  child_result r;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) r.err.append(buf, static_cast<std::size_t>(n));
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
 // In the child: fill the store until a write fails, then check the store
 // carries on. Exit codes: 0 ok, 10 + n for failed checks.
 int fill_until_full(const std::string& dir) {
@@ -325,7 +301,7 @@ TEST(KernelStore, FullDiskWarnsOnceAndTheProcessCarriesOnWithoutPersistence) {
     fs::create_directory(mount_point);
     const bool tmpfs = ::unshare(CLONE_NEWNS) == 0 &&
                        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
-                       ::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=64k") == 0;
+                       ::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=64k,mode=0700") == 0;
     if (!tmpfs) {
       ::signal(SIGXFSZ, SIG_IGN);
       struct rlimit limit {48 * 1024, 48 * 1024};
@@ -340,16 +316,26 @@ TEST(KernelStore, FullDiskWarnsOnceAndTheProcessCarriesOnWithoutPersistence) {
   EXPECT_NE(r.err.find("continuing without persistence"), std::string::npos) << r.err;
 }
 
+// Lets everybody read (not write) what is under `dir`: a store an
+// administrator prepared for every user.
+void make_readable_by_everybody(const std::string& dir) {
+  ::chmod(dir.c_str(), 0755);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+  }
+}
+
 TEST(KernelStore, PermissionErrorWarnsOnceAndStoredBinariesStillServe) {
   temp_dir dir;
-  ::chmod(dir.path().c_str(), 0755);  // mkdtemp made it private; others may read the store
   kernel_store(store_in(dir.path())).put(gpu_a(), "k", binary_for("k", 100));
+  make_readable_by_everybody(dir.path());  // the store itself creates everything private
   const child_result r = run_in_child([&] {
     if (::geteuid() == 0) {
       // Root ignores permissions: drop to nobody for a real EACCES.
       if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 20;
     } else {
       ::chmod((dir.path() + "/v1").c_str(), 0555);
+      ::chmod((dir.path() + "/v1/lock").c_str(), 0400);  // the lock file exists: its own mode decides
     }
     kernel_store store(store_in(dir.path()));
     if (store.writable()) return 21;
@@ -425,6 +411,565 @@ TEST(KernelStore, PruneAndClear) {
   const store_stats s = store.stats();
   EXPECT_EQ(s.entries, 0u);
   EXPECT_EQ(s.recorded_bytes, 0u);
+}
+
+
+// --- What other writers may leave in the store: never blocks, never leads
+// out of the store, never hides a key for good, never read unbounded.
+
+// The tests create directories themselves; with a known umask they are
+// neither group- nor world-writable, as the store requires.
+const mode_t kTestUmask = (::umask(022), 022);
+
+// A key's directory made by hand, as another writer might leave it.
+std::string make_key_directory(const std::string& root, const device_identity& d, std::string_view key) {
+  const std::string path = entry_dir_of(root, d, key);
+  fs::create_directories(path);
+  return path;
+}
+
+// Every file under `dir` with its bytes and mtime: what must not change.
+std::map<std::string, std::pair<byte_vector, std::int64_t>> contents_of(const std::string& dir) {
+  std::map<std::string, std::pair<byte_vector, std::int64_t>> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[e.path().string()] = {read_bytes(e.path().string()), mtime_of(e.path().string())};
+  }
+  return out;
+}
+
+byte_vector entry_bytes_for(const device_identity& d, std::string_view key, const byte_vector& binary) {
+  return detail::encode_entry(detail::device_hash(d), key, binary, 0);
+}
+
+TEST(KernelStore, AFifoInAnEntrysPlaceIsSkippedAndNothingBlocks) {
+  temp_dir dir;
+  ASSERT_TRUE(kernel_store(store_in(dir.path())).put(gpu_a(), "other", binary_for("other", 100)));
+  const std::string key_dir = make_key_directory(dir.path(), gpu_a(), "k");
+  ASSERT_EQ(::mkfifo((key_dir + "/0.entry").c_str(), 0600), 0);
+  // Nothing opens the FIFO's other end: an operation that opens it blocking
+  // would wait forever (the alarm ends it).
+  const child_result r = run_in_child(
+      [&] {
+        kernel_store store(store_in(dir.path()));
+        if (store.get(gpu_a(), "k")) return 1;
+        if (!store.put(gpu_a(), "k", binary_for("k", 100))) return 2;
+        if (store.get(gpu_a(), "k") != binary_for("k", 100)) return 3;
+        if (!store.put(gpu_a(), "another", binary_for("another", 100))) return 4;
+        if (!store.remove(gpu_a(), "k")) return 5;
+        if (store.stats().entries != 2) return 6;  // "other" and "another"
+        return 0;
+      },
+      kHangAlarmSeconds);
+  EXPECT_FALSE(r.hung()) << "an operation blocked on the FIFO";
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST(KernelStore, ASymlinkedKeyDirectoryIsNeverFollowed) {
+  temp_dir dir, outside;
+  kernel_store store(store_in(dir.path()));
+  ASSERT_TRUE(store.put(gpu_a(), "other", binary_for("other", 100)));
+  // Elsewhere: a damaged 0.entry (a reader that followed the link would
+  // remove it) and a valid entry of the key (it would serve it).
+  write_bytes(outside.path() + "/0.entry", {1, 2, 3});
+  write_bytes(outside.path() + "/1.entry", entry_bytes_for(gpu_a(), "k", binary_for("k", 100)));
+  set_mtime(outside.path() + "/1.entry", 1'000'000'000);
+  const std::string key_dir = entry_dir_of(dir.path(), gpu_a(), "k");
+  fs::create_directories(fs::path(key_dir).parent_path());
+  fs::create_directory_symlink(outside.path(), key_dir);
+  const auto before = contents_of(outside.path());
+
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
+  const bool stored = store.put(gpu_a(), "k", binary_for("k", 100));
+  EXPECT_EQ(store.get(gpu_a(), "k").has_value(), stored) << "put reports what get can read";
+  EXPECT_TRUE(store.remove(gpu_a(), "k") == stored);
+  store.prune(0, 0);
+  EXPECT_EQ(contents_of(outside.path()), before) << "nothing outside the store is read, touched or removed";
+
+  // verify reports the link and --fix removes the link, not what it points to.
+  const auto bad = store.verify(false);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].problem.find("symbolic link"), std::string::npos) << bad[0].problem;
+  EXPECT_EQ(store.verify(true).size(), 1u);
+  EXPECT_FALSE(fs::is_symlink(key_dir));
+  EXPECT_EQ(contents_of(outside.path()), before);
+  EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 100));
+}
+
+TEST(KernelStore, ASymlinkedEntryFileIsNeitherReadNorTouched) {
+  temp_dir dir, outside;
+  kernel_store store(store_in(dir.path()));
+  const std::string target = outside.path() + "/target.entry";
+  write_bytes(target, entry_bytes_for(gpu_a(), "k", binary_for("k", 100)));
+  set_mtime(target, 1'000'000'000);
+  const std::string key_dir = make_key_directory(dir.path(), gpu_a(), "k");
+  fs::create_symlink(target, key_dir + "/0.entry");
+  const auto before = contents_of(outside.path());
+
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value()) << "a link is not an entry";
+  EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100))) << "stored beside the link";
+  EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 100));
+  store.verify(true);
+  EXPECT_EQ(contents_of(outside.path()), before) << "the link's target is not read, touched or removed";
+  EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 100));
+}
+
+TEST(KernelStore, WalksNeverFollowLinksOutOfTheStore) {
+  temp_dir dir, outside;
+  kernel_store store(store_in(dir.path()));
+  ASSERT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  // Outside: a tree shaped like a device's directory, with an old entry.
+  const std::string real_key_dir = entry_dir_of(dir.path(), gpu_a(), "k");
+  const std::string key_hex = fs::path(real_key_dir).filename().string();
+  const std::string prefix = key_hex.substr(0, 2);
+  fs::create_directories(outside.path() + "/" + prefix + "/" + key_hex);
+  write_bytes(outside.path() + "/" + prefix + "/" + key_hex + "/0.entry",
+              entry_bytes_for(pocl_cpu(), "k", binary_for("k", 100)));
+  set_mtime(outside.path() + "/" + prefix + "/" + key_hex + "/0.entry", 1'000'000'000);
+  // Linked in as another device's directory, and as a prefix directory of ours.
+  fs::create_directory_symlink(outside.path(), dir.path() + "/v1/" + detail::to_hex(detail::device_hash(pocl_cpu())));
+  const std::string device_dir = fs::path(real_key_dir).parent_path().parent_path().string();
+  fs::create_directory_symlink(outside.path() + "/" + prefix, device_dir + "/ff");
+  const auto before = contents_of(outside.path());
+
+  EXPECT_EQ(store.stats().entries, 1u);
+  EXPECT_EQ(store.list().size(), 1u);
+  EXPECT_FALSE(store.get(pocl_cpu(), "k").has_value());
+  EXPECT_EQ(store.verify(false).size(), 2u) << "both links are reported";
+  EXPECT_EQ(store.prune(0, 30), 1u) << "only the store's own entry";
+  store.clear();
+  EXPECT_EQ(contents_of(outside.path()), before);
+  store.verify(true);
+  EXPECT_EQ(contents_of(outside.path()), before);
+  EXPECT_TRUE(store.verify(false).empty());
+}
+
+TEST(KernelStore, ADirectoryInAnEntrysPlaceIsSkippedByGetAndPutAlike) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  const std::string key_dir = make_key_directory(dir.path(), gpu_a(), "k");
+  fs::create_directory(key_dir + "/0.entry");
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
+  EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 100)) << "get reaches the slot put used";
+  EXPECT_TRUE(store.remove(gpu_a(), "k"));
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
+}
+
+TEST(KernelStore, VerifyReportsWhatDoesNotBelongAndFixRemovesIt) {
+  temp_dir dir, outside;
+  {
+    kernel_store store(store_in(dir.path()));
+    for (const char* key : {"good", "k1", "k2", "k3", "k4"}) ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 100)));
+  }
+  const std::string k1 = entry_dir_of(dir.path(), gpu_a(), "k1");
+  const std::string k2 = entry_dir_of(dir.path(), gpu_a(), "k2");
+  const std::string k3 = entry_dir_of(dir.path(), gpu_a(), "k3");
+  const std::string k4 = entry_dir_of(dir.path(), gpu_a(), "k4");
+  fs::create_directories(k1 + "/1.entry/inside");  // a directory where an entry goes
+  write_bytes(k1 + "/1.entry/inside/file", {1});
+  ASSERT_EQ(::mkfifo((k2 + "/1.entry").c_str(), 0600), 0);
+  write_bytes(outside.path() + "/file", {1, 2});
+  fs::create_symlink(outside.path() + "/file", k3 + "/1.entry");
+  write_bytes(k4 + "/notes.txt", {'h', 'i'});  // a file the store never writes
+  const auto before = contents_of(outside.path());
+
+  const child_result r = run_in_child(
+      [&] {
+        kernel_store store(store_in(dir.path()));
+        const auto bad = store.verify(false);
+        for (const auto& b : bad) std::fprintf(stderr, "%s: %s\n", b.path.c_str(), b.problem.c_str());
+        if (bad.size() != 4) return 1;
+        if (!fs::exists(k1 + "/1.entry") || !fs::exists(k4 + "/notes.txt")) return 2;  // verify alone changes nothing
+        if (store.verify(true).size() != 4) return 3;
+        if (!store.verify(false).empty()) return 4;
+        for (const char* key : {"good", "k1", "k2", "k3", "k4"}) {
+          if (store.get(gpu_a(), key) != binary_for(key, 100)) return 5;  // the entries stay
+        }
+        return 0;
+      },
+      kHangAlarmSeconds);
+  EXPECT_FALSE(r.hung());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find(k1 + "/1.entry"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(k2 + "/1.entry"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(k3 + "/1.entry"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(k4 + "/notes.txt"), std::string::npos) << r.err;
+  for (const char* kind : {"a directory", "a FIFO", "a symbolic link", "a regular file"}) {
+    EXPECT_NE(r.err.find(kind), std::string::npos) << kind << "\n" << r.err;
+  }
+  EXPECT_FALSE(fs::exists(fs::symlink_status(k1 + "/1.entry")));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(k2 + "/1.entry")));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(k3 + "/1.entry")));
+  EXPECT_FALSE(fs::exists(k4 + "/notes.txt"));
+  EXPECT_EQ(contents_of(outside.path()), before);
+}
+
+TEST(KernelStore, AFileLargerThanAnyEntryIsNeverRead) {
+  temp_dir dir;
+  store_config c = store_in(dir.path());
+  c.max_entry_bytes = 1 << 20;
+  kernel_store store(c);
+  // A sparse 256 MB file in an entry's place (and the same file's header
+  // claiming it is an entry of the key).
+  const std::string key_dir = make_key_directory(dir.path(), gpu_a(), "k");
+  const std::uint64_t huge = std::uint64_t{256} << 20;
+  {
+    byte_vector header = entry_bytes_for(gpu_a(), "k", {});
+    write_bytes(key_dir + "/0.entry", header);
+    ASSERT_EQ(::truncate((key_dir + "/0.entry").c_str(), static_cast<off_t>(huge)), 0);
+  }
+  const std::optional<std::uint64_t> before = bytes_read_by_this_process();
+  if (!before) GTEST_SKIP() << "/proc/self/io is not available: cannot count the bytes read";
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
+  EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 100));
+  const auto bad = store.verify(false);
+  EXPECT_EQ(bad.size(), 1u);
+  store.list();
+  EXPECT_LT(*bytes_read_by_this_process() - *before, huge / 64) << "the huge file was read";
+}
+
+TEST(KernelStore, WhatTheStoreCreatesIsPrivateToItsUser) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path() + "/new/store"));
+  ASSERT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  int checked = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir.path() + "/new")) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, S_ISDIR(st.st_mode) ? 0700u : 0600u) << e.path();
+    ++checked;
+  }
+  EXPECT_GE(checked, 9) << "new, store, v1, lock, size, device, device.txt, prefix, key, entry";
+}
+
+TEST(KernelStore, ARootOwnedByAnotherUserIsRefusedWithOneWarning) {
+  if (!can_act_as_another_user()) GTEST_SKIP() << "only root can give a directory to another user";
+  temp_dir dir;
+  ASSERT_TRUE(kernel_store(store_in(dir.path())).put(gpu_a(), "k", binary_for("k", 100)));
+  ASSERT_EQ(::chown(dir.path().c_str(), kOtherUser, kOtherUser), 0);
+  ::testing::internal::CaptureStderr();
+  kernel_store store(store_in(dir.path()));
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value()) << "another user could have planted it";
+  EXPECT_FALSE(store.put(gpu_a(), "new", binary_for("new", 100)));
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("owned by"), std::string::npos) << err;
+  EXPECT_NE(err.find("UNICACHE_PERSISTENT_CACHE_SHARED"), std::string::npos) << err;
+}
+
+TEST(KernelStore, ARootWritableByGroupOrOthersIsRefusedWithOneWarning) {
+  for (const mode_t mode : {0777, 0770, 0722}) {
+    temp_dir dir;
+    ASSERT_TRUE(kernel_store(store_in(dir.path())).put(gpu_a(), "k", binary_for("k", 100)));
+    ASSERT_EQ(::chmod(dir.path().c_str(), mode), 0);
+    ::testing::internal::CaptureStderr();
+    kernel_store store(store_in(dir.path()));
+    EXPECT_FALSE(store.get(gpu_a(), "k").has_value()) << std::oct << mode;
+    EXPECT_FALSE(store.put(gpu_a(), "new", binary_for("new", 100)));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find("writable by"), std::string::npos) << err;
+  }
+}
+
+TEST(KernelStore, AKeyDirectoryOrEntryOfAnotherUserIsNeverLoaded) {
+  if (!can_act_as_another_user()) GTEST_SKIP() << "only root can give a file to another user";
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  ASSERT_TRUE(store.put(gpu_a(), "dir", binary_for("dir", 100)));
+  ASSERT_TRUE(store.put(gpu_a(), "file", binary_for("file", 100)));
+  ASSERT_TRUE(store.put(gpu_a(), "writable", binary_for("writable", 100)));
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(::chown(entry_dir_of(dir.path(), gpu_a(), "dir").c_str(), kOtherUser, kOtherUser), 0);
+  ASSERT_EQ(::chown((entry_dir_of(dir.path(), gpu_a(), "file") + "/0.entry").c_str(), kOtherUser, kOtherUser), 0);
+  ASSERT_EQ(::chmod((entry_dir_of(dir.path(), gpu_a(), "writable") + "/0.entry").c_str(), 0666), 0);
+  EXPECT_FALSE(store.get(gpu_a(), "dir").has_value());
+  EXPECT_FALSE(store.get(gpu_a(), "file").has_value());
+  EXPECT_FALSE(store.get(gpu_a(), "writable").has_value());
+  EXPECT_FALSE(store.put(gpu_a(), "dir", binary_for("dir", 100))) << "its directory is not ours";
+  // The entry's slot is skipped: put stores into the next one, which get reaches.
+  EXPECT_TRUE(store.put(gpu_a(), "file", binary_for("file", 100)));
+  EXPECT_EQ(store.get(gpu_a(), "file"), binary_for("file", 100));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one warning:\n" << err;
+}
+
+TEST(KernelStore, MaxSizeZeroMeansNoSizeLimit) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path(), /*max_bytes=*/0));
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 10000)));
+  }
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    EXPECT_EQ(store.get(gpu_a(), key), binary_for(key, 10000)) << key;
+  }
+  EXPECT_EQ(store.stats().entries, 5u);
+}
+
+TEST(KernelStore, ABinaryLargerThanTheWholeStoreIsRefusedUpFront) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path(), /*max_bytes=*/1000));
+  ASSERT_TRUE(store.put(gpu_a(), "small", binary_for("small", 100)));
+  EXPECT_FALSE(store.put(gpu_a(), "huge", binary_for("huge", 1 << 20)));
+  EXPECT_FALSE(store.get(gpu_a(), "huge").has_value());
+  EXPECT_TRUE(store.get(gpu_a(), "small").has_value()) << "and nothing was evicted for it";
+  EXPECT_EQ(store.stats().entries, 1u);
+}
+
+TEST(KernelStore, AnEntryLargerThanHalfTheLimitIsKeptByItsOwnPut) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path(), /*max_bytes=*/10000));
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "small" + std::to_string(i);
+    ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 1000)));
+    set_mtime(entry_dir_of(dir.path(), gpu_a(), key) + "/0.entry", 1'700'000'000 + i);
+  }
+  // Over the limit: eviction down to half (5000 B) cannot keep this 6000 B
+  // entry, but it must not evict the entry its own put reports as stored.
+  ASSERT_TRUE(store.put(gpu_a(), "large", binary_for("large", 6000)));
+  EXPECT_EQ(store.get(gpu_a(), "large"), binary_for("large", 6000));
+  const store_stats s = store.stats();
+  EXPECT_EQ(s.entries, 1u) << "the others were evicted";
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+}
+
+// Exit codes: 0, or which check failed.
+int unreadable_first_slot_checks(const std::string& dir) {
+  kernel_store store(store_in(dir));
+  if (!store.put(gpu_a(), "k", binary_for("k", 100))) return 10;
+  if (::chmod((entry_dir_of(dir, gpu_a(), "k") + "/0.entry").c_str(), 0) != 0) return 11;
+  if (store.get(gpu_a(), "k")) return 12;  // unreadable: a miss
+  const bool stored = store.put(gpu_a(), "k", binary_for("k", 100));
+  if (stored && store.get(gpu_a(), "k") != binary_for("k", 100)) return 13;  // put said stored, get cannot read it
+  if (!stored) return 14;  // the next slot is free
+  return 0;
+}
+
+TEST(KernelStore, AnUnreadableEntryIsSkippedByGetAndPutAlike) {
+  temp_dir dir;
+  if (!can_act_as_another_user()) {
+    EXPECT_EQ(unreadable_first_slot_checks(dir.path()), 0);
+    return;
+  }
+  // Root reads any file: the store runs as an unprivileged user in a child,
+  // on a directory that user owns.
+  ASSERT_EQ(::chown(dir.path().c_str(), kOtherUser, kOtherUser), 0);
+  const child_result r = run_in_child([&] {
+    if (!become_other_user()) return 20;
+    return unreadable_first_slot_checks(dir.path());
+  });
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+
+TEST(KernelStore, ASharedStoreIsGroupWritableAndTrustsItsGroupButNotEverybody) {
+  temp_dir dir;
+  store_config c = store_in(dir.path() + "/shared");
+  c.shared = true;
+  kernel_store store(c);
+  ASSERT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, S_ISDIR(st.st_mode) ? 02770u : 0660u) << e.path();
+  }
+  if (can_act_as_another_user()) {
+    // Written by another member of the group: loaded.
+    const std::string key_dir = entry_dir_of(c.directory, gpu_a(), "k");
+    ASSERT_EQ(::chown(key_dir.c_str(), kOtherUser, kOtherUser), 0);
+    ASSERT_EQ(::chown((key_dir + "/0.entry").c_str(), kOtherUser, kOtherUser), 0);
+    EXPECT_EQ(kernel_store(c).get(gpu_a(), "k"), binary_for("k", 100));
+  }
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(kernel_store(store_in(c.directory)).enabled()) << "a private store refuses a group-writable root";
+  ASSERT_EQ(::chmod(c.directory.c_str(), 02777), 0);
+  EXPECT_FALSE(kernel_store(c).get(gpu_a(), "k").has_value()) << "writable by everybody: refused even when shared";
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << err;
+  EXPECT_NE(err.find("writable by every user"), std::string::npos) << err;
+}
+
+TEST(KernelStore, WithSizeEvictionOffPutsNeverEvictAndTheLimitIsNotEnforced) {
+  temp_dir dir;
+  store_config c = store_in(dir.path(), /*max_bytes=*/3000);
+  c.size_eviction = false;
+  kernel_store store(c);
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 1000)));
+  }
+  EXPECT_TRUE(store.put(gpu_a(), "larger than the store", binary_for("l", 5000)));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(store.get(gpu_a(), "k" + std::to_string(i)).has_value()) << i;
+  const store_stats s = store.stats();
+  EXPECT_EQ(s.entries, 6u);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+  EXPECT_EQ(store.prune(3000, 0), 4u) << "explicit pruning still works";
+}
+
+TEST(KernelStore, ListReadsEachDevicesDescriptionOnce) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.put(gpu_a(), "k" + std::to_string(i), binary_for("k", 10)));
+  // A description as long as one may be: read once it costs 4 KB, read per
+  // entry 200 KB, far more than the 50 small entries themselves.
+  const std::string device_txt = entry_dir_of(dir.path(), gpu_a(), "k0") + "/../../device.txt";
+  std::ofstream(device_txt, std::ios::trunc) << std::string(4000, 'd') << "\n";
+  const auto before = bytes_read_by_this_process();
+  if (!before) GTEST_SKIP() << "/proc/self/io is not available: cannot count the bytes read";
+  const auto entries = store.list();
+  const std::uint64_t read = *bytes_read_by_this_process() - *before;
+  ASSERT_EQ(entries.size(), 50u);
+  EXPECT_EQ(entries[0].device_description, std::string(4000, 'd'));
+  EXPECT_LT(read, 50 * 200 + 4001 + 20000) << "the description was read once per entry";
+}
+
+TEST(KeyDescription, ACacheKeyNamesItsKindAndItsKernel) {
+  cache_key key;
+  key.add("opencl-c").add("gemm").add("-cl-fast-relaxed-math").add("__kernel void gemm() {}");
+  const detail::key_description d = detail::describe_key(key.bytes());
+  EXPECT_EQ(d.kind, "opencl-c");
+  EXPECT_EQ(d.name, "gemm");
+  EXPECT_EQ(d.preview, "");
+  cache_key kind_only;
+  kind_only.add("engine-info").add(std::uint32_t{3});
+  EXPECT_EQ(detail::describe_key(kind_only.bytes()).kind, "engine-info");
+  EXPECT_EQ(detail::describe_key(kind_only.bytes()).name, "") << "the second field is not a text";
+}
+
+TEST(KeyDescription, AnyOtherKeyIsAQuotedShortenedPreview) {
+  const detail::key_description plain = detail::describe_key("opencl-engine-info/1");
+  EXPECT_EQ(plain.kind, "");
+  EXPECT_EQ(plain.preview, "\"opencl-engine-info/1\"");
+  const detail::key_description long_key = detail::describe_key(std::string(10000, 'x'));
+  EXPECT_LT(long_key.preview.size(), 80u) << long_key.preview;
+  EXPECT_NE(long_key.preview.find("(10000 bytes)"), std::string::npos) << long_key.preview;
+}
+
+TEST(KeyDescription, UntrustedBytesAreNeverShownRaw) {
+  cache_key odd_kind;
+  odd_kind.add("\x1b[2Jevil").add("gemm");
+  const detail::key_description a = detail::describe_key(odd_kind.bytes());
+  EXPECT_EQ(a.kind, "") << "not a kind: shown as a preview";
+  cache_key odd_name;
+  odd_name.add("opencl-c").add("k\n\x1b]0;title\x07\"");
+  const detail::key_description b = detail::describe_key(odd_name.bytes());
+  EXPECT_EQ(b.kind, "opencl-c");
+  for (const std::string& shown : {a.preview, b.name}) {
+    for (const char c : shown) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << shown;
+  }
+  EXPECT_EQ(b.name, "\"k\\n\\x1b]0;title\\x07\\\"\"");
+}
+
+// --- Run-time settings of a store and of the process-wide one.
+
+TEST(KernelStoreSettings, AChangeAppliesToOperationsThatStartAfterIt) {
+  temp_dir a, b;
+  kernel_store store(store_in(a.path()));
+  ASSERT_TRUE(store.put(gpu_a(), "in a", binary_for("a", 100)));
+  store.set_directory(b.path());
+  EXPECT_EQ(store.config().directory, b.path());
+  EXPECT_FALSE(store.get(gpu_a(), "in a").has_value());
+  ASSERT_TRUE(store.put(gpu_a(), "in b", binary_for("b", 100)));
+  EXPECT_EQ(entry_files(a.path()).size(), 1u);
+  EXPECT_EQ(entry_files(b.path()).size(), 1u);
+  store.set_enabled(false);
+  EXPECT_FALSE(store.enabled());
+  EXPECT_FALSE(store.get(gpu_a(), "in b").has_value());
+  EXPECT_FALSE(store.put(gpu_a(), "off", binary_for("off", 100)));
+  store.set_enabled(true);
+  EXPECT_EQ(store.get(gpu_a(), "in b"), binary_for("b", 100));
+  store.set_capacity_mb(0);
+  EXPECT_EQ(store.config().max_size_bytes, 0u);
+  store.set_capacity_mb(1);
+  EXPECT_EQ(store.config().max_size_bytes, std::uint64_t{1} << 20);
+  EXPECT_FALSE(store.put(gpu_a(), "2 MB", binary_for("2", 2 << 20))) << "larger than the new capacity";
+  store.set_size_eviction(false);
+  EXPECT_FALSE(store.config().size_eviction);
+  EXPECT_TRUE(store.put(gpu_a(), "2 MB", binary_for("2", 2 << 20))) << "no limit without size eviction";
+}
+
+// The process-wide store starts from the environment; these tests set it
+// off there, then configure it at run time.
+kernel_store& process_store() {
+  ::setenv("UNICACHE_PERSISTENT_CACHE", "0", 1);
+  return kernel_store::instance();
+}
+
+TEST(KernelStoreSettings, TheProcessWideStoreIsConfiguredAtRunTime) {
+  temp_dir dir;
+  kernel_store& store = process_store();
+  EXPECT_EQ(&store, &kernel_store::instance());
+  store.set_directory(dir.path());
+  store.set_enabled(true);
+  ASSERT_TRUE(store.enabled());
+  EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 100)));
+  EXPECT_EQ(kernel_store(store_in(dir.path())).get(gpu_a(), "k"), binary_for("k", 100));
+  store.set_enabled(false);
+  EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
+}
+
+TEST(KernelStoreSettings, SettingsChangeSafelyWhileOtherThreadsGetAndPut) {
+  temp_dir a, b, last;
+  kernel_store& store = process_store();
+  store.set_directory(a.path());
+  store.set_enabled(true);
+  constexpr int kWorkers = 4;
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0}, hits{0};
+  std::array<std::atomic<int>, kWorkers> iterations{};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kWorkers; ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        const std::string key = "k" + std::to_string((i * 7 + t) % 24);
+        store.put(gpu_a(), key, binary_for(key, 40000));
+        if (const auto got = store.get(gpu_a(), key)) {
+          ++hits;
+          if (*got != binary_for(key, 40000)) ++wrong;
+        }
+        store.remove(gpu_a(), i % 5 == 0 ? key : "absent");
+        ++iterations[t];
+      }
+    });
+  }
+  // Every worker finishes `more` iterations that started after this call.
+  auto wait_for_workers = [&](int more) {
+    std::array<int, kWorkers> start{};
+    for (int t = 0; t < kWorkers; ++t) start[t] = iterations[t].load();
+    for (int t = 0; t < kWorkers; ++t) {
+      while (iterations[t].load() < start[t] + more) std::this_thread::yield();
+    }
+  };
+  for (int change = 0; change < 300; ++change) {
+    store.set_directory(change % 2 ? b.path() : a.path());
+    store.set_capacity_mb(change % 3 == 0 ? 0 : 1);
+    store.set_size_eviction(change % 4 != 0);
+    store.set_enabled(change % 7 != 0);
+  }
+  store.set_directory(last.path());
+  store.set_enabled(true);
+  wait_for_workers(2);  // what started before the change has finished
+  const std::size_t in_a = entry_files(a.path()).size(), in_b = entry_files(b.path()).size();
+  wait_for_workers(3);
+  stop = true;
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(wrong.load(), 0) << "a get returned another binary";
+  EXPECT_GT(hits.load(), 0);
+  EXPECT_EQ(entry_files(a.path()).size(), in_a) << "operations that started after the change used the new directory";
+  EXPECT_EQ(entry_files(b.path()).size(), in_b);
+  EXPECT_GT(entry_files(last.path()).size(), 0u);
+  for (const temp_dir* d : {&a, &b, &last}) {
+    kernel_store check(store_in(d->path()));
+    EXPECT_TRUE(check.verify(false).empty()) << d->path();
+    const store_stats s = check.stats();
+    EXPECT_EQ(s.recorded_bytes, s.bytes) << d->path();
+  }
+  store.set_enabled(false);
 }
 
 }  // namespace

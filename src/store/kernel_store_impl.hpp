@@ -1,0 +1,57 @@
+// The inside of kernel_store, shared by its operations (kernel_store.cpp)
+// and its maintenance (store_maintenance.cpp).
+//
+// Settings can change at run time while other threads get and put: each
+// operation takes the current store_state once, at its start, and works
+// with it to its end. A change builds a new state and swaps it in; the old
+// one goes when the last operation using it finishes.
+#pragma once
+
+#include <memory>
+
+#include "store/store_directory.hpp"
+#include "store/store_testing.hpp"
+#include "unicache/store.hpp"
+#include "util/mutex.hpp"
+
+namespace unicache {
+
+namespace detail {
+
+struct store_state {
+  store_config config;
+  std::shared_ptr<store_directory> directory;  // null: the store is off or unusable
+};
+
+}  // namespace detail
+
+struct kernel_store::impl {
+  std::shared_ptr<const detail::store_state> state() const {
+    detail::mutex_lock l(&state_mu);
+    return state_;
+  }
+  // The state of a maintenance operation; throws store_error when off.
+  std::shared_ptr<const detail::store_state> require_enabled() const;
+
+  // Applies `change` to the current settings and swaps in the new state.
+  template <typename Change>
+  void update(Change change) {
+    detail::mutex_lock l(&settings_mu);
+    const std::shared_ptr<const detail::store_state> current = state();
+    store_config config = current ? current->config : store_config{};
+    change(config);
+    configure(std::move(config), current.get());
+  }
+
+  detail::store_testing::key_hasher hasher = &detail::key_hash;
+
+ private:
+  // Opens the directory unless `current` already has it open, then swaps.
+  void configure(store_config config, const detail::store_state* current) ABSL_EXCLUSIVE_LOCKS_REQUIRED(settings_mu);
+
+  detail::mutex settings_mu;  // one change at a time; opening a directory never holds up readers
+  mutable detail::mutex state_mu;
+  std::shared_ptr<const detail::store_state> state_ ABSL_GUARDED_BY(state_mu);
+};
+
+}  // namespace unicache

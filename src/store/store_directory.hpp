@@ -1,0 +1,71 @@
+// One store directory in use: its format root (<directory>/v1) held open,
+// with the lock and size files, whether writes still work, and the warnings
+// it has printed. Every operation on the directory, from any thread, shares
+// one (std::shared_ptr); the store opens another when its directory changes.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "store/size_file.hpp"
+#include "store/store_permissions.hpp"
+#include "unicache/store.hpp"
+#include "util/directory_handle.hpp"
+#include "util/lock_file.hpp"
+#include "util/mutex.hpp"
+#include "util/stable_hash.hpp"
+
+namespace unicache::detail {
+
+// The error of a directory the store does not trust (see store_permissions).
+inline constexpr int kUntrusted = EPERM;
+
+class store_directory {
+ public:
+  // Opens `directory` and its format root, creating what is missing. Returns
+  // nullptr, after one warning, when they cannot be used or are not trusted.
+  static std::shared_ptr<store_directory> open(const std::string& directory, bool shared);
+
+  const std::string& path() const { return path_; }  // "<directory>/v1", for messages
+  const directory_handle& root() const { return root_; }
+  const store_permissions& permissions() const { return permissions_; }
+  lock_file& lock() ABSL_LOCK_RETURNED(lock_) { return lock_; }
+  const size_file& sizes() const { return sizes_; }
+
+  // Whether writes still work: a failed write turns them off for the rest
+  // of the process (with one warning).
+  bool writable() const { return writable_.load(std::memory_order_relaxed); }
+  void write_failed(int err, const std::string& what) noexcept;
+
+  // Whether something with `status`, at `relative` below the root, may be
+  // loaded from. If not, warns (once for this directory) and returns false.
+  bool trusts(const struct stat& status, const std::string& relative) noexcept;
+
+  // The directory of `key` for `device`: <device>/<kk>/<key>, each a real
+  // directory (never a link) that the store trusts; missing ones are
+  // created when `create`. On failure the handle's error says why: ENOENT
+  // (absent), ENOTDIR (a link or something else in the way), kUntrusted, or
+  // the errno of a failed mkdir (also reported through write_failed).
+  directory_handle open_key_directory(const hash128& device, const hash128& key, bool create);
+
+  // Writes <device>/device.txt if it is missing (once per process and device).
+  void describe_device(const hash128& device_hash, const device_identity& device);
+
+  store_directory(const std::string& path, directory_handle root, bool shared);
+
+ private:
+  std::string path_;
+  directory_handle root_;
+  store_permissions permissions_;
+  lock_file lock_;
+  size_file sizes_;
+  std::atomic<bool> writable_{false};
+  std::atomic<bool> warned_write_{false};
+  std::atomic<bool> warned_trust_{false};
+  mutex devices_mu_;
+  absl::flat_hash_set<std::string> described_devices_ ABSL_GUARDED_BY(devices_mu_);
+};
+
+}  // namespace unicache::detail

@@ -1,0 +1,44 @@
+// The names of the store's layout, in one place:
+//
+//   <directory>/v1/                      the root of this format
+//     lock, size                         the store's lock and size files
+//     <device hash>/device.txt           32 hex digits; the identity in words
+//     <device hash>/<kk>/<key hash>/     kk: the key hash's first two digits
+//       <n>.entry                        n = 0 .. kMaxCollisions - 1
+//     .tmp.<pid>.<n> (at any level)      a writer's unpublished file
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace unicache::detail {
+
+// A new format lives beside the old one and never reads it.
+inline constexpr char kFormatDirectory[] = "v1";
+inline constexpr char kLockName[] = "lock";
+inline constexpr char kSizeName[] = "size";
+inline constexpr char kDeviceDescriptionName[] = "device.txt";
+inline constexpr char kTemporaryPrefix[] = ".tmp.";
+inline constexpr int kMaxCollisions = 8;  // entries n = 0..7 under one key hash
+inline constexpr std::size_t kHashDigits = 32;
+inline constexpr std::size_t kPrefixDigits = 2;
+// A device description is one line; anything longer is not ours.
+inline constexpr std::size_t kMaxDeviceDescriptionBytes = 4096;
+
+inline std::string entry_name(int n) { return std::to_string(n) + ".entry"; }
+
+inline bool is_entry_name(std::string_view name) {
+  return name.size() == 7 && name[0] >= '0' && name[0] < '0' + kMaxCollisions && name.substr(1) == ".entry";
+}
+
+inline bool is_temporary_name(std::string_view name) { return name.starts_with(kTemporaryPrefix); }
+
+inline bool is_hex_name(std::string_view name, std::size_t digits) {
+  if (name.size() != digits) return false;
+  for (const char c : name) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace unicache::detail

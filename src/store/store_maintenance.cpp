@@ -1,0 +1,163 @@
+// kernel_store's maintenance, what unicache-store runs: stats, list, verify,
+// prune and clear, all over a walk that never follows a link.
+#include <cstring>
+#include <map>
+
+#include "store/entry_format.hpp"
+#include "store/eviction.hpp"
+#include "store/key_description.hpp"
+#include "store/kernel_store_impl.hpp"
+#include "store/store_layout.hpp"
+#include "store/store_walk.hpp"
+#include "unicache/store.hpp"
+#include "util/file_io.hpp"
+#include "util/printable.hpp"
+
+namespace unicache {
+
+using namespace detail;
+
+namespace {
+
+// Reads and checks one entry found by a walk: that the store trusts it, its
+// size, its format, and that it lies in its own device's and key's directory.
+store_entry_info inspect(const store_directory& d, const store_config& config, const store_file& f) {
+  store_entry_info info;
+  info.path = shown_path(d.path(), f);
+  info.device_hash = f.device_hex;
+  info.file_bytes = f.bytes;
+  info.last_use_unix = f.mtime;
+  const directory_handle dir = open_beneath(d.root(), f.directory);
+  opened_file file;
+  int err = dir.ok() ? open_regular_file(dir, f.name, file) : dir.error();
+  if (err == 0) {
+    if (const std::string why = d.permissions().distrust(file.status); !why.empty()) {
+      info.problem = "not trusted: " + why;
+      return info;
+    }
+  }
+  byte_vector bytes;
+  if (err == 0) err = read_contents(file, max_entry_file_bytes(kMaxKeyBytes, config.max_entry_bytes), bytes);
+  if (err == EFBIG) {
+    info.problem = "larger than any entry this store keeps";
+    return info;
+  }
+  if (err != 0) {
+    info.problem = std::string("unreadable: ") + std::strerror(err);
+    return info;
+  }
+  const parsed_entry e = parse_entry(bytes, nullptr);
+  if (!e.ok()) {
+    info.problem = describe(e.problem);
+    return info;
+  }
+  info.key_bytes = e.key.size();
+  info.binary_bytes = e.binary.size();
+  key_description key = describe_key(e.key);
+  info.kind = std::move(key.kind);
+  info.name = std::move(key.name);
+  info.key_preview = std::move(key.preview);
+  if (to_hex(e.device) != f.device_hex) {
+    info.problem = "in the directory of another device";
+    return info;
+  }
+  // The entry must sit under its own key's hash (the layout is the index).
+  if (f.directory.substr(f.directory.rfind('/') + 1) != to_hex(key_hash(e.key))) {
+    info.problem = "in the directory of another key";
+    return info;
+  }
+  info.valid = true;
+  return info;
+}
+
+store_entry_info stray_info(const store_directory& d, const store_file& f) {
+  store_entry_info info;
+  info.path = shown_path(d.path(), f);
+  info.device_hash = f.device_hex;
+  info.file_bytes = f.bytes;
+  info.last_use_unix = f.mtime;
+  info.problem = f.problem;
+  return info;
+}
+
+// The device's description as its first writer recorded it, printable.
+std::string device_description(const store_directory& d, const std::string& device_hex) {
+  const directory_handle dir = open_beneath(d.root(), device_hex);
+  byte_vector bytes;
+  if (!dir.ok() || read_regular_file(dir, kDeviceDescriptionName, kMaxDeviceDescriptionBytes, bytes) != 0) return "";
+  std::string text(bytes.begin(), bytes.end());
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return printable(text, kMaxDeviceDescriptionBytes);
+}
+
+}  // namespace
+
+store_stats kernel_store::stats() const {
+  const std::shared_ptr<const store_state> s = impl_->require_enabled();
+  const walk_result w = walk_store(s->directory->root());
+  store_stats out;
+  out.entries = w.entries.size();
+  for (const store_file& f : w.entries) out.bytes += f.bytes;
+  out.devices = w.devices;
+  out.temporary_files = w.temporaries.size();
+  if (auto record = s->directory->sizes().read()) out.recorded_bytes = record->bytes;
+  return out;
+}
+
+std::vector<store_entry_info> kernel_store::list() const {
+  const std::shared_ptr<const store_state> s = impl_->require_enabled();
+  const store_directory& d = *s->directory;
+  const walk_result w = walk_store(d.root());
+  std::map<std::string, std::string> descriptions;  // read once per device
+  std::vector<store_entry_info> out;
+  for (const store_file& f : w.entries) {
+    out.push_back(inspect(d, s->config, f));
+    const auto [it, first] = descriptions.try_emplace(f.device_hex);
+    if (first) it->second = device_description(d, f.device_hex);
+    out.back().device_description = it->second;
+  }
+  return out;
+}
+
+std::vector<store_entry_info> kernel_store::verify(bool fix) const {
+  const std::shared_ptr<const store_state> s = impl_->require_enabled();
+  store_directory& d = *s->directory;
+  if (fix && !d.writable()) throw store_error("the store at " + s->config.directory + " is not writable");
+  std::vector<store_entry_info> bad;
+  auto check = [&] {
+    const walk_result w = walk_store(d.root());
+    for (const store_file& f : w.entries) {
+      store_entry_info info = inspect(d, s->config, f);
+      if (info.valid) continue;
+      if (fix) remove_beneath(d.root(), f);
+      bad.push_back(std::move(info));
+    }
+    for (const store_file& f : w.strays) {
+      if (fix) remove_beneath(d.root(), f);
+      bad.push_back(stray_info(d, f));
+    }
+    if (fix) {
+      for (const store_file& t : w.temporaries) remove_beneath(d.root(), t);
+    }
+  };
+  if (fix) {
+    lock_file_holder l(&d.lock());
+    check();
+    recount_locked(d, /*remove_empty_directories=*/true);
+  } else {
+    check();
+  }
+  return bad;
+}
+
+std::uint64_t kernel_store::prune(std::uint64_t max_bytes, std::uint32_t max_age_days) const {
+  const std::shared_ptr<const store_state> s = impl_->require_enabled();
+  store_directory& d = *s->directory;
+  if (!d.writable()) throw store_error("the store at " + s->config.directory + " is not writable");
+  lock_file_holder l(&d.lock());
+  return evict_locked(d, max_bytes, max_age_days, /*remove_empty_directories=*/true);
+}
+
+void kernel_store::clear() const { prune(0, 0); }
+
+}  // namespace unicache
