@@ -47,6 +47,18 @@ class scoped_kernel_shapes {
   kernel_shapes saved_;
 };
 
+// Sets the process-wide constant check for a scope.
+class scoped_constant_check {
+ public:
+  explicit scoped_constant_check(constant_check mode) : saved_(current_constant_check()) { set_constant_check(mode); }
+  ~scoped_constant_check() { set_constant_check(saved_); }
+  scoped_constant_check(const scoped_constant_check&) = delete;
+  scoped_constant_check& operator=(const scoped_constant_check&) = delete;
+
+ private:
+  constant_check saved_;
+};
+
 // A Device that compiles shape-specialized kernels (the default is agnostic).
 template <typename Device>
 struct specialized : Device {
