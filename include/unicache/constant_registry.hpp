@@ -56,9 +56,9 @@ struct content_fingerprint {
 content_fingerprint fingerprint_of(const void* data, std::size_t bytes) noexcept;
 
 // Which bytes the sampled check reads: `count` blocks of `block` bytes, the
-// i-th at byte first + i * stride. At most 1 KB: 16 blocks of 64 bytes
-// spread over the tensor, first and last included, or the whole tensor when
-// it is no larger.
+// i-th at byte first + i * stride. At most 1 KB: 16 blocks of 64 bytes, one
+// at the start of each sixteenth of the tensor, or the whole tensor when it
+// is no larger. first + count * stride never exceeds the tensor's size.
 struct sample_layout {
   std::size_t first = 0, block = 0, stride = 0, count = 0;
   std::size_t bytes() const noexcept { return block * count; }

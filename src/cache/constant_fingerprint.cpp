@@ -12,8 +12,10 @@ namespace unicache {
 sample_layout sample_layout_for(std::size_t bytes) noexcept {
   constexpr std::size_t kBlocks = 16, kBlockBytes = 64;
   if (bytes <= kBlocks * kBlockBytes) return {0, bytes, bytes, bytes == 0 ? 0 : std::size_t{1}};
-  // First and last block included; the rest evenly in between.
-  return {0, kBlockBytes, (bytes - kBlockBytes) / (kBlocks - 1), kBlocks};
+  // One block at the start of each sixteenth. The rectangle the blocks span
+  // (count x stride bytes) stays inside the tensor: OpenCL drivers check a
+  // strided read's whole extent against the buffer, not only its last block.
+  return {0, kBlockBytes, bytes / kBlocks, kBlocks};
 }
 
 content_fingerprint fingerprint_of(const void* data, std::size_t bytes) noexcept {
