@@ -4,7 +4,8 @@
 // (creating the primitive_desc and the primitive again), the execution
 // overhead of a compiled partition over calling the oneDNN primitive, and
 // what checking a packed weight's contents costs per execution
-// (BM_execute_constant_check/<mode>: none, sampled, full).
+// (BM_execute_constant_check/<mode>: none, sampled, full; the hashes alone:
+// BM_constant_sample_hash, BM_constant_fingerprint).
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -14,6 +15,7 @@
 
 #include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
+#include "unicache/constant_registry.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
 
@@ -128,6 +130,20 @@ void BM_execute_constant_check(benchmark::State& state) {
   set_kernel_shapes(saved_shapes);
 }
 
+// The host-side work of each check on the FFN weight (768 x 3072 floats,
+// 9 MB): the sampled hash every execution pays, and the full fingerprint
+// paid when a weight is first packed (or every execution with `full`).
+void BM_constant_sample_hash(benchmark::State& state) {
+  std::vector<float> w(768 * 3072, 0.25f);
+  for (auto _ : state) benchmark::DoNotOptimize(host_sample_hash(w.data(), w.size() * sizeof(float)));
+}
+
+void BM_constant_fingerprint(benchmark::State& state) {
+  std::vector<float> w(768 * 3072, 0.25f);
+  for (auto _ : state) benchmark::DoNotOptimize(fingerprint_of(w.data(), w.size() * sizeof(float)));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.size() * sizeof(float)));
+}
+
 BENCHMARK(BM_compile_seen_shape_unicache);
 BENCHMARK(BM_compile_seen_shape_onednn_primitive_cache);
 BENCHMARK(BM_execute_compiled_partition);
@@ -138,6 +154,8 @@ BENCHMARK(BM_execute_constant_check)
     ->Arg(static_cast<int>(constant_check::sampled))
     ->Arg(static_cast<int>(constant_check::full))
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_constant_sample_hash);
+BENCHMARK(BM_constant_fingerprint)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
