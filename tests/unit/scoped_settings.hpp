@@ -5,28 +5,19 @@
 
 namespace unicache::testing {
 
-// Sets the process's kernel_shapes mode for a scope, and restores it.
-class scoped_kernel_shapes {
+template <typename Mode, Mode (*current)(), void (*set)(Mode)>
+class scoped_setting {
  public:
-  explicit scoped_kernel_shapes(kernel_shapes mode) : saved_(current_kernel_shapes()) { set_kernel_shapes(mode); }
-  ~scoped_kernel_shapes() { set_kernel_shapes(saved_); }
-  scoped_kernel_shapes(const scoped_kernel_shapes&) = delete;
-  scoped_kernel_shapes& operator=(const scoped_kernel_shapes&) = delete;
+  explicit scoped_setting(Mode mode) : saved_(current()) { set(mode); }
+  ~scoped_setting() { set(saved_); }
+  scoped_setting(const scoped_setting&) = delete;
+  scoped_setting& operator=(const scoped_setting&) = delete;
 
  private:
-  kernel_shapes saved_;
+  Mode saved_;
 };
 
-// Sets the process-wide constant check for a scope, and restores it.
-class scoped_constant_check {
- public:
-  explicit scoped_constant_check(constant_check mode) : saved_(current_constant_check()) { set_constant_check(mode); }
-  ~scoped_constant_check() { set_constant_check(saved_); }
-  scoped_constant_check(const scoped_constant_check&) = delete;
-  scoped_constant_check& operator=(const scoped_constant_check&) = delete;
-
- private:
-  constant_check saved_;
-};
+using scoped_kernel_shapes = scoped_setting<kernel_shapes, &current_kernel_shapes, &set_kernel_shapes>;
+using scoped_constant_check = scoped_setting<constant_check, &current_constant_check, &set_constant_check>;
 
 }  // namespace unicache::testing

@@ -77,7 +77,9 @@ TEST(SampleLayout, StaysInsideTheTensorAndReadsAtMostOneKilobyte) {
       EXPECT_GE(s.stride, s.block);
       EXPECT_LE(s.first + s.count * s.stride, bytes);
     }
-    if (s.count > 0) EXPECT_LE(s.first + (s.count - 1) * s.stride + s.block, bytes);
+    if (s.count > 0) {
+      EXPECT_LE(s.first + (s.count - 1) * s.stride + s.block, bytes);
+    }
   }
 }
 
