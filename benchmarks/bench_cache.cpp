@@ -169,7 +169,7 @@ void BM_hit_one_key(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// The handle path (seed 004's recommendation): a backend keeps the handle of
+// The handle path: a backend keeps the handle of
 // its packed weight and checks valid() before each use.
 void BM_handle_one_key_unicache(benchmark::State& state) {
   static unified_cache cache;

@@ -1,15 +1,21 @@
 // bench_compile: the cost of compile() for a shape seen before (a
 // compiled-partition cache hit, key construction included) against what
 // oneDNN costs for the same matmul when its own primitive cache hits
-// (creating the primitive_desc and the primitive again), and the execution
-// overhead of a compiled partition over calling the oneDNN primitive.
+// (creating the primitive_desc and the primitive again), the execution
+// overhead of a compiled partition over calling the oneDNN primitive, and
+// what checking a packed weight's contents costs per execution
+// (BM_execute_constant_check/<mode>: none, sampled, full; the hashes alone:
+// BM_constant_sample_hash, BM_constant_fingerprint).
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "unicache/compiler.hpp"
+#include "unicache/config.hpp"
+#include "unicache/constant_registry.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
 
@@ -101,10 +107,55 @@ void BM_execute_onednn_primitive_directly(benchmark::State& state) {
   }
 }
 
+// The FFN partition (a 9 MB constant weight, packed by the shape-specialized
+// primitive) executed at M = 32 under each constant_check mode.
+void BM_execute_constant_check(benchmark::State& state) {
+  const auto mode = static_cast<constant_check>(state.range(0));
+  const kernel_shapes saved_shapes = current_kernel_shapes();
+  const constant_check saved_check = current_constant_check();
+  set_kernel_shapes(kernel_shapes::specialized);
+  set_constant_check(mode);
+  ffn_partition f(32);
+  engine eng = onednn_cpu::make_engine();
+  stream strm = make_stream(eng);
+  compiled_partition cp = compile(f.g.partitions()[0], f.shapes(), eng);
+  std::vector<float> xv(static_cast<std::size_t>(f.m * f.k), 0.5f), wv(static_cast<std::size_t>(f.k * f.n), 0.25f);
+  std::vector<float> bv(static_cast<std::size_t>(f.n), 1.f), yv(static_cast<std::size_t>(f.m * f.n));
+  const std::vector<tensor> in{{cp.inputs()[0], xv.data()}, {cp.inputs()[1], wv.data()}, {cp.inputs()[2], bv.data()}};
+  const std::vector<tensor> out{{cp.outputs()[0], yv.data()}};
+  cp.execute(strm, in, out);  // packs
+  for (auto _ : state) cp.execute(strm, in, out);
+  state.SetLabel(std::string(to_string(mode)));
+  set_constant_check(saved_check);
+  set_kernel_shapes(saved_shapes);
+}
+
+// The host-side work of each check on the FFN weight (768 x 3072 floats,
+// 9 MB): the sampled hash every execution pays, and the full fingerprint
+// paid when a weight is first packed (or every execution with `full`).
+void BM_constant_sample_hash(benchmark::State& state) {
+  std::vector<float> w(768 * 3072, 0.25f);
+  for (auto _ : state) benchmark::DoNotOptimize(host_sample_hash(w.data(), w.size() * sizeof(float)));
+}
+
+void BM_constant_fingerprint(benchmark::State& state) {
+  std::vector<float> w(768 * 3072, 0.25f);
+  for (auto _ : state) benchmark::DoNotOptimize(fingerprint_of(w.data(), w.size() * sizeof(float)));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.size() * sizeof(float)));
+}
+
 BENCHMARK(BM_compile_seen_shape_unicache);
 BENCHMARK(BM_compile_seen_shape_onednn_primitive_cache);
 BENCHMARK(BM_execute_compiled_partition);
 BENCHMARK(BM_execute_onednn_primitive_directly);
+BENCHMARK(BM_execute_constant_check)
+    ->ArgName("mode")
+    ->Arg(static_cast<int>(constant_check::none))
+    ->Arg(static_cast<int>(constant_check::sampled))
+    ->Arg(static_cast<int>(constant_check::full))
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_constant_sample_hash);
+BENCHMARK(BM_constant_fingerprint)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

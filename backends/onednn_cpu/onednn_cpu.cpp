@@ -114,14 +114,14 @@ weight_registry& weights() {
 dnnl::memory packed_weight_memory(const weight_slot& slot, const engine& e, dnnl::stream& strm,
                                   const dnnl::memory::desc& user_md, const dnnl::memory::desc& packed_md,
                                   const tensor& t) {
-  cache_key key;
-  key.add("packed-weight").add(reinterpret_cast<std::uintptr_t>(t.data)).add(t.version);
-  add_md(key, user_md);
-  add_md(key, packed_md);
+  cache_key layout;
+  layout.add("packed-weight");
+  add_md(layout, user_md);
+  add_md(layout, packed_md);
   const dnnl::engine& eng = e.native<engine_state>().eng;
   return weights()
-      .get(slot, e.scope(), t.data, t.version, key, packed_md.get_size(),
-           [&] {
+      .get(slot, e.scope(), {t.data, t.version, user_md.get_size()}, layout, packed_md.get_size(),
+           host_memory_reader{t.data}, [&] {
              const auto start = std::chrono::steady_clock::now();
              auto p = std::make_shared<packed_weight>();
              p->mem = dnnl::memory(packed_md, eng);

@@ -24,8 +24,11 @@ class engine;
 class stream;
 
 // A tensor with data: a concrete logical tensor and a pointer the caller
-// owns. `version` identifies a constant's contents: bump it when the data at
-// `data` changes, so that packed copies of the old contents are not reused.
+// owns. A constant's packed copies are found by its contents (see
+// constant_check in config.hpp), so new values at the same address are never
+// served stale; `version` is a hint that lets the check be skipped
+// (constant_check::none trusts address and version alone) and catches an
+// in-place edit the sampled check could miss: bump it when the data changes.
 struct tensor {
   logical_tensor desc;
   void* data = nullptr;

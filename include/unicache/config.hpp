@@ -108,6 +108,34 @@ void set_kernel_shapes(kernel_shapes mode);
 // Parses "agnostic" or "specialized", case-insensitively. nullopt otherwise.
 std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text);
 
+// How a backend makes sure a packed constant (a weight) still matches the
+// tensor it was packed from (process-wide). A constant is identified by its
+// contents, never by its address alone: a weight freed and allocated again
+// at the same address with other values is packed again, not served stale.
+enum class constant_check : std::uint8_t {
+  // A full fingerprint (XXH3-128) of the weight when it is first packed, then
+  // at every execution a hash of 16 strided 64-byte blocks (1 KB, the whole
+  // weight when it is smaller) compared with the one taken at packing; a
+  // mismatch fingerprints and packs again. Catches a different tensor at the
+  // same address; an in-place edit that touches no sampled block is missed:
+  // bump tensor::version for those.
+  sampled,
+  // The full fingerprint at every execution: exact, costs reading the whole
+  // weight each time.
+  full,
+  // No check: address and tensor::version identify the contents (the
+  // caller guarantees a constant never changes without a version bump).
+  none,
+};
+std::string_view to_string(constant_check mode);
+// The check backends apply from now on: set_constant_check() if called,
+// else UNICACHE_CONSTANT_CHECK=sampled|full|none (read once; a malformed
+// value gets one warning and the default, sampled). Thread-safe.
+constant_check current_constant_check();
+void set_constant_check(constant_check mode);
+// Parses "sampled", "full" or "none", case-insensitively. nullopt otherwise.
+std::optional<constant_check> parse_constant_check(std::string_view text);
+
 // One `kind:size[:policy]` part of a capacity specification.
 struct capacity_setting {
   engine_kind kind;

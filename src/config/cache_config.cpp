@@ -186,17 +186,46 @@ std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text) {
   return std::nullopt;
 }
 
+std::string_view to_string(constant_check mode) {
+  switch (mode) {
+    case constant_check::sampled: return "sampled";
+    case constant_check::full: return "full";
+    case constant_check::none: return "none";
+  }
+  return "?";
+}
+
+std::optional<constant_check> parse_constant_check(std::string_view text) {
+  text = trim(text);
+  for (auto m : {constant_check::sampled, constant_check::full, constant_check::none}) {
+    if (iequals(text, to_string(m))) return m;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
+// A process-wide mode: the environment variable `name` on first use (a
+// malformed value gets one warning and `fallback`), then whatever the API sets.
+template <typename Mode>
+std::atomic<Mode> mode_from_environment(const char* name, Mode fallback,
+                                        std::optional<Mode> (*parse)(std::string_view), const char* expected) {
+  const std::optional<std::string> value = detail::environment_variable(name);
+  if (!value) return fallback;
+  if (const auto parsed = parse(*value)) return *parsed;
+  detail::warn_ignored_setting(name, *value, *value, expected, to_string(fallback));
+  return fallback;
+}
+
 std::atomic<kernel_shapes>& kernel_shapes_setting() {
-  static std::atomic<kernel_shapes> setting = [] {
-    const std::optional<std::string> value = detail::environment_variable("UNICACHE_KERNEL_SHAPES");
-    if (!value) return kernel_shapes::agnostic;
-    if (const auto parsed = parse_kernel_shapes(*value)) return *parsed;
-    detail::warn_ignored_setting("UNICACHE_KERNEL_SHAPES", *value, *value, "expected agnostic or specialized",
-                                 "agnostic");
-    return kernel_shapes::agnostic;
-  }();
+  static std::atomic<kernel_shapes> setting = mode_from_environment(
+      "UNICACHE_KERNEL_SHAPES", kernel_shapes::agnostic, &parse_kernel_shapes, "expected agnostic or specialized");
+  return setting;
+}
+
+std::atomic<constant_check>& constant_check_setting() {
+  static std::atomic<constant_check> setting = mode_from_environment(
+      "UNICACHE_CONSTANT_CHECK", constant_check::sampled, &parse_constant_check, "expected sampled, full or none");
   return setting;
 }
 
@@ -204,5 +233,7 @@ std::atomic<kernel_shapes>& kernel_shapes_setting() {
 
 kernel_shapes current_kernel_shapes() { return kernel_shapes_setting().load(std::memory_order_relaxed); }
 void set_kernel_shapes(kernel_shapes mode) { kernel_shapes_setting().store(mode, std::memory_order_relaxed); }
+constant_check current_constant_check() { return constant_check_setting().load(std::memory_order_relaxed); }
+void set_constant_check(constant_check mode) { constant_check_setting().store(mode, std::memory_order_relaxed); }
 
 }  // namespace unicache

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "reference_ops.hpp"
+#include "scoped_settings.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 
@@ -34,18 +35,6 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   }
 }
 inline double matmul_atol(std::int64_t k) { return 1e-5 * std::sqrt(static_cast<double>(k)) + 1e-6; }
-
-// Sets the process's kernel_shapes mode for a scope, and restores it.
-class scoped_kernel_shapes {
- public:
-  explicit scoped_kernel_shapes(kernel_shapes mode) : saved_(current_kernel_shapes()) { set_kernel_shapes(mode); }
-  ~scoped_kernel_shapes() { set_kernel_shapes(saved_); }
-  scoped_kernel_shapes(const scoped_kernel_shapes&) = delete;
-  scoped_kernel_shapes& operator=(const scoped_kernel_shapes&) = delete;
-
- private:
-  kernel_shapes saved_;
-};
 
 // A Device that compiles shape-specialized kernels (the default is agnostic).
 template <typename Device>

@@ -155,7 +155,7 @@ TEST(EvictionCallback, AnExceptionFromACallbackDoesNotEscapeIntoTheCaller) {
   EXPECT_NO_THROW(add_int(cache, cpu_scope(), "b", 1));
 }
 
-// The handle path of seed 004: a backend keeps the handle and checks valid()
+// The handle path: a backend keeps the handle and checks valid()
 // (one atomic load) instead of looking the key up at every execution.
 TEST(CacheHandle, IsValidWhileCachedAndInvalidAfterEviction) {
   unified_cache cache(config_with(1, eviction_policy::lru));

@@ -219,7 +219,7 @@ TEST(UnifiedCache, DeviceIdsOutsideTheDirectRangeWork) {
   }
 }
 
-// The kernel cache's contract (seed 002): a kernel keyed by its configuration
+// The kernel cache's contract: a kernel keyed by its configuration
 // serves every shape; only a new configuration builds.
 TEST(KernelCache, OneKernelServesEveryShapeOfItsConfiguration) {
   unified_cache kernels;

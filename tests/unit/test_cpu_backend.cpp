@@ -11,6 +11,7 @@
 #include "backend_numerics.hpp"
 #include "mlp_partition.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/constant_registry.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
 
@@ -126,6 +127,7 @@ TEST_F(weights_fixture, FirstExecutionPacksTheWeightAndTheRestReuseIt) {
 }
 
 TEST_F(weights_fixture, ConcurrentFirstExecutionsPackOnce) {
+  w = random_data({k, n}, 23);  // contents no earlier test packed
   const cache_stats before = stats();
   constexpr int kThreads = 8;
   std::latch start(kThreads);
@@ -151,6 +153,53 @@ TEST_F(weights_fixture, ANewVersionOfTheWeightIsPackedAgain) {
   const auto y = execute(strm, 2);  // ...and bumped its version
   EXPECT_EQ(stats().misses - before.misses, 1u);
   expect_close(y, ref_matmul(x, w, m, k, n, false, false), matmul_atol(k), 1e-5, "repacked weight");
+}
+
+// A framework frees a weight and allocates the next one at the same address,
+// without a version: what the caller does is nothing special.
+TEST_F(weights_fixture, NewContentsAtTheSameAddressAndVersionArePackedAgainNotServedStale) {
+  execute(strm);
+  const cache_stats before = stats();
+  const std::vector<float> replacement = random_data({k, n}, 22);
+  std::copy(replacement.begin(), replacement.end(), w.begin());  // same address, same version 0
+  const auto y = execute(strm);
+  EXPECT_EQ(stats().misses - before.misses, 1u) << "the new contents were packed";
+  expect_close(y, ref_matmul(x, replacement, m, k, n, false, false), matmul_atol(k), 1e-5,
+               "the result must come from the new weight");
+}
+
+TEST_F(weights_fixture, EqualWeightsAtTwoAddressesShareOnePackedCopy) {
+  execute(strm);
+  std::vector<float> copy = w;
+  const cache_stats before = stats();
+  expect_close(execute(strm, 0, &copy), ref_matmul(x, w, m, k, n, false, false), matmul_atol(k), 1e-5, "copy");
+  EXPECT_EQ(stats().misses - before.misses, 0u) << "packed copies are keyed by contents";
+}
+
+TEST_F(weights_fixture, AChangeOutsideTheSampledBlocksIsFoundByTheFullCheckOnly) {
+  // Element 20 lies between the first two sampled 64-byte blocks of this
+  // 12 KB weight: the sampled check cannot see it (documented), the full one does.
+  const sample_layout layout = sample_layout_for(w.size() * sizeof(float));
+  ASSERT_GT(layout.stride, 20 * sizeof(float) + sizeof(float));
+  scoped_constant_check check(constant_check::full);
+  execute(strm);
+  const cache_stats before = stats();
+  w[20] += 1000.f;
+  const auto y = execute(strm);
+  EXPECT_EQ(stats().misses - before.misses, 1u);
+  expect_close(y, ref_matmul(x, w, m, k, n, false, false), matmul_atol(k), 1e-5, "full check");
+}
+
+TEST_F(weights_fixture, WithTheCheckOffAddressAndVersionDecideAsTheCallerPromised) {
+  scoped_constant_check check(constant_check::none);
+  execute(strm, 5);
+  const cache_stats before = stats();
+  for (int i = 0; i < 3; ++i) execute(strm, 5);
+  EXPECT_EQ(stats().misses - before.misses, 0u);
+  for (float& v : w) v = -v;
+  expect_close(execute(strm, 6), ref_matmul(x, w, m, k, n, false, false), matmul_atol(k), 1e-5,
+               "a version bump is honoured");
+  EXPECT_EQ(stats().misses - before.misses, 1u);
 }
 
 TEST_F(weights_fixture, EvictionDropsTheBackendsHandleAndTheNextExecutionRepacks) {

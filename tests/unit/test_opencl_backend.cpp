@@ -291,6 +291,30 @@ TEST_F(weights_fixture, ANewVersionIsPackedAgain) {
   expect_close(y, mlp_reference(x, w, b, m, k, n), matmul_atol(k), 1e-5, "repacked weight");
 }
 
+// New contents in the same cl_mem with the same version: what a framework
+// that frees a weight and gets the same handle for the next one does.
+TEST_F(weights_fixture, NewContentsInTheSameBufferAndVersionArePackedAgainNotServedStale) {
+  for (kernel_shapes mode : {kernel_shapes::agnostic, kernel_shapes::specialized}) {
+    SCOPED_TRACE(std::string(to_string(mode)));
+    scoped_kernel_shapes shapes(mode);
+    fresh_context ctx(eng);
+    buffers keep;
+    std::vector<float> weight = w;
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, ctx.eng);
+    run_compiled(ctx.eng, ctx.strm, cp, {&x, &weight, &b}, /*version=*/0, &keep);
+    const std::uint64_t before = packs();
+    const cl_mem xbuf = keep.all[0], wbuf = keep.all[1], bbuf = keep.all[2], ybuf = keep.all[3];
+    weight = random_data({k, n}, 54);
+    opencl::write_buffer(ctx.strm, wbuf, weight.data(), weight.size() * sizeof(float));
+    cp.execute(ctx.strm, {{cp.inputs()[0], xbuf, 0}, {cp.inputs()[1], wbuf, 0}, {cp.inputs()[2], bbuf, 0}},
+               {{cp.outputs()[0], ybuf, 0}});
+    std::vector<float> y(m * n);
+    opencl::read_buffer(ctx.strm, ybuf, y.data(), y.size() * sizeof(float));
+    EXPECT_EQ(packs() - before, 1u) << "the new contents were packed";
+    expect_close(y, mlp_reference(x, weight, b, m, k, n), matmul_atol(k), 1e-5, "the result must use the new weight");
+  }
+}
+
 TEST_F(weights_fixture, TwoContextsOnOneDeviceNeverShareAPackedWeight) {
   fresh_context a(eng), c(eng);
   EXPECT_EQ(a.eng.device_id(), c.eng.device_id());
@@ -485,10 +509,7 @@ TEST_F(fixture, ShapeAgnosticKernelsGiveOneBlobForEveryShapeOfAConfiguration) {
 }
 
 TEST_F(fixture, SpecializedKernelsGiveOneBlobPerShape) {
-  struct restore {
-    ~restore() { set_kernel_shapes(kernel_shapes::agnostic); }
-  } restore_mode;
-  set_kernel_shapes(kernel_shapes::specialized);
+  scoped_kernel_shapes mode(kernel_shapes::specialized);
   fresh_context ctx(eng);
   const std::int64_t k = 12, n = 8;
   graph g = mlp_graph(k, n, false);

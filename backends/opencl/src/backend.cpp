@@ -57,6 +57,26 @@ weight_registry& weights() {
   return *r;
 }
 
+// Reads a constant's blocks from its cl_mem for the contents check: one
+// blocking read on the stream's queue (the sampled blocks are one rectangle).
+struct buffer_reader {
+  stream& s;
+  const tensor& t;
+  void operator()(std::size_t first, std::size_t block, std::size_t stride, std::size_t count,
+                  unsigned char* out) const {
+    cl_command_queue queue = s.native<stream_state>().queue;
+    if (count == 1) {
+      check(clEnqueueReadBuffer(queue, buffer_of(t), CL_TRUE, first, block, out, 0, nullptr, nullptr),
+            "clEnqueueReadBuffer(constant check)");
+      return;
+    }
+    const std::size_t buffer_origin[3] = {first, 0, 0}, host_origin[3] = {0, 0, 0}, region[3] = {block, count, 1};
+    check(clEnqueueReadBufferRect(queue, buffer_of(t), CL_TRUE, buffer_origin, host_origin, region, stride, 0, block,
+                                  0, out, 0, nullptr, nullptr),
+          "clEnqueueReadBufferRect(constant check)");
+  }
+};
+
 std::vector<kernel_binary> binaries_of(std::initializer_list<const program*> programs) {
   std::vector<kernel_binary> out;
   for (const program* p : programs) {
@@ -173,11 +193,11 @@ class gemm_kernel final : public compiled_kernel {
   std::shared_ptr<packed_buffer> packed_weight(stream& s, const tensor& t) const {
     const engine& e = s.get_engine();
     const engine_state& es = e.native<engine_state>();
-    cache_key key;
-    key.add("packed-b").add(reinterpret_cast<std::uintptr_t>(t.data)).add(t.version).add(transpose_b_);
-    key.add(k_).add(n_).add(ldb_).add(packed_k_).add(packed_n_);
+    cache_key layout;
+    layout.add("packed-b").add(transpose_b_).add(k_).add(n_).add(ldb_).add(packed_k_).add(packed_n_);
     const std::size_t bytes = static_cast<std::size_t>(packed_k_ * packed_n_) * sizeof(float);
-    return weights().get(slot_, e.scope(), t.data, t.version, key, bytes, [&] {
+    const std::size_t source_bytes = static_cast<std::size_t>(elements(t.desc.shape)) * sizeof(float);
+    return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, layout, bytes, buffer_reader{s, t}, [&] {
       const auto start = std::chrono::steady_clock::now();
       const std::uint64_t launches_before = first_launch_ns_this_thread;
       auto packed = std::make_shared<packed_buffer>();

@@ -1,5 +1,5 @@
-// OpenCL engines: device selection, the device query and probe kernel
-// (seed 001), engine cache blobs, streams and buffers.
+// OpenCL engines: device selection, the device query and probe kernel,
+// engine cache blobs, streams and buffers.
 #include <algorithm>
 #include <cctype>
 #include <map>

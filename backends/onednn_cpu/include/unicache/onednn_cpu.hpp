@@ -11,9 +11,14 @@
 // (DNNL_RUNTIME_DIM_VAL) for everything but K and N, so one primitive
 // serves every M and batch; the other primitives are made per shape.
 // Primitives are cached in the kernel cache with their measured creation
-// cost. A constant MatMul weight is reordered once into the layout the
-// primitive chose (format_tag::any) and kept in the constant tensor cache,
-// keyed by the weight's address, version and layout, in the engine's scope.
+// cost. A fused MatMul's primitive is created with format_tag::any for a
+// constant weight; where it picks another layout than the user's (the
+// shape-specialized primitives on AVX-512 machines, for instance), the
+// weight is reordered once into that layout and kept in the constant tensor
+// cache, in the engine's scope, keyed by the weight's contents (a
+// fingerprint, see constant_check in config.hpp) and the layout. The
+// runtime-dims primitives of the agnostic mode usually take the user's
+// layout, and then nothing is packed.
 #pragma once
 
 #include "unicache/backend.hpp"

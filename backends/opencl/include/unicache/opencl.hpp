@@ -11,22 +11,24 @@
 // Tensors on an OpenCL engine: `tensor::data` is a cl_mem (cast to void*)
 // of the engine's context holding the tensor's elements row-major from
 // offset 0. The caller owns it. A constant input (a weight) is identified by
-// its cl_mem and `tensor::version`: bump the version when its contents
-// change.
+// its contents: a fingerprint read from the device when it is first packed,
+// and at each execution a check of sampled blocks (one small blocking read;
+// see constant_check in config.hpp).
 //
 // Kernels: each partition kind has one generated kernel per configuration
 // (transposes, tiles chosen from the probed device, post-op chain, device);
 // M, N, K and strides are kernel arguments, so every shape of a dynamic
-// workload runs the same kernel. A kernel is looked up in the kernel cache
+// workload runs the same kernel (with kernel_shapes::specialized, M, N and K
+// are compiled in: one kernel per shape). A kernel is looked up in the kernel cache
 // (in memory, single-flight), then in the persistent kernel store (a binary
 // from an earlier process), and only then built from source; the binary
 // read back after its first launch is stored for the next process. A stored
 // binary the driver rejects is removed and rebuilt, silently.
 //
 // Constant MatMul weights are packed on the device (transposes resolved,
-// padded to the GEMM tile) once per (cl_mem, version, layout), in the
-// constant tensor cache's (gpu, device, context) scope; evicting one releases
-// its cl_mem. Two contexts never share packed weights or kernels.
+// padded to the GEMM tile) once per (contents, layout), in the constant
+// tensor cache's (gpu, device, context) scope; evicting one releases its
+// cl_mem. Two contexts never share packed weights or kernels.
 //
 // Errors: engine creation throws opencl_error with the OpenCL status name.
 // compile() throws compile_error (a build failure's message holds the
@@ -114,7 +116,7 @@ engine make_engine();
 // opencl_error if the machine has no OpenCL device.
 cl_device_id default_device();
 
-// --- Engine cache blob (seed 001) -------------------------------------------
+// --- Engine cache blob -------------------------------------------------------
 
 // 32 hex digits naming the device's blob: platform name, device name, driver
 // version and unicache's version and git hash. Equal ids: a blob made by one
