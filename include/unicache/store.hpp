@@ -173,6 +173,8 @@ class kernel_store {
   // Safe to call while other threads use the store. A new directory (or
   // enabling) is opened as the constructor opens one: when it cannot be used
   // or is not trusted, one warning and the store stays off.
+  // set_capacity_mb throws store_error, changing nothing, above the largest
+  // MB value whose bytes fit in 64 bits (the bound the variable has).
   void set_enabled(bool enabled);                  // UNICACHE_PERSISTENT_CACHE
   void set_directory(std::string directory);       // UNICACHE_PERSISTENT_CACHE_DIR
   void set_capacity_mb(std::uint64_t capacity_mb); // UNICACHE_PERSISTENT_CACHE_MAX_SIZE; 0: no limit
@@ -228,7 +230,7 @@ class kernel_store {
   impl* impl_;
 };
 
-// --- Blob API (seed 000, option 2): for applications with their own storage.
+// --- Blob API: for applications with their own storage.
 
 // A stable identifier of (device, key): 32 lowercase hex digits, the same in
 // every process and on every machine with the same identity and unicache build.

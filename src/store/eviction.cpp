@@ -27,7 +27,7 @@ void account_locked(store_directory& d, const store_config& config, std::int64_t
   record->bytes = static_cast<std::uint64_t>(
       std::max<std::int64_t>(0, static_cast<std::int64_t>(record->bytes) + delta));
   if (record->bytes > limit) {
-    evict_locked(d, limit / 2, config.threshold_days, false, keep);  // seed 003: to half
+    evict_locked(d, limit / 2, config.threshold_days, false, keep);  // to half: evictions stay rare
   } else if (config.threshold_days > 0 && ::time(nullptr) - record->last_walk_unix > kWalkIntervalS) {
     evict_locked(d, limit, config.threshold_days, false, keep);
   } else if (const int err = d.sizes().write(*record); err != 0) {

@@ -96,8 +96,12 @@ void kernel_store::set_directory(std::string directory) {
   impl_->update([&](store_config& c) { c.directory = std::move(directory); });
 }
 void kernel_store::set_capacity_mb(std::uint64_t capacity_mb) {
-  const std::uint64_t bytes = capacity_mb > (UINT64_MAX >> 20) ? UINT64_MAX : capacity_mb << 20;
-  impl_->update([&](store_config& c) { c.max_size_bytes = bytes; });
+  // The bound UNICACHE_PERSISTENT_CACHE_MAX_SIZE has: rejected, never saturated.
+  if (capacity_mb > (UINT64_MAX >> 20)) {
+    throw store_error("persistent kernel store: capacity " + std::to_string(capacity_mb) +
+                      " MB does not fit in bytes; the largest is " + std::to_string(UINT64_MAX >> 20) + " MB");
+  }
+  impl_->update([&](store_config& c) { c.max_size_bytes = capacity_mb << 20; });
 }
 void kernel_store::set_size_eviction(bool enabled) {
   impl_->update([&](store_config& c) { c.size_eviction = enabled; });

@@ -887,6 +887,8 @@ TEST(KernelStoreSettings, AChangeAppliesToOperationsThatStartAfterIt) {
   EXPECT_EQ(store.config().max_size_bytes, 0u);
   store.set_capacity_mb(1);
   EXPECT_EQ(store.config().max_size_bytes, std::uint64_t{1} << 20);
+  EXPECT_THROW(store.set_capacity_mb((UINT64_MAX >> 20) + 1), store_error) << "rejected as the variable is";
+  EXPECT_EQ(store.config().max_size_bytes, std::uint64_t{1} << 20) << "a rejected value changes nothing";
   EXPECT_FALSE(store.put(gpu_a(), "2 MB", binary_for("2", 2 << 20))) << "larger than the new capacity";
   store.set_size_eviction(false);
   EXPECT_FALSE(store.config().size_eviction);
