@@ -69,8 +69,9 @@ const command_help kCommandHelp[] = {
      "reports anything else that does not belong (a directory, FIFO, link or\n"
      "stray file where the store keeps entries or its directories). Prints\n"
      "each bad thing and why. With --fix, removes them (a link, never what it\n"
-     "points to) and temporary files, and recounts the size file. Exit 0 if every entry is valid (or --fix removed\n"
-     "the bad ones), 1 if bad entries remain or the store is unusable.\n"},
+     "points to) and temporary files, and recounts the size file. Exit 0 if\n"
+     "every entry is valid (or --fix removed the bad ones), 1 if bad entries\n"
+     "remain or the store is unusable.\n"},
     {"prune",
      "usage: unicache-store [--dir DIR] prune [--max-size MB] [--older-than DAYS]\n\n"
      "Removes entries unused for more than DAYS, then least recently used\n"

@@ -30,6 +30,7 @@
 // from several threads packs at most once per key (the cache's single flight).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -170,10 +171,7 @@ class constant_registry {
 
   // How many full fingerprints this registry computed (a weight read whole),
   // for tests and benchmarks.
-  std::uint64_t fingerprints_computed() const {
-    std::lock_guard lock(mu_);
-    return fingerprints_computed_;
-  }
+  std::uint64_t fingerprints_computed() const { return fingerprints_computed_.load(std::memory_order_relaxed); }
 
  private:
   static bool same_source(const constant_source& a, const constant_source& b) {
@@ -194,10 +192,7 @@ class constant_registry {
 
   template <typename Reader>
   content_fingerprint fingerprint_of_source(const constant_source& src, Reader& read) {
-    {
-      std::lock_guard lock(mu_);
-      ++fingerprints_computed_;
-    }
+    fingerprints_computed_.fetch_add(1, std::memory_order_relaxed);
     if constexpr (std::is_same_v<std::remove_cvref_t<Reader>, host_memory_reader>) {
       return fingerprint_of(read.data, src.bytes);
     } else {
@@ -270,10 +265,10 @@ class constant_registry {
   unified_cache& cache_;
   backend_id backend_;
   eviction_subscription subscription_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<slot>>> slots_;
   std::unordered_map<seen_key, seen_value, seen_key_hash> seen_;
-  std::uint64_t fingerprints_computed_ = 0;
+  std::atomic<std::uint64_t> fingerprints_computed_{0};
 };
 
 }  // namespace unicache

@@ -24,13 +24,7 @@ registry& the_registry() {
 std::string backend::kernel_configuration(const partition& /*p*/,
                                           const std::vector<std::vector<std::int64_t>>& input_shapes,
                                           const engine& /*e*/) const {
-  cache_key key;
-  key.add("shapes").add(static_cast<std::uint64_t>(input_shapes.size()));
-  for (const auto& s : input_shapes) {
-    key.add(static_cast<std::uint64_t>(s.size()));
-    for (std::int64_t d : s) key.add(d);
-  }
-  return std::string(key.bytes());
+  return shape_mode_configuration(kernel_shapes::specialized, input_shapes);  // every shape in full
 }
 
 std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::vector<std::int64_t>>& input_shapes) {

@@ -27,14 +27,6 @@ namespace {
 // held by the backend's kernel cache entries).
 constexpr std::size_t kCompiledPartitionBytes = 4096;
 
-void add_shapes(cache_key& key, const std::vector<std::vector<std::int64_t>>& shapes) {
-  key.add(static_cast<std::uint64_t>(shapes.size()));
-  for (const auto& s : shapes) {
-    key.add(static_cast<std::uint64_t>(s.size()));
-    for (std::int64_t d : s) key.add(d);
-  }
-}
-
 // The compiled-partition cache key: everything that decides the code that
 // runs. The structure, the backend object (two backends on engines of one
 // scope never share a compiled partition), its kernel configuration (its
@@ -45,7 +37,7 @@ std::string compiled_partition_key(const partition& p, const std::vector<std::ve
   cache_key key;
   key.add(p.fingerprint()).add(e.owner()->name()).add(reinterpret_cast<std::uintptr_t>(e.owner()));
   key.add(e.owner()->kernel_configuration(p, input_shapes, e));
-  add_shapes(key, input_shapes);
+  key.add(shape_mode_configuration(kernel_shapes::specialized, input_shapes));  // the shapes in full
   return std::string(key.bytes());
 }
 

@@ -141,16 +141,6 @@ void apply_capacity_variable(const char* name, cache_config& config) {
   }
 }
 
-void apply_switch_variable(const char* name, bool& target) {
-  const std::optional<std::string> value = detail::environment_variable(name);
-  if (!value) return;
-  const std::optional<bool> parsed = parse_switch(*value);
-  if (!parsed) {
-    detail::warn_ignored_setting(name, *value, *value, "expected 0 or 1", target ? "1" : "0");
-    return;
-  }
-  target = *parsed;
-}
 
 }  // namespace
 
@@ -158,8 +148,8 @@ cache_config cache_config::constant_tensor_cache_from_environment() {
   cache_config config;
   config.name = "constant_tensor_cache";
   apply_capacity_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY", config);
-  apply_switch_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE", config.enabled);
-  apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
+  detail::apply_switch_variable("ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE", config.enabled);
+  detail::apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
   return config;
 }
 
@@ -169,8 +159,8 @@ cache_config cache_config::kernel_cache_from_environment() {
   config.cpu.capacity_mb = 256;
   config.gpu.capacity_mb = 256;
   apply_capacity_variable("UNICACHE_KERNEL_CACHE_CAPACITY", config);
-  apply_switch_variable("UNICACHE_KERNEL_CACHE", config.enabled);
-  apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
+  detail::apply_switch_variable("UNICACHE_KERNEL_CACHE", config.enabled);
+  detail::apply_switch_variable("UNICACHE_VERBOSE", config.verbose);
   return config;
 }
 

@@ -28,23 +28,11 @@ void apply_number(const char* name, std::uint64_t max, const char* unit, T& targ
   target = static_cast<T>(*parsed);
 }
 
-// Reads a 0/1 setting; a malformed value gets one warning and leaves
-// `target` as it was.
-void apply_switch(const char* name, bool& target) {
-  const std::optional<std::string> value = detail::environment_variable(name);
-  if (!value) return;
-  if (const std::optional<bool> on = parse_switch(*value)) {
-    target = *on;
-  } else {
-    detail::warn_ignored_setting(name, *value, *value, "expected 0 or 1", target ? "1" : "0");
-  }
-}
-
 }  // namespace
 
 store_config store_config::from_environment() {
   store_config c;
-  apply_switch("UNICACHE_PERSISTENT_CACHE", c.enabled);
+  detail::apply_switch_variable("UNICACHE_PERSISTENT_CACHE", c.enabled);
   if (const auto dir = detail::environment_variable("UNICACHE_PERSISTENT_CACHE_DIR");
       dir && !dir->empty()) {
     c.directory = *dir;
@@ -57,13 +45,13 @@ store_config store_config::from_environment() {
   apply_number("UNICACHE_PERSISTENT_CACHE_MAX_SIZE", std::numeric_limits<std::uint64_t>::max() >> 20,
                "MB", max_mb);
   c.max_size_bytes = max_mb << 20;  // 0: no size limit
-  apply_switch("UNICACHE_PERSISTENT_CACHE_EVICTION", c.size_eviction);
+  detail::apply_switch_variable("UNICACHE_PERSISTENT_CACHE_EVICTION", c.size_eviction);
   apply_number("UNICACHE_PERSISTENT_CACHE_THRESHOLD", 36500, "days", c.threshold_days);
   apply_number("UNICACHE_PERSISTENT_CACHE_MIN_ENTRY_SIZE", std::numeric_limits<std::uint64_t>::max(),
                "bytes", c.min_entry_bytes);
   apply_number("UNICACHE_PERSISTENT_CACHE_MAX_ENTRY_SIZE", std::numeric_limits<std::uint64_t>::max(),
                "bytes", c.max_entry_bytes);
-  apply_switch("UNICACHE_PERSISTENT_CACHE_SHARED", c.shared);
+  detail::apply_switch_variable("UNICACHE_PERSISTENT_CACHE_SHARED", c.shared);
   return c;
 }
 

@@ -23,8 +23,8 @@ constexpr long kTouchIntervalS = 60;  // last use is recorded at most once a min
 // Where a key's directory is, relative to the root (for messages, and to
 // name the entry a put must not evict).
 std::string key_directory_relative_path(const hash128& device, const hash128& key) {
-  const std::string k = to_hex(key);
-  return to_hex(device) + "/" + k.substr(0, kPrefixDigits) + "/" + k;
+  const auto names = key_directory_names(device, key);
+  return names[0] + "/" + names[1] + "/" + names[2];
 }
 
 // One slot of a key's directory, opened and read the way every reader
@@ -46,7 +46,7 @@ slot read_slot(store_directory& d, const directory_handle& dir, const std::strin
   const int err = open_regular_file(dir, name, s.file);
   if (err == ENOENT) return s;
   s.what = slot::state::skipped;
-  if (err != 0 || !d.trusts(s.file.status, relative_dir + "/" + name)) return s;
+  if (err != 0 || !d.trusts(s.file.status, relative_dir, name)) return s;
   if (read_contents(s.file, max_entry_file_bytes(key.size(), config.max_entry_bytes), s.bytes) != 0) return s;
   s.entry = parse_entry(s.bytes, &device);
   s.what = !s.entry.ok() ? slot::state::damaged : s.entry.key == key ? slot::state::this_key : slot::state::other_key;

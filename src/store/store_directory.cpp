@@ -86,11 +86,14 @@ void store_directory::write_failed(int err, const std::string& what) noexcept {
   }
 }
 
-bool store_directory::trusts(const struct stat& status, const std::string& relative) noexcept {
+bool store_directory::trusts(const struct stat& status, std::string_view relative_dir,
+                             std::string_view name) noexcept {
   try {
     const std::string why = permissions_.distrust(status);
     if (why.empty()) return true;
     if (!warned_trust_.exchange(true)) {
+      std::string relative(relative_dir);
+      if (!name.empty()) relative.append("/").append(name);
       warn("persistent kernel store: not loading " + shown(path_ + "/" + relative) + ": " + why + "; " +
            permissions_.remedy());
     }
@@ -101,12 +104,10 @@ bool store_directory::trusts(const struct stat& status, const std::string& relat
 }
 
 directory_handle store_directory::open_key_directory(const hash128& device, const hash128& key, bool create) {
-  const std::string key_hex = to_hex(key);
-  const std::string names[] = {to_hex(device), key_hex.substr(0, kPrefixDigits), key_hex};
   std::string relative;
   directory_handle current;
   const directory_handle* parent = &root_;
-  for (const std::string& name : names) {
+  for (const std::string& name : key_directory_names(device, key)) {
     relative += relative.empty() ? name : "/" + name;
     if (create) {
       const int err = parent->create_subdirectory(name, permissions_.directory_mode());

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/container/flat_hash_set.h"
 #include "store/size_file.hpp"
@@ -39,9 +40,10 @@ class store_directory {
   bool writable() const { return writable_.load(std::memory_order_relaxed); }
   void write_failed(int err, const std::string& what) noexcept;
 
-  // Whether something with `status`, at `relative` below the root, may be
-  // loaded from. If not, warns (once for this directory) and returns false.
-  bool trusts(const struct stat& status, const std::string& relative) noexcept;
+  // Whether something with `status`, at `relative_dir`/`name` below the root,
+  // may be loaded from. If not, warns (once for this directory; the path is
+  // built only then) and returns false.
+  bool trusts(const struct stat& status, std::string_view relative_dir, std::string_view name = {}) noexcept;
 
   // The directory of `key` for `device`: <device>/<kk>/<key>, each a real
   // directory (never a link) that the store trusts; missing ones are

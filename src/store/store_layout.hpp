@@ -8,8 +8,11 @@
 //     .tmp.<pid>.<n> (at any level)      a writer's unpublished file
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
+
+#include "util/stable_hash.hpp"
 
 namespace unicache::detail {
 
@@ -24,6 +27,14 @@ inline constexpr std::size_t kHashDigits = 32;
 inline constexpr std::size_t kPrefixDigits = 2;
 // A device description is one line; anything longer is not ours.
 inline constexpr std::size_t kMaxDeviceDescriptionBytes = 4096;
+
+// A key's directory below the root, one component each:
+// <device hash>, <kk>, <key hash>.
+inline std::array<std::string, 3> key_directory_names(const hash128& device, const hash128& key) {
+  std::string key_hex = to_hex(key);
+  std::string prefix = key_hex.substr(0, kPrefixDigits);
+  return {to_hex(device), std::move(prefix), std::move(key_hex)};
+}
 
 inline std::string entry_name(int n) { return std::to_string(n) + ".entry"; }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "unicache/config.hpp"
 #include "util/log.hpp"
 
 namespace unicache::detail {
@@ -39,6 +40,16 @@ std::string quoted(std::string_view text, std::size_t max_chars) {
   out += "\"";
   if (shown < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
+}
+
+void apply_switch_variable(const char* name, bool& target) {
+  const std::optional<std::string> value = environment_variable(name);
+  if (!value) return;
+  if (const std::optional<bool> on = parse_switch(*value)) {
+    target = *on;
+  } else {
+    warn_ignored_setting(name, *value, *value, "expected 0 or 1", target ? "1" : "0");
+  }
 }
 
 void warn_ignored_setting(std::string_view name, std::string_view value, std::string_view bad_token,

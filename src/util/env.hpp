@@ -18,6 +18,10 @@ std::optional<std::string> environment_variable(const char* name);
 // ("..." (100000 bytes)). An untrusted value never floods or rewrites a log.
 std::string quoted(std::string_view text, std::size_t max_chars = 64);
 
+// Sets `target` from the 0/1 variable `name` when it is set; a malformed
+// value gets one warning (warn_ignored_setting) and leaves `target` as it was.
+void apply_switch_variable(const char* name, bool& target);
+
 // The one warning for an unusable setting, e.g.
 //   unicache: ignoring UNICACHE_X="abc": bad token "abc": expected 0 or 1; keeping 1
 // `value` and `bad_token` are quoted (escaped and shortened); `reason` and
