@@ -499,7 +499,7 @@ engine make_engine(int index) {
   static onednn_cpu_backend* const b = [] {
     auto* created = new onednn_cpu_backend();
     register_backend(created);
-    name_backend(backend_id_value, created->name());
+    register_backend_id(backend_id_value, created->name());
     weights();  // registers the eviction callback
     return created;
   }();

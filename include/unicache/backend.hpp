@@ -60,6 +60,7 @@ class backend {
  public:
   virtual ~backend() = default;
   virtual const char* name() const = 0;
+  // The kind of the backend's engines (an engine may say otherwise: see engine).
   virtual engine_kind kind() const = 0;
   // Compiles `p` for concrete `inputs` (with inferred `outputs`). A kernel
   // whose store key is in `preloaded` is created from that binary (if the
@@ -95,23 +96,46 @@ class backend {
 std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::vector<std::int64_t>>& input_shapes);
 
 // Registers a backend that lives as long as the process. Thread-safe;
-// registering a name twice keeps the first. Compiled partitions are cached
-// per backend object, so two backends never share one even when their
-// engines have the same scope.
+// registering the same object again does nothing, and another object under
+// a name already registered throws error (a backend is never silently
+// replaced). Compiled partitions are cached per backend object, so two
+// backends never share one even when their engines have the same scope.
 void register_backend(backend* b);
 // The backend registered under `name`, or nullptr.
 backend* find_backend(const std::string& name);
+
+// --- Devices -----------------------------------------------------------------------
+//
+// Budgets and scopes name physical devices: an engine's device_id is the
+// same for every API's view of one device, so the OpenCL and CUDA engines
+// of one GPU share its budget, and an OpenCL device that is the host's CPU
+// (PoCL) shares the CPU's.
+
+// The host CPU's device id (engine_kind::cpu has one device).
+inline constexpr int host_cpu_device_id = 0;
+
+// The device id of the physical device `physical_key` names, e.g. its PCI
+// address "pci:0000:17:00.0" (lower case), or its UUID: equal keys, equal
+// ids; ids are given in the order devices are first seen, from 0. For
+// engine_kind::cpu every key is the host: host_cpu_device_id. Thread-safe.
+int physical_device_id(engine_kind kind, const std::string& physical_key);
 
 // A device and context a backend runs on. Cheap to copy; `native` is the
 // backend's own handle (e.g. a dnnl::engine), opaque to the core.
 class engine {
  public:
   engine() = default;
+  // An engine of the backend's kind.
   engine(backend* b, int device_id, std::uint64_t context_id, std::shared_ptr<void> native)
-      : backend_(b), device_id_(device_id), context_id_(context_id), native_(std::move(native)) {}
+      : engine(b, b ? b->kind() : engine_kind::cpu, device_id, context_id, std::move(native)) {}
+  // An engine of `kind` (a backend whose devices are of several kinds, as
+  // OpenCL's GPUs and CPUs). `device_id` names the physical device
+  // (physical_device_id).
+  engine(backend* b, engine_kind kind, int device_id, std::uint64_t context_id, std::shared_ptr<void> native)
+      : backend_(b), kind_(kind), device_id_(device_id), context_id_(context_id), native_(std::move(native)) {}
 
   backend* owner() const { return backend_; }
-  engine_kind kind() const { return backend_ ? backend_->kind() : engine_kind::cpu; }
+  engine_kind kind() const { return kind_; }
   int device_id() const { return device_id_; }
   std::uint64_t context_id() const { return context_id_; }
   // The scope of everything this engine caches.
@@ -121,6 +145,7 @@ class engine {
 
  private:
   backend* backend_ = nullptr;
+  engine_kind kind_ = engine_kind::cpu;
   int device_id_ = 0;
   std::uint64_t context_id_ = 0;
   std::shared_ptr<void> native_;

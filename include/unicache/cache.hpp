@@ -60,10 +60,12 @@ using cache_future = std::shared_future<cache_value>;
 // are compared only with keys of the same backend id.
 using backend_id = std::uint32_t;
 
-// Names a backend id in diagnostics (UNICACHE_VERBOSE lines say
-// backend=onednn_cpu, not its number). Backends call it when they register;
-// naming an id again replaces the name. Thread-safe.
-void name_backend(backend_id backend, std::string_view name);
+// Registers a backend id under its backend's name, which diagnostics use
+// (UNICACHE_VERBOSE lines say backend=onednn_cpu, not its number). Backends
+// call it when they register. Registering an id again under the same name
+// does nothing; under another name it throws cache_error: two backends never
+// share an id (their entries would be each other's). Thread-safe.
+void register_backend_id(backend_id backend, std::string_view name);
 // The name given to `backend`, else its id in hex ("0x0d0e0001").
 std::string backend_name(backend_id backend);
 

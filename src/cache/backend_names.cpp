@@ -21,10 +21,16 @@ name_table& names() {
 
 }  // namespace
 
-void name_backend(backend_id backend, std::string_view name) {
+void register_backend_id(backend_id backend, std::string_view name) {
   name_table& t = names();
   detail::mutex_lock lock(&t.mu);
-  t.names.insert_or_assign(backend, std::string(name));
+  auto [it, inserted] = t.names.try_emplace(backend, std::string(name));
+  if (!inserted && it->second != name) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(backend));
+    throw cache_error(std::string("unicache: backend id ") + hex + " is registered by " + it->second + "; " +
+                      std::string(name) + " cannot claim it");
+  }
 }
 
 std::string backend_name(backend_id backend) {

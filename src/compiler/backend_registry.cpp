@@ -12,6 +12,8 @@ namespace {
 struct registry {
   detail::mutex mu;
   std::vector<backend*> backends ABSL_GUARDED_BY(mu);
+  // Physical device keys of engine_kind::gpu, in the order first seen: the index is the id.
+  std::vector<std::string> gpu_devices ABSL_GUARDED_BY(mu);
 };
 
 registry& the_registry() {
@@ -43,9 +45,23 @@ void register_backend(backend* b) {
   registry& r = the_registry();
   detail::mutex_lock lock(&r.mu);
   for (backend* existing : r.backends) {
-    if (std::string(existing->name()) == b->name()) return;
+    if (existing == b) return;
+    if (std::string(existing->name()) == b->name()) {
+      throw error(std::string("unicache: a second backend registers itself as ") + b->name());
+    }
   }
   r.backends.push_back(b);
+}
+
+int physical_device_id(engine_kind kind, const std::string& physical_key) {
+  if (kind == engine_kind::cpu) return host_cpu_device_id;
+  registry& r = the_registry();
+  detail::mutex_lock lock(&r.mu);
+  for (std::size_t i = 0; i < r.gpu_devices.size(); ++i) {
+    if (r.gpu_devices[i] == physical_key) return static_cast<int>(i);
+  }
+  r.gpu_devices.push_back(physical_key);
+  return static_cast<int>(r.gpu_devices.size() - 1);
 }
 
 backend* find_backend(const std::string& name) {

@@ -105,7 +105,7 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
     throw compile_error("compile: partition " + p.fingerprint() + " has " + std::to_string(p.inputs().size()) +
                         " inputs, got " + std::to_string(input_shapes.size()) + " shapes");
   }
-  static const bool named = (name_backend(compiled_partition_backend_id, "compiled_partition"), true);
+  static const bool named = (register_backend_id(compiled_partition_backend_id, "compiled_partition"), true);
   (void)named;
   const std::string key = compiled_partition_key(p, input_shapes, e);
   compiled_partition out;

@@ -16,7 +16,7 @@ int main() {
                 cache->enabled() ? 1 : 0);
   }
   std::printf("kernel_shapes=%s\n", std::string(to_string(current_kernel_shapes())).c_str());
-  name_backend(1, "probe_backend");
+  register_backend_id(1, "probe_backend");
   unified_cache& cache = constant_tensor_cache();
   cache.set_capacity(engine_kind::cpu, 1);  // the API overrides the environment
   const cache_scope scope{engine_kind::cpu, 0, 0};

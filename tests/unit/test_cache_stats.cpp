@@ -66,7 +66,7 @@ TEST(CacheVerbose, LinesNameTheCacheAndTheBackend) {
   config.verbose = true;
   config.name = "weights_of_test";
   unified_cache cache(config);
-  name_backend(kBackend, "test_backend");
+  register_backend_id(kBackend, "test_backend");
   ::testing::internal::CaptureStderr();
   add_int(cache, cpu_scope(), "a", 1);
   add_int(cache, cpu_scope(), "b", 1, kMb, 1000, kBackend + 100);  // an unnamed backend: its id in hex

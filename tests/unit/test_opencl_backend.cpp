@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "backend_numerics.hpp"
-#include "codegen.hpp"
 #include "mlp_partition.hpp"
 #include "opencl_internal.hpp"
+#include "unicache/kernel_generator.hpp"
 #include "unicache/opencl.hpp"
 
 namespace unicache {
@@ -204,8 +204,8 @@ TEST_F(fixture, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   // Plant garbage (a well-formed store entry whose binary is not a program)
   // under the key of the eltwise kernel this test then compiles.
   const opencl::detail::engine_state& es = eng.native<opencl::detail::engine_state>();
-  const opencl::detail::kernel_source src =
-      opencl::detail::eltwise_source(op_kind::tanh, es.plan.vector_work_group);
+  const kernel_source src =
+      kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::tanh, es.plan.vector_work_group);
   const byte_vector garbage(4096, 0x5a);
   kernel_store& store = kernel_store::instance();
   store.remove(es.identity, src.store_key());
@@ -354,8 +354,12 @@ TEST_F(weights_fixture, EvictionReleasesThePackedBufferAndTheNextExecutionRepack
 
 TEST_F(fixture, TheProcessEngineIsOneContextAndProbeResultsAreStored) {
   EXPECT_EQ(opencl::make_engine().context_id(), eng.context_id());
-  EXPECT_EQ(eng.kind(), engine_kind::gpu);
   const opencl::device_info& info = opencl::info(eng);
+  // A GPU is a gpu engine; a CPU device (PoCL) is the host's CPU, in its budget.
+  EXPECT_EQ(eng.kind(), info.is_gpu ? engine_kind::gpu : engine_kind::cpu);
+  if (!info.is_gpu) {
+    EXPECT_EQ(eng.device_id(), host_cpu_device_id);
+  }
   EXPECT_FALSE(info.device_name.empty());
   EXPECT_GT(info.kernel_work_group_size, 0u);
   EXPECT_GT(info.preferred_work_group_multiple, 0u);

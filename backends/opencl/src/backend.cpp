@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "codegen.hpp"
 #include "opencl_internal.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/constant_registry.hpp"
@@ -77,13 +76,7 @@ struct buffer_reader {
   }
 };
 
-std::vector<kernel_binary> binaries_of(std::initializer_list<const program*> programs) {
-  std::vector<kernel_binary> out;
-  for (const program* p : programs) {
-    if (p) out.push_back({p->store_key(), p->binary()});
-  }
-  return out;
-}
+constexpr kernels::dialect kDialect = kernels::dialect::opencl_c;
 
 // --- Kernels -----------------------------------------------------------------------
 
@@ -110,7 +103,7 @@ class gemm_kernel final : public compiled_kernel {
     sb_ = b.size() == 3 && b[0] != 1 ? k_ * n_ : 0;
     transpose_b_ = mm.transpose_b;
 
-    gemm_config config;
+    kernels::gemm_config config;
     config.transpose_a = mm.transpose_a;
     config.transpose_b = mm.transpose_b;
     config.packed_b = in[1].is_constant() && b.size() == 2;
@@ -130,12 +123,12 @@ class gemm_kernel final : public compiled_kernel {
       std::vector<long> st = broadcast_strides(to_rank(operand, 3));
       posts_.push_back({next_input++, rank_ == 3 ? st[0] : 0, st[1], st[2]});
     }
-    gemm_ = get_program(e, gemm_source(config), preloaded);
+    gemm_ = get_program(e, kernels::gemm_source(kDialect, config), preloaded);
     if (config.packed_b) {
       packed_k_ = static_cast<long>(round_up(k_, tiles_.bk));
       packed_n_ = static_cast<long>(round_up(n_, tiles_.bn));
       pack_work_group_ = s.plan.vector_work_group;
-      pack_ = get_program(e, pack_source(mm.transpose_b, pack_work_group_), preloaded);
+      pack_ = get_program(e, kernels::pack_source(kDialect, mm.transpose_b, pack_work_group_), preloaded);
       slot_ = weights().make_slot();
     }
   }
@@ -154,8 +147,8 @@ class gemm_kernel final : public compiled_kernel {
                                   static_cast<std::size_t>(tiles_.local_y()), 1};
     const std::size_t global[3] = {round_up(n_, tiles_.bn) / tiles_.rn, round_up(m_, tiles_.bm) / tiles_.rm,
                                    static_cast<std::size_t>(batch_)};
-    gemm_->launch(
-        s,
+    launch(
+        *gemm_, s,
         [&](cl_kernel k) {
           const cl_int m = static_cast<cl_int>(m_), n = static_cast<cl_int>(n_), kk = static_cast<cl_int>(k_);
           const cl_long lda = lda_, ldc = n_, sa = sa_, sb = pack_ ? 0 : sb_, sc = m_ * n_;
@@ -199,15 +192,15 @@ class gemm_kernel final : public compiled_kernel {
     const std::size_t source_bytes = static_cast<std::size_t>(elements(t.desc.shape)) * sizeof(float);
     return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, layout, bytes, buffer_reader{s, t}, [&] {
       const auto start = std::chrono::steady_clock::now();
-      const std::uint64_t launches_before = first_launch_ns_this_thread;
+      const std::uint64_t launches_before = first_launch_ns_this_thread();
       auto packed = std::make_shared<packed_buffer>();
       cl_int err = CL_SUCCESS;
       packed->mem = clCreateBuffer(es.context, CL_MEM_READ_WRITE, bytes, nullptr, &err);
       check(err, "clCreateBuffer(packed weight, " + std::to_string(bytes) + " bytes)");
       const std::size_t local[2] = {static_cast<std::size_t>(pack_work_group_), 1};
       const std::size_t global[2] = {round_up(packed_n_, pack_work_group_), static_cast<std::size_t>(packed_k_)};
-      pack_->launch(
-          s,
+      launch(
+          *pack_, s,
           [&](cl_kernel k) {
             set_arg(k, 0, buffer_of(t));
             set_arg(k, 1, packed->mem);
@@ -220,8 +213,10 @@ class gemm_kernel final : public compiled_kernel {
           2, global, local);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
       // The pack program's own first launch is counted as first_launch_ns.
-      stats_counters().pack_ns.fetch_add(counters::ns_since(start) - (first_launch_ns_this_thread - launches_before),
-                                         std::memory_order_relaxed);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+      stats_counters().pack_ns.fetch_add(
+          static_cast<std::uint64_t>(ns.count()) - (first_launch_ns_this_thread() - launches_before),
+          std::memory_order_relaxed);
       return packed;
     });
   }
@@ -229,9 +224,9 @@ class gemm_kernel final : public compiled_kernel {
   std::size_t rank_ = 2;
   long m_ = 0, n_ = 0, k_ = 0, batch_ = 1, lda_ = 0, ldb_ = 0, sa_ = 0, sb_ = 0;
   bool transpose_b_ = false;
-  gemm_tiles tiles_;
+  kernels::gemm_tiles tiles_;
   std::vector<post> posts_;
-  std::shared_ptr<const program> gemm_, pack_;
+  std::shared_ptr<const kernel> gemm_, pack_;
   long packed_k_ = 0, packed_n_ = 0;
   int pack_work_group_ = 1;
   std::shared_ptr<weight_registry::slot> slot_;
@@ -250,14 +245,14 @@ class binary_kernel final : public compiled_kernel {
     a_strides_ = broadcast_strides(to_rank(in[0].shape, 4));
     b_strides_ = broadcast_strides(to_rank(in[1].shape, 4));
     work_group_ = e.native<engine_state>().plan.vector_work_group;
-    program_ = get_program(e, binary_source(p.ops().front().kind, work_group_), preloaded);
+    program_ = get_program(e, kernels::binary_source(kDialect, p.ops().front().kind, work_group_), preloaded);
   }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
     const std::int64_t n = elements(out_);
     const std::size_t local = static_cast<std::size_t>(work_group_), global = round_up(n, work_group_);
-    program_->launch(
-        s,
+    launch(
+        *program_, s,
         [&](cl_kernel k) {
           cl_uint i = 0;
           set_arg(k, i++, buffer_of(inputs[0]));
@@ -277,7 +272,7 @@ class binary_kernel final : public compiled_kernel {
   shape_t out_;
   std::vector<long> a_strides_, b_strides_;
   int work_group_ = 1;
-  std::shared_ptr<const program> program_;
+  std::shared_ptr<const kernel> program_;
 };
 
 // ReLU, GELU, Sigmoid, Tanh, and Softmax over the last axis.
@@ -287,7 +282,9 @@ class unary_kernel final : public compiled_kernel {
                const std::vector<kernel_binary>& preloaded)
       : shape_(in[0].shape), softmax_(p.ops().front().kind == op_kind::softmax) {
     work_group_ = e.native<engine_state>().plan.vector_work_group;
-    program_ = get_program(e, softmax_ ? softmax_source(work_group_) : eltwise_source(p.ops().front().kind, work_group_),
+    program_ = get_program(e,
+                           softmax_ ? kernels::softmax_source(kDialect, work_group_)
+                                    : kernels::eltwise_source(kDialect, p.ops().front().kind, work_group_),
                            preloaded);
   }
 
@@ -296,8 +293,8 @@ class unary_kernel final : public compiled_kernel {
     const std::int64_t cols = shape_.empty() ? 1 : shape_.back();
     const std::size_t local = static_cast<std::size_t>(work_group_);
     const std::size_t global = softmax_ ? static_cast<std::size_t>(n / cols) * local : round_up(n, work_group_);
-    program_->launch(
-        s,
+    launch(
+        *program_, s,
         [&](cl_kernel k) {
           set_arg(k, 0, buffer_of(inputs[0]));
           set_arg(k, 1, buffer_of(outputs[0]));
@@ -316,14 +313,14 @@ class unary_kernel final : public compiled_kernel {
   shape_t shape_;
   bool softmax_;
   int work_group_ = 1;
-  std::shared_ptr<const program> program_;
+  std::shared_ptr<const kernel> program_;
 };
 
 class opencl_backend final : public backend {
  public:
   const char* name() const override { return "opencl"; }
-  // Every OpenCL device (PoCL's CPU device included) is a "gpu" engine for
-  // the caches: its capacity and policy are the gpu kind's.
+  // A GPU's engines are gpu engines; a CPU device's (PoCL) are cpu engines
+  // of the host (see make_engine): this is the kind of the former.
   engine_kind kind() const override { return engine_kind::gpu; }
 
   std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>& in,
@@ -363,7 +360,7 @@ backend* the_backend() {
   static opencl_backend* const b = [] {
     auto* created = new opencl_backend();
     register_backend(created);
-    name_backend(backend_id_value, created->name());
+    register_backend_id(backend_id_value, created->name());
     weights();  // registers the eviction callback
     return created;
   }();

@@ -2,16 +2,15 @@
 // engine cache blobs, streams and buffers.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "opencl_internal.hpp"
+#include "unicache/backend_support.hpp"
 #include "unicache/cache_key.hpp"
-#include "util/env.hpp"
-#include "util/log.hpp"
 
 namespace unicache::opencl {
 namespace detail {
@@ -57,7 +56,6 @@ std::string platform_name(cl_platform_id p) {
 struct device_entry {
   int platform_index;
   int device_index;
-  int global_index;
   cl_device_id device;
   std::string description;  // "platform / device"
   bool is_gpu;
@@ -78,7 +76,7 @@ std::vector<device_entry> all_devices() {
     check(clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, nd, devices.data(), nullptr), "clGetDeviceIDs");
     for (cl_uint d = 0; d < nd; ++d) {
       const bool gpu = (device_value<cl_device_type>(devices[d], CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU) != 0;
-      out.push_back({static_cast<int>(p), static_cast<int>(d), static_cast<int>(out.size()), devices[d],
+      out.push_back({static_cast<int>(p), static_cast<int>(d), devices[d],
                      platform_name(platforms[p]) + " / " + device_string(devices[d], CL_DEVICE_NAME), gpu});
     }
   }
@@ -102,7 +100,7 @@ std::string describe_all(const std::vector<device_entry>& devices) {
 // UNICACHE_OPENCL_DEVICE ("P:D" or a name substring), else the first GPU,
 // else the first device.
 const device_entry& select_device(const std::vector<device_entry>& devices) {
-  if (auto value = unicache::detail::environment_variable("UNICACHE_OPENCL_DEVICE")) {
+  if (auto value = support::environment_variable("UNICACHE_OPENCL_DEVICE")) {
     const std::string& v = *value;
     const auto colon = v.find(':');
     const bool indices = colon != std::string::npos && colon > 0 && colon + 1 < v.size() &&
@@ -114,7 +112,7 @@ const device_entry& select_device(const std::vector<device_entry>& devices) {
         return d;
       }
     }
-    unicache::detail::warn("UNICACHE_OPENCL_DEVICE=" + unicache::detail::quoted(v) + " names no OpenCL device (devices: " +
+    support::warn("UNICACHE_OPENCL_DEVICE=" + support::quoted(v) + " names no OpenCL device (devices: " +
                            describe_all(devices) + "); using the default device");
   }
   for (const auto& d : devices) {
@@ -123,16 +121,36 @@ const device_entry& select_device(const std::vector<device_entry>& devices) {
   return devices.front();
 }
 
-int device_index_of(cl_device_id device) {
-  static std::mutex mu;
-  static std::unordered_map<cl_device_id, int>* const others = new std::unordered_map<cl_device_id, int>();
-  for (const auto& d : all_devices()) {
-    if (d.device == device) return d.global_index;
+// cl_khr_pci_bus_info and NVIDIA's cl_nv_device_attribute_query.
+constexpr cl_device_info kPciBusInfoKhr = 0x410F;
+constexpr cl_device_info kPciBusIdNv = 0x4008, kPciSlotIdNv = 0x4009, kPciDomainIdNv = 0x400A;
+struct pci_bus_info_khr {
+  cl_uint domain, bus, device, function;
+};
+
+std::string pci_key(unsigned domain, unsigned bus, unsigned device, unsigned function) {
+  char text[48];
+  std::snprintf(text, sizeof text, "pci:%04x:%02x:%02x.%x", domain, bus, device, function);
+  return text;
+}
+
+// What names the physical device behind `device`: its PCI address where the
+// driver tells it (then the CUDA view of the same GPU has the same key),
+// else the device itself.
+std::string physical_key(cl_device_id device, const device_info& info) {
+  pci_bus_info_khr pci{};
+  if (clGetDeviceInfo(device, kPciBusInfoKhr, sizeof pci, &pci, nullptr) == CL_SUCCESS) {
+    return pci_key(pci.domain, pci.bus, pci.device, pci.function);
   }
-  // A sub-device, or one the ICD loader does not list: an id of its own.
-  std::lock_guard lock(mu);
-  auto [it, inserted] = others->try_emplace(device, 1000 + static_cast<int>(others->size()));
-  return it->second;
+  cl_uint bus = 0, slot = 0, domain = 0;
+  if (clGetDeviceInfo(device, kPciBusIdNv, sizeof bus, &bus, nullptr) == CL_SUCCESS &&
+      clGetDeviceInfo(device, kPciSlotIdNv, sizeof slot, &slot, nullptr) == CL_SUCCESS) {
+    if (clGetDeviceInfo(device, kPciDomainIdNv, sizeof domain, &domain, nullptr) != CL_SUCCESS) domain = 0;
+    return pci_key(domain, bus, slot >> 3, slot & 7);  // the slot id is device << 3 | function
+  }
+  char address[32];
+  std::snprintf(address, sizeof address, "%p", static_cast<void*>(device));
+  return "opencl:" + info.platform_name + "/" + info.device_name + "@" + address;
 }
 
 void probe(cl_device_id device, cl_context context, device_info& info) {
@@ -224,7 +242,10 @@ engine wrap(cl_device_id device, cl_context context, device_info info) {
   // The context's address names the scope: every cached kernel and packed
   // weight retains its context, so while any entry of this scope lives the
   // address cannot be reused by another context.
-  return engine(the_backend(), device_index_of(device), reinterpret_cast<std::uintptr_t>(context), std::move(s));
+  // A CPU device (PoCL) is the host's CPU: a cpu engine, in the CPU's budget.
+  const engine_kind kind = s->info.is_gpu ? engine_kind::gpu : engine_kind::cpu;
+  const int device_id = physical_device_id(kind, physical_key(device, s->info));
+  return engine(the_backend(), kind, device_id, reinterpret_cast<std::uintptr_t>(context), std::move(s));
 }
 
 const engine_state& state_of(const engine& e) {
@@ -283,7 +304,7 @@ kernel_plan plan_for(const device_info& info) {
   const std::uint32_t wg = std::min(info.kernel_work_group_size, info.max_work_group_size);
   kernel_plan plan;
   if (info.is_gpu && wg >= 256 && info.local_memory_bytes >= 32 * 1024) {
-    plan.gemm = {128, 128, 16, 8, 8};  // 16x16 work-items, 8x8 each: 64 FMAs per 16 local loads
+    plan.gemm = {128, 128, 8, 8, 8};  // 16x16 work-items, 8x8 each: 64 FMAs per 4 vector loads; 16 KB of tiles
   } else if (wg >= 256) {
     plan.gemm = {64, 64, 16, 4, 4};  // 16x16 work-items
   } else if (wg >= 64) {
@@ -405,7 +426,7 @@ engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte
     throw opencl_error(std::string("opencl: engine cache blob rejected: ") + err.what(), CL_INVALID_VALUE);
   }
   if (contents.key != kEngineBlobKey) {
-    throw opencl_error("opencl: engine cache blob rejected: it holds " + unicache::detail::quoted(contents.key, 40) +
+    throw opencl_error("opencl: engine cache blob rejected: it holds " + support::quoted(contents.key, 40) +
                            ", not this unicache's engine info (" + kEngineBlobKey + ")",
                        CL_INVALID_VALUE);
   }
@@ -454,9 +475,10 @@ std::vector<std::string> list_devices() {
 
 backend_stats stats() {
   const counters& c = stats_counters();
-  return {c.probe_builds.load(), c.programs_from_source.load(), c.programs_from_binary.load(),
-          c.binaries_rejected.load(), c.binaries_stored.load(), c.weights_packed.load(), c.weights_released.load(),
-          c.build_ns.load(), c.load_ns.load(), c.pack_ns.load(), c.first_launch_ns.load()};
+  const kernel_path_stats k = kernel_stats(backend_id_value);
+  return {c.probe_builds.load(), k.from_source,          k.from_binary, k.rejected,       k.stored,
+          c.weights_packed.load(), c.weights_released.load(), k.build_ns, k.load_ns, c.pack_ns.load(),
+          k.first_launch_ns};
 }
 
 }  // namespace unicache::opencl

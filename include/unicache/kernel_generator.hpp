@@ -1,0 +1,82 @@
+// unicache/kernel_generator.hpp — the generated kernels of the GPU backends,
+// in OpenCL C or CUDA C: one generator with a dialect, so both backends run
+// the same algorithms (tiled GEMM with a fused post-op chain, weight packing,
+// softmax, eltwise, broadcasting binary).
+//
+// Each kernel is generated per configuration, not per shape (unless
+// gemm_config::fixed_mnk asks for a GEMM with its sizes compiled in): sizes
+// and strides are kernel arguments, and each kernel has a fixed work-group
+// (block) size, so a driver that compiles per local size (PoCL) compiles once
+// and a stored binary serves every shape.
+//
+// Launch geometry below is in work-items (OpenCL's global size); a CUDA grid
+// is that divided by the block (local) size, which always divides it.
+// Errors: throws compile_error for an op the generator has no code for or
+// tiles it cannot use. Thread safety: pure functions.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "unicache/graph.hpp"
+#include "unicache/kernel_path.hpp"
+
+namespace unicache::kernels {
+
+enum class dialect : std::uint8_t {
+  opencl_c,  // OpenCL C 1.2 (kernel_source::language "opencl-c")
+  cuda_c,    // CUDA C++ for NVRTC, extern "C" kernels ("cuda-c")
+};
+
+// The GEMM's blocking: a work-group computes a bm x bn tile of C in steps of
+// bk, each work-item an rm x rn register block. rm and rn are multiples of
+// 4, and bm*bk and bk*bn are multiples of 4 * work-items (one vector load
+// per work-item and step at least).
+struct gemm_tiles {
+  int bm = 64, bn = 64, bk = 16;
+  int rm = 4, rn = 4;
+  int local_x() const { return bn / rn; }
+  int local_y() const { return bm / rm; }
+  friend bool operator==(const gemm_tiles&, const gemm_tiles&) = default;
+};
+
+// C = A x B with the post-op chain applied in the epilogue (each binary
+// post-op reads one extra operand with its own strides).
+//   args: A, B, C, int M, N, K, long lda, ldb, ldc, long batch strides sa, sb, sc,
+//         then per binary post-op: buffer, long batch, row and column strides.
+//   global: (ceil(N/bn) * local_x, ceil(M/bm) * local_y, batch), local (local_x, local_y, 1).
+// With packed_b, B is the packed weight: K x N padded with zeros to
+// multiples of (bk, bn), row-major, leading dimension the padded N.
+struct gemm_config {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  bool packed_b = false;
+  std::vector<op_kind> chain;  // post-ops after the MatMul, in order
+  gemm_tiles tiles;
+  // Set for a shape-specialized kernel: M, N, K compiled in (the size
+  // arguments are then ignored).
+  std::optional<std::array<long, 3>> fixed_mnk;
+};
+kernel_source gemm_source(dialect d, const gemm_config& c);
+
+// Packs B (K x N, or N x K if transposed) into the layout gemm expects with
+// packed_b (the padding is the caller's: Kp, Np).
+//   args: B, P, int K, N, long ldb, int padded K, int padded N.
+//   global: (padded N rounded up to work_group, padded K), local (work_group, 1).
+kernel_source pack_source(dialect d, bool transpose_b, int work_group);
+
+// Softmax over the last axis, one work-group per row.
+//   args: x, y, int cols.  global: (rows * work_group), local (work_group).
+kernel_source softmax_source(dialect d, int work_group);
+
+// y = f(x) elementwise.  args: x, y, long n.  global: n rounded up, local (work_group).
+kernel_source eltwise_source(dialect d, op_kind kind, int work_group);
+
+// y = a (+|*) b with numpy broadcasting over up to four dims (leading dims
+// of size 1 pad lower ranks; a broadcast dim has stride 0).
+//   args: a, b, y, long n, int d1, d2, d3, long a0..a3, long b0..b3.
+//   global: n rounded up, local (work_group).
+kernel_source binary_source(dialect d, op_kind kind, int work_group);
+
+}  // namespace unicache::kernels

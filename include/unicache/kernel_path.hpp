@@ -1,0 +1,165 @@
+// unicache/kernel_path.hpp — how every GPU backend gets a device kernel:
+// the kernel cache, then a preloaded binary, then the persistent store, and
+// only then a build from source. The core owns the path; a backend writes
+// the few functions of `kernel_builder` (build, load, read back, identity).
+//
+//   struct my_builder final : unicache::kernel_builder { ... };
+//   auto k = unicache::get_kernel(kMyBackend, engine.scope(), my_builder{engine}, source, preloaded);
+//   k->launch([&] { launch_and_wait(k->program<my_program>(), args); });
+//
+// The path, for one kernel_source on one engine:
+//  1. the kernel cache (in memory, single-flight: concurrent callers of one
+//     kernel build it once), keyed by the engine's scope and source.config;
+//  2. a binary the caller preloaded (from a compiled-partition cache blob)
+//     under the source's store key;
+//  3. the persistent kernel store, under the builder's device identity and
+//     the store key;
+//  4. the builder's build from source.
+// A binary the builder refuses to load (another driver build behind the
+// same identity, a damaged file) is counted as rejected, removed from the
+// store, and the kernel is built from source: never a failure, never a
+// wrong kernel. A kernel built from source or from a preloaded binary is
+// put in the store after its first launch returns (a driver that finishes
+// compiling at the first launch, like PoCL, has the final binary then).
+//
+// Counters (kernel_path_stats) and UNICACHE_VERBOSE lines come from here,
+// the same for every backend:
+//   unicache_verbose,kernel_path,<build|load|reject|store>,backend=<name>,kernel=<name>,key=<16 hex>,ms=<time>
+//
+// Thread safety: everything here may be called from any thread; a kernel's
+// launch() may run concurrently (the backend's run function serializes what
+// it must, e.g. OpenCL's shared kernel arguments).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unicache/backend.hpp"
+#include "unicache/cache.hpp"
+#include "unicache/store.hpp"
+
+namespace unicache {
+
+// What to build: generated source in one language, its compile options and
+// the kernel's name.
+struct kernel_source {
+  // The kernel configuration's key (never shapes unless the kernel is
+  // specialized for them): the kernel cache key within the engine's scope.
+  std::string config;
+  // The source language, e.g. "opencl-c" or "cuda-c": the store key's kind
+  // (what `unicache-store list` shows).
+  std::string language;
+  std::string source;
+  std::string options;
+  std::string kernel_name;
+  // The persistent store's key: everything that decides the binary
+  // (language, kernel name, options, source).
+  std::string store_key() const;
+};
+
+// A backend's built kernel: its native objects (a cl_program and cl_kernel,
+// a CUmodule and CUfunction). Owned by the core's `kernel`, destroyed when
+// the kernel cache and every compiled partition let go of it.
+class device_program {
+ public:
+  virtual ~device_program() = default;
+  // The device binary as the driver has it now (what the store and blobs
+  // keep); empty when the driver cannot give one back.
+  virtual byte_vector binary() const = 0;
+};
+
+// What a backend implements for the kernel path, for one engine (a device
+// and context). Called outside every lock of the core.
+class kernel_builder {
+ public:
+  virtual ~kernel_builder() = default;
+  // The backend's name, for verbose lines and errors.
+  virtual const char* backend_name() const = 0;
+  // What the binaries are valid for (the store's key directory).
+  virtual device_identity identity() const = 0;
+  // Builds `src` from source. Throws the backend's error (with the build
+  // log) when it does not build.
+  virtual std::unique_ptr<device_program> build(const kernel_source& src) const = 0;
+  // The kernel from a binary made earlier, or nullptr when the driver
+  // refuses it (the core then builds from source). Must not throw for a
+  // refused binary; may throw for a failure that a rebuild cannot fix.
+  virtual std::unique_ptr<device_program> load(const kernel_source& src, byte_span binary) const = 0;
+};
+
+// Counters of the kernel path, per backend, since the process started.
+struct kernel_path_stats {
+  std::uint64_t from_source = 0;     // kernels built from source
+  std::uint64_t from_binary = 0;     // kernels loaded from a stored or preloaded binary
+  std::uint64_t rejected = 0;        // binaries the driver refused (then rebuilt)
+  std::uint64_t stored = 0;          // binaries written to the persistent store
+  std::uint64_t build_ns = 0;        // time building from source
+  std::uint64_t load_ns = 0;         // time loading binaries (the store read included)
+  std::uint64_t first_launch_ns = 0; // each kernel's first launch: a driver's last compile step plus one run
+};
+kernel_path_stats kernel_stats(backend_id backend);
+
+// Time this thread spent in first launches, so that a timing that contains
+// one (packing a weight) can leave it out.
+std::uint64_t first_launch_ns_this_thread() noexcept;
+
+// One kernel on the path, shared by every compiled partition whose
+// configuration it is. Immutable but for the one-shot flags.
+class kernel {
+ public:
+  kernel(backend_id backend, std::unique_ptr<device_program> program, std::string name, std::string store_key,
+         device_identity identity, bool store_after_first_launch);
+  ~kernel();
+  kernel(const kernel&) = delete;
+  kernel& operator=(const kernel&) = delete;
+
+  // The backend's program, as the type it built.
+  template <typename Program>
+  const Program& program() const {
+    return static_cast<const Program&>(*program_);
+  }
+  // Runs `run` (which launches the kernel and waits for it). The first
+  // launch is timed as first_launch_ns; after it returns, a kernel built
+  // from source (or a preloaded binary) has its binary put in the store.
+  template <typename Run>
+  void launch(Run&& run) const {
+    if (!(first_launch_.load(std::memory_order_relaxed) && first_launch_.exchange(false))) {
+      run();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    after_first_launch(start);
+  }
+  byte_vector binary() const { return program_->binary(); }
+  const std::string& store_key() const { return store_key_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void after_first_launch(std::chrono::steady_clock::time_point start) const;
+
+  backend_id backend_;
+  std::unique_ptr<device_program> program_;
+  std::string name_;
+  std::string store_key_;
+  device_identity identity_;
+  mutable std::atomic<bool> store_pending_;
+  mutable std::atomic<bool> first_launch_{true};
+};
+
+// What a kernel counts against the kernel cache's capacity: about a
+// program's binary and driver state.
+inline constexpr std::size_t kernel_bytes_estimate = 128 * 1024;
+
+// The kernel path (see the top of this file). Throws what the builder's
+// build() throws when a kernel does not build.
+std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& scope, const kernel_builder& builder,
+                                         const kernel_source& src, const std::vector<kernel_binary>& preloaded);
+
+// The binaries of `kernels` (null ones skipped), for compiled_kernel::binaries().
+std::vector<kernel_binary> binaries_of(std::initializer_list<const kernel*> kernels);
+
+}  // namespace unicache

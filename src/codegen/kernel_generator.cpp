@@ -1,0 +1,446 @@
+// The kernel generator: one body per kernel, written against a few macros
+// that each dialect's prelude defines (qualifiers, work-item indices,
+// barriers, vector loads, math functions).
+#include "unicache/kernel_generator.hpp"
+
+#include <string>
+
+#include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
+
+namespace unicache::kernels {
+namespace {
+
+// OpenCL C 1.2; no fast-math in either dialect: results must match the CPU
+// reference. (NVRTC's target architecture is the backend's option, and part
+// of the device identity, not of the source.)
+constexpr const char* kOpenclOptions = "-cl-std=CL1.2";
+constexpr const char* kCudaOptions = "--fmad=true";
+
+constexpr const char* kOpenclPrelude = R"CLC(
+#define KERNEL(X, Y) __attribute__((reqd_work_group_size(X, Y, 1))) __kernel void
+#define DEVICE_FN inline
+#define GLOBAL __global
+#define SHARED __local
+#define SHARED_PTR __local
+#define RESTRICT restrict
+#define ALIGN16 __attribute__((aligned(16)))
+#define LOCAL_X ((int)get_local_id(0))
+#define LOCAL_Y ((int)get_local_id(1))
+#define GROUP_X ((int)get_group_id(0))
+#define GROUP_Y ((int)get_group_id(1))
+#define GROUP_Z ((int)get_group_id(2))
+#define GLOBAL_X ((long)get_global_id(0))
+#define GLOBAL_Y ((long)get_global_id(1))
+#define SYNC() barrier(CLK_LOCAL_MEM_FENCE)
+#define VEC4 float4
+#define MAKE4(a, b, c, d) ((float4)((a), (b), (c), (d)))
+#define LOAD4(p) vload4(0, (p))
+#define F_FMA fma
+#define F_MAX fmax
+#define F_EXP exp
+#define F_ERF erf
+#define F_TANH tanh
+#define NEG_INF (-INFINITY)
+)CLC";
+
+constexpr const char* kCudaPrelude = R"CUDA(
+#define KERNEL(X, Y) extern "C" __global__ void __launch_bounds__((X) * (Y))
+#define DEVICE_FN __device__ __forceinline__
+#define GLOBAL
+#define SHARED __shared__
+#define SHARED_PTR
+#define RESTRICT __restrict__
+#define ALIGN16 __align__(16)
+#define LOCAL_X ((int)threadIdx.x)
+#define LOCAL_Y ((int)threadIdx.y)
+#define GROUP_X ((int)blockIdx.x)
+#define GROUP_Y ((int)blockIdx.y)
+#define GROUP_Z ((int)blockIdx.z)
+#define GLOBAL_X ((long)blockIdx.x * blockDim.x + threadIdx.x)
+#define GLOBAL_Y ((long)blockIdx.y * blockDim.y + threadIdx.y)
+#define SYNC() __syncthreads()
+#define VEC4 float4
+#define MAKE4(a, b, c, d) make_float4((a), (b), (c), (d))
+#define LOAD4(p) (*(const float4*)(p))
+#define F_FMA fmaf
+#define F_MAX fmaxf
+#define F_EXP expf
+#define F_ERF erff
+#define F_TANH tanhf
+#define NEG_INF (-__int_as_float(0x7f800000))
+)CUDA";
+
+constexpr const char* kEltwiseFunctions = R"SRC(
+DEVICE_FN float u_relu(float x) { return F_MAX(x, 0.0f); }
+DEVICE_FN float u_gelu_erf(float x) { return 0.5f * x * (1.0f + F_ERF(x * 0.70710678118654752f)); }
+DEVICE_FN float u_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + F_TANH(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+DEVICE_FN float u_sigmoid(float x) { return 1.0f / (1.0f + F_EXP(-x)); }
+DEVICE_FN float u_tanh(float x) { return F_TANH(x); }
+)SRC";
+
+const char* eltwise_function(op_kind k) {
+  switch (k) {
+    case op_kind::relu: return "u_relu";
+    case op_kind::gelu_erf: return "u_gelu_erf";
+    case op_kind::gelu_tanh: return "u_gelu_tanh";
+    case op_kind::sigmoid: return "u_sigmoid";
+    case op_kind::tanh: return "u_tanh";
+    default: throw compile_error(std::string("kernel generator: ") + to_string(k) + " is not an eltwise op");
+  }
+}
+
+std::string define(const char* name, long value) {
+  return std::string("#define ") + name + " " + std::to_string(value) + "\n";
+}
+
+void replace(std::string& s, const std::string& what, const std::string& with) {
+  const auto at = s.find(what);
+  if (at != std::string::npos) s.replace(at, what.size(), with);
+}
+
+// The GEMM. Work-item (tx, ty) owns rows g*TY*4 + ty*4 + i and columns
+// h*TX*4 + tx*4 + j of the tile (4-wide groups, so its operands are read
+// from shared memory as vectors). Tiles are double-buffered in shared
+// memory: the next step's tile is loaded into registers while this one is
+// multiplied, one barrier per step. A's tile is stored transposed (k-major).
+// A tile wholly inside the matrix with 4-aligned rows is loaded as vectors;
+// an edge tile element by element with zeros outside.
+constexpr const char* kGemm = R"SRC(
+#define TX (BN / RN)
+#define TY (BM / RM)
+#define NT (TX * TY)
+#define A_LOADS (BM * BK / 4 / NT)
+#define B_LOADS (BK * BN / 4 / NT)
+KERNEL(TX, TY) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT B,
+                    GLOBAL float* RESTRICT C, const int M_ARG, const int N_ARG, const int K_ARG,
+                    const long lda, const long ldb, const long ldc,
+                    const long sa, const long sb, const long sc POST_PARAMS) {
+#ifdef FIXED_M
+  /* A shape-specialized kernel: the sizes are constants. */
+  const int M = FIXED_M, N = FIXED_N, K = FIXED_K;
+#else
+  const int M = M_ARG, N = N_ARG, K = K_ARG;
+#endif
+  SHARED float As[2][BK][BM] ALIGN16;
+  SHARED float Bs[2][BK][BN] ALIGN16;
+  const int tx = LOCAL_X, ty = LOCAL_Y;
+  const int tid = ty * TX + tx;
+  const int bm = GROUP_Y * BM, bn = GROUP_X * BN;
+  const long batch = GROUP_Z;
+  A += batch * sa;
+  B += batch * sb;
+  C += batch * sc;
+  /* Whether vector loads are aligned: rows and the batch offset are multiples of 4. */
+  const int a_vec = (lda % 4 == 0) && (sa % 4 == 0);
+#if !PACKED_B
+  const int b_vec = (ldb % 4 == 0) && (sb % 4 == 0);
+#endif
+  VEC4 ra[A_LOADS], rb[B_LOADS];
+  float acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = 0.0f;
+
+#define LOAD_TILES(k0)                                                                            \
+  {                                                                                               \
+    const int a_full = a_vec && bm + BM <= M && (k0) + BK <= K;                                   \
+    for (int l = 0; l < A_LOADS; ++l) ra[l] = load_a(A, lda, M, K, bm, (k0), tid + l * NT, a_full); \
+    B_LOAD(k0)                                                                                    \
+  }
+
+  LOAD_TILES(0)
+  for (int l = 0; l < A_LOADS; ++l) store_a(As[0], ra[l], tid + l * NT);
+  for (int l = 0; l < B_LOADS; ++l) store_b(Bs[0], rb[l], tid + l * NT);
+  SYNC();
+  int cur = 0;
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    const int more = k0 + BK < K;
+    if (more) LOAD_TILES(k0 + BK)
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      float a[RM], b[RN];
+#pragma unroll
+      for (int g = 0; g < RM / 4; ++g) {
+        const VEC4 v = LOAD4(&As[cur][k][g * TY * 4 + ty * 4]);
+        a[g * 4 + 0] = v.x; a[g * 4 + 1] = v.y; a[g * 4 + 2] = v.z; a[g * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int h = 0; h < RN / 4; ++h) {
+        const VEC4 v = LOAD4(&Bs[cur][k][h * TX * 4 + tx * 4]);
+        b[h * 4 + 0] = v.x; b[h * 4 + 1] = v.y; b[h * 4 + 2] = v.z; b[h * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < RN; ++j) acc[i][j] = F_FMA(a[i], b[j], acc[i][j]);
+    }
+    if (more) {
+      for (int l = 0; l < A_LOADS; ++l) store_a(As[cur ^ 1], ra[l], tid + l * NT);
+      for (int l = 0; l < B_LOADS; ++l) store_b(Bs[cur ^ 1], rb[l], tid + l * NT);
+    }
+    SYNC();
+    cur ^= 1;
+  }
+  for (int i = 0; i < RM; ++i) {
+    const int m = bm + (i / 4) * TY * 4 + ty * 4 + (i % 4);
+    if (m >= M) continue;
+    for (int j = 0; j < RN; ++j) {
+      const int n = bn + (j / 4) * TX * 4 + tx * 4 + (j % 4);
+      if (n >= N) continue;
+      float v = acc[i][j];
+POST_CODE      C[m * ldc + n] = v;
+    }
+  }
+}
+)SRC";
+
+// Tile loaders of the GEMM (before its body: plain functions, so each
+// dialect inlines them). Element e of a tile is one 4-vector.
+constexpr const char* kGemmLoaders = R"SRC(
+DEVICE_FN float at_or_zero(GLOBAL const float* p, long index, int inside) { return inside ? p[index] : 0.0f; }
+
+#if TRANS_A
+/* A is K x M: a tile row (fixed k) is contiguous along m. */
+DEVICE_FN VEC4 load_a(GLOBAL const float* A, long lda, int M, int K, int bm, int k0, int e, int full) {
+  const int k = e / (BM / 4), m = (e % (BM / 4)) * 4;
+  const long at = (long)(k0 + k) * lda + bm + m;
+  if (full) return LOAD4(A + at);
+  const int kin = k0 + k < K;
+  return MAKE4(at_or_zero(A, at, kin && bm + m < M), at_or_zero(A, at + 1, kin && bm + m + 1 < M),
+               at_or_zero(A, at + 2, kin && bm + m + 2 < M), at_or_zero(A, at + 3, kin && bm + m + 3 < M));
+}
+DEVICE_FN void store_a(SHARED_PTR float (*As)[BM], VEC4 v, int e) {
+  const int k = e / (BM / 4), m = (e % (BM / 4)) * 4;
+  As[k][m] = v.x; As[k][m + 1] = v.y; As[k][m + 2] = v.z; As[k][m + 3] = v.w;
+}
+#else
+/* A is M x K: a tile row (fixed m) is contiguous along k. */
+DEVICE_FN VEC4 load_a(GLOBAL const float* A, long lda, int M, int K, int bm, int k0, int e, int full) {
+  const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
+  const long at = (long)(bm + m) * lda + k0 + k;
+  if (full) return LOAD4(A + at);
+  const int m_in = bm + m < M;
+  return MAKE4(at_or_zero(A, at, m_in && k0 + k < K), at_or_zero(A, at + 1, m_in && k0 + k + 1 < K),
+               at_or_zero(A, at + 2, m_in && k0 + k + 2 < K), at_or_zero(A, at + 3, m_in && k0 + k + 3 < K));
+}
+DEVICE_FN void store_a(SHARED_PTR float (*As)[BM], VEC4 v, int e) {
+  const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
+  As[k][m] = v.x; As[k + 1][m] = v.y; As[k + 2][m] = v.z; As[k + 3][m] = v.w;
+}
+#endif
+
+#if PACKED_B
+/* The packed weight: padded to the tile, so always inside and aligned. */
+#define B_LOAD(k0) for (int l = 0; l < B_LOADS; ++l) rb[l] = load_b(B, ldb, (k0), bn, tid + l * NT);
+DEVICE_FN VEC4 load_b(GLOBAL const float* B, long ldb, int k0, int bn, int e) {
+  const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
+  return LOAD4(B + (long)(k0 + k) * ldb + bn + n);
+}
+#else
+#define B_LOAD(k0)                                                                                  \
+  {                                                                                                 \
+    const int b_full = b_vec && bn + BN <= N && (k0) + BK <= K;                                     \
+    for (int l = 0; l < B_LOADS; ++l) rb[l] = load_b(B, ldb, N, K, bn, (k0), tid + l * NT, b_full); \
+  }
+#if TRANS_B
+/* B is N x K: a tile column (fixed n) is contiguous along k. */
+DEVICE_FN VEC4 load_b(GLOBAL const float* B, long ldb, int N, int K, int bn, int k0, int e, int full) {
+  const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
+  const long at = (long)(bn + n) * ldb + k0 + k;
+  if (full) return LOAD4(B + at);
+  const int nin = bn + n < N;
+  return MAKE4(at_or_zero(B, at, nin && k0 + k < K), at_or_zero(B, at + 1, nin && k0 + k + 1 < K),
+               at_or_zero(B, at + 2, nin && k0 + k + 2 < K), at_or_zero(B, at + 3, nin && k0 + k + 3 < K));
+}
+#else
+/* B is K x N: a tile row (fixed k) is contiguous along n. */
+DEVICE_FN VEC4 load_b(GLOBAL const float* B, long ldb, int N, int K, int bn, int k0, int e, int full) {
+  const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
+  const long at = (long)(k0 + k) * ldb + bn + n;
+  if (full) return LOAD4(B + at);
+  const int kin = k0 + k < K;
+  return MAKE4(at_or_zero(B, at, kin && bn + n < N), at_or_zero(B, at + 1, kin && bn + n + 1 < N),
+               at_or_zero(B, at + 2, kin && bn + n + 2 < N), at_or_zero(B, at + 3, kin && bn + n + 3 < N));
+}
+#endif
+#endif
+
+#if PACKED_B || !TRANS_B
+DEVICE_FN void store_b(SHARED_PTR float (*Bs)[BN], VEC4 v, int e) {
+  const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
+  Bs[k][n] = v.x; Bs[k][n + 1] = v.y; Bs[k][n + 2] = v.z; Bs[k][n + 3] = v.w;
+}
+#else
+DEVICE_FN void store_b(SHARED_PTR float (*Bs)[BN], VEC4 v, int e) {
+  const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
+  Bs[k][n] = v.x; Bs[k + 1][n] = v.y; Bs[k + 2][n] = v.z; Bs[k + 3][n] = v.w;
+}
+#endif
+)SRC";
+
+constexpr const char* kPack = R"SRC(
+KERNEL(WG, 1) pack_b(GLOBAL const float* RESTRICT B, GLOBAL float* RESTRICT P, const int K, const int N,
+                     const long ldb, const int Kp, const int Np) {
+  const long n = GLOBAL_X, k = GLOBAL_Y;
+  if (n >= Np || k >= Kp) return;
+  float v = 0.0f;
+#if TRANS_B
+  if (n < N && k < K) v = B[n * ldb + k];
+#else
+  if (n < N && k < K) v = B[k * ldb + n];
+#endif
+  P[k * (long)Np + n] = v;
+}
+)SRC";
+
+constexpr const char* kSoftmax = R"SRC(
+KERNEL(WG, 1) softmax(GLOBAL const float* RESTRICT x, GLOBAL float* RESTRICT y, const int cols) {
+  SHARED float red[WG];
+  const int l = LOCAL_X;
+  const long row = GROUP_X;
+  x += row * cols;
+  y += row * cols;
+  float m = NEG_INF;
+  for (int c = l; c < cols; c += WG) m = F_MAX(m, x[c]);
+  red[l] = m;
+  SYNC();
+  for (int s = WG / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] = F_MAX(red[l], red[l + s]);
+    SYNC();
+  }
+  m = red[0];
+  SYNC();
+  float sum = 0.0f;
+  for (int c = l; c < cols; c += WG) sum += F_EXP(x[c] - m);
+  red[l] = sum;
+  SYNC();
+  for (int s = WG / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] += red[l + s];
+    SYNC();
+  }
+  const float inv = 1.0f / red[0];
+  for (int c = l; c < cols; c += WG) y[c] = F_EXP(x[c] - m) * inv;
+}
+)SRC";
+
+constexpr const char* kEltwise = R"SRC(
+KERNEL(WG, 1) eltwise(GLOBAL const float* RESTRICT x, GLOBAL float* RESTRICT y, const long n) {
+  const long i = GLOBAL_X;
+  if (i < n) y[i] = FUNC(x[i]);
+}
+)SRC";
+
+constexpr const char* kBinary = R"SRC(
+KERNEL(WG, 1) binary(GLOBAL const float* RESTRICT a, GLOBAL const float* RESTRICT b,
+                     GLOBAL float* RESTRICT y, const long n, const int d1, const int d2, const int d3,
+                     const long a0, const long a1, const long a2, const long a3,
+                     const long b0, const long b1, const long b2, const long b3) {
+  const long i = GLOBAL_X;
+  if (i >= n) return;
+  long r = i;
+  const long i3 = r % d3; r /= d3;
+  const long i2 = r % d2; r /= d2;
+  const long i1 = r % d1;
+  const long i0 = r / d1;
+  const float x = a[i0 * a0 + i1 * a1 + i2 * a2 + i3 * a3];
+  const float z = b[i0 * b0 + i1 * b1 + i2 * b2 + i3 * b3];
+  y[i] = x OP z;
+}
+)SRC";
+
+// The kernel configuration key: the dialect, then what the caller adds.
+cache_key config_key(dialect d, const char* kernel) {
+  cache_key key;
+  key.add(kernel).add(static_cast<std::uint8_t>(d));
+  return key;
+}
+
+kernel_source make(dialect d, const cache_key& config, const std::string& defines, const std::string& body,
+                   const char* name) {
+  kernel_source s;
+  s.config = std::string(config.bytes());
+  s.language = d == dialect::cuda_c ? "cuda-c" : "opencl-c";
+  s.source = std::string("/* unicache generated */\n") + (d == dialect::cuda_c ? kCudaPrelude : kOpenclPrelude) +
+             defines + kEltwiseFunctions + body;
+  s.options = d == dialect::cuda_c ? kCudaOptions : kOpenclOptions;
+  s.kernel_name = name;
+  return s;
+}
+
+void check_tiles(const gemm_tiles& t) {
+  const int threads = t.local_x() * t.local_y();
+  const bool ok = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.rm > 0 && t.rn > 0 && t.rm % 4 == 0 && t.rn % 4 == 0 &&
+                  t.bm % t.rm == 0 && t.bn % t.rn == 0 && t.bk % 4 == 0 && (t.bm * t.bk) % (4 * threads) == 0 &&
+                  (t.bk * t.bn) % (4 * threads) == 0;
+  if (!ok) {
+    throw compile_error("kernel generator: GEMM tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
+                        std::to_string(t.bk) + " with register blocks " + std::to_string(t.rm) + "x" +
+                        std::to_string(t.rn) + " are not usable");
+  }
+}
+
+}  // namespace
+
+kernel_source gemm_source(dialect d, const gemm_config& c) {
+  const gemm_tiles& t = c.tiles;
+  check_tiles(t);
+  cache_key key = config_key(d, "gemm");
+  key.add(c.transpose_a).add(c.transpose_b).add(c.packed_b);
+  key.add(t.bm).add(t.bn).add(t.bk).add(t.rm).add(t.rn).add(static_cast<std::uint64_t>(c.chain.size()));
+  key.add(c.fixed_mnk.has_value());
+  if (c.fixed_mnk) key.add((*c.fixed_mnk)[0]).add((*c.fixed_mnk)[1]).add((*c.fixed_mnk)[2]);
+  std::string params, code;
+  int binary_index = 0;
+  for (op_kind k : c.chain) {
+    key.add(k);
+    if (is_binary(k)) {
+      const std::string p = "P" + std::to_string(binary_index++);
+      params += ", GLOBAL const float* RESTRICT " + p + ", const long " + p + "b, const long " + p + "m, const long " +
+                p + "n";
+      code += "      v = v " + std::string(k == op_kind::add ? "+" : "*") + " " + p + "[batch * " + p + "b + m * " + p +
+              "m + n * " + p + "n];\n";
+    } else {
+      code += "      v = " + std::string(eltwise_function(k)) + "(v);\n";
+    }
+  }
+  std::string body = kGemm;
+  replace(body, "POST_PARAMS", params);
+  replace(body, "POST_CODE", code);
+  std::string defines = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("RM", t.rm) +
+                        define("RN", t.rn) + define("TRANS_A", c.transpose_a) + define("TRANS_B", c.transpose_b) +
+                        define("PACKED_B", c.packed_b);
+  if (c.fixed_mnk) {
+    defines += define("FIXED_M", (*c.fixed_mnk)[0]) + define("FIXED_N", (*c.fixed_mnk)[1]) +
+               define("FIXED_K", (*c.fixed_mnk)[2]);
+  }
+  return make(d, key, defines, std::string(kGemmLoaders) + body, "gemm");
+}
+
+kernel_source pack_source(dialect d, bool transpose_b, int work_group) {
+  cache_key key = config_key(d, "pack_b");
+  key.add(transpose_b).add(work_group);
+  return make(d, key, define("WG", work_group) + define("TRANS_B", transpose_b), kPack, "pack_b");
+}
+
+kernel_source softmax_source(dialect d, int work_group) {
+  cache_key key = config_key(d, "softmax");
+  key.add(work_group);
+  return make(d, key, define("WG", work_group), kSoftmax, "softmax");
+}
+
+kernel_source eltwise_source(dialect d, op_kind kind, int work_group) {
+  cache_key key = config_key(d, "eltwise");
+  key.add(kind).add(work_group);
+  return make(d, key, define("WG", work_group) + "#define FUNC " + eltwise_function(kind) + "\n", kEltwise, "eltwise");
+}
+
+kernel_source binary_source(dialect d, op_kind kind, int work_group) {
+  cache_key key = config_key(d, "binary");
+  key.add(kind).add(work_group);
+  return make(d, key, define("WG", work_group) + "#define OP " + (kind == op_kind::add ? "+" : "*") + "\n", kBinary,
+              "binary");
+}
+
+}  // namespace unicache::kernels

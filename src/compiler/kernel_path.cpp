@@ -1,0 +1,169 @@
+// The kernel path every GPU backend shares: kernel cache -> preloaded binary
+// -> persistent store -> build from source; binaries stored after their first
+// launch; counters and verbose lines.
+#include "unicache/kernel_path.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "unicache/cache_key.hpp"
+#include "util/env.hpp"
+#include "util/log.hpp"
+#include "util/mutex.hpp"
+#include "util/stable_hash.hpp"
+
+namespace unicache {
+namespace {
+
+struct counters {
+  std::atomic<std::uint64_t> from_source{0}, from_binary{0}, rejected{0}, stored{0}, build_ns{0}, load_ns{0},
+      first_launch_ns{0};
+};
+
+struct counter_table {
+  detail::mutex mu;
+  // Values are never freed: a counters& handed out stays valid.
+  absl::flat_hash_map<backend_id, counters*> by_backend ABSL_GUARDED_BY(mu);
+};
+
+counter_table& table() {
+  static counter_table* const t = new counter_table();  // never destroyed: usable from static destructors
+  return *t;
+}
+
+counters& counters_of(backend_id backend) {
+  counter_table& t = table();
+  detail::mutex_lock lock(&t.mu);
+  counters*& c = t.by_backend[backend];
+  if (c == nullptr) c = new counters();
+  return *c;
+}
+
+thread_local std::uint64_t first_launch_ns_of_thread = 0;
+
+std::uint64_t ns_since(std::chrono::steady_clock::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+}
+
+bool verbose() {
+  static const bool on = [] {
+    bool v = false;
+    detail::apply_switch_variable("UNICACHE_VERBOSE", v);
+    return v;
+  }();
+  return on;
+}
+
+// unicache_verbose,kernel_path,<event>,backend=<name>,kernel=<name>,key=<16 hex>,ms=<time>
+void trace(const char* event, backend_id backend, const std::string& kernel_name, const std::string& store_key,
+           std::uint64_t ns) {
+  if (!verbose()) return;
+  const std::string key = detail::to_hex(detail::stable_hash128(store_key)).substr(0, 16);
+  char line[512];
+  std::snprintf(line, sizeof line, "unicache_verbose,kernel_path,%s,backend=%s,kernel=%s,key=%s,ms=%.3f", event,
+                backend_name(backend).c_str(), detail::quoted(kernel_name, 32).c_str(), key.c_str(),
+                static_cast<double>(ns) / 1e6);
+  detail::write_line(line);
+}
+
+}  // namespace
+
+std::string kernel_source::store_key() const {
+  cache_key k;
+  k.add(language).add(kernel_name).add(options).add(source);
+  return std::string(k.bytes());
+}
+
+kernel_path_stats kernel_stats(backend_id backend) {
+  const counters& c = counters_of(backend);
+  return {c.from_source.load(), c.from_binary.load(), c.rejected.load(),       c.stored.load(),
+          c.build_ns.load(),    c.load_ns.load(),     c.first_launch_ns.load()};
+}
+
+std::uint64_t first_launch_ns_this_thread() noexcept { return first_launch_ns_of_thread; }
+
+kernel::kernel(backend_id backend, std::unique_ptr<device_program> program, std::string name, std::string store_key,
+               device_identity identity, bool store_after_first_launch)
+    : backend_(backend),
+      program_(std::move(program)),
+      name_(std::move(name)),
+      store_key_(std::move(store_key)),
+      identity_(std::move(identity)),
+      store_pending_(store_after_first_launch) {}
+
+kernel::~kernel() = default;
+
+void kernel::after_first_launch(std::chrono::steady_clock::time_point start) const {
+  const std::uint64_t ns = ns_since(start);
+  counters& c = counters_of(backend_);
+  c.first_launch_ns.fetch_add(ns, std::memory_order_relaxed);
+  first_launch_ns_of_thread += ns;
+  if (!store_pending_.exchange(false)) return;
+  const byte_vector bin = program_->binary();
+  if (!bin.empty() && kernel_store::instance().put(identity_, store_key_, bin)) {
+    c.stored.fetch_add(1, std::memory_order_relaxed);
+    trace("store", backend_, name_, store_key_, 0);
+  }
+}
+
+std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& scope, const kernel_builder& builder,
+                                         const kernel_source& src, const std::vector<kernel_binary>& preloaded) {
+  return kernel_cache()
+      .get_or_build<const kernel>(
+          scope, backend, src.config, kernel_bytes_estimate,
+          [&]() -> std::shared_ptr<const kernel> {
+            const std::string key = src.store_key();
+            const device_identity identity = builder.identity();
+            counters& c = counters_of(backend);
+            auto loaded = [&](std::unique_ptr<device_program> p, std::chrono::steady_clock::time_point start,
+                              bool store_after_launch) {
+              const std::uint64_t ns = ns_since(start);
+              c.load_ns.fetch_add(ns, std::memory_order_relaxed);
+              c.from_binary.fetch_add(1, std::memory_order_relaxed);
+              trace("load", backend, src.kernel_name, key, ns);
+              return std::make_shared<const kernel>(backend, std::move(p), src.kernel_name, key, identity,
+                                                    store_after_launch);
+            };
+            auto rejected = [&](std::chrono::steady_clock::time_point start) {
+              const std::uint64_t ns = ns_since(start);
+              c.load_ns.fetch_add(ns, std::memory_order_relaxed);
+              c.rejected.fetch_add(1, std::memory_order_relaxed);
+              trace("reject", backend, src.kernel_name, key, ns);
+            };
+            for (const kernel_binary& b : preloaded) {
+              if (b.key != key) continue;
+              const auto start = std::chrono::steady_clock::now();
+              if (auto p = builder.load(src, b.binary)) return loaded(std::move(p), start, true);
+              rejected(start);
+            }
+            kernel_store& store = kernel_store::instance();
+            const auto load_start = std::chrono::steady_clock::now();
+            if (std::optional<byte_vector> stored = store.get(identity, key)) {
+              if (auto p = builder.load(src, *stored)) return loaded(std::move(p), load_start, false);
+              // The driver refused it: it goes, and the rebuilt binary takes its place.
+              rejected(load_start);
+              store.remove(identity, key);
+            }
+            const auto build_start = std::chrono::steady_clock::now();
+            std::unique_ptr<device_program> built = builder.build(src);
+            const std::uint64_t ns = ns_since(build_start);
+            c.build_ns.fetch_add(ns, std::memory_order_relaxed);
+            c.from_source.fetch_add(1, std::memory_order_relaxed);
+            trace("build", backend, src.kernel_name, key, ns);
+            return std::make_shared<const kernel>(backend, std::move(built), src.kernel_name, key, identity, true);
+          })
+      .value();
+}
+
+std::vector<kernel_binary> binaries_of(std::initializer_list<const kernel*> kernels) {
+  std::vector<kernel_binary> out;
+  for (const kernel* k : kernels) {
+    if (k) out.push_back({k->store_key(), k->binary()});
+  }
+  return out;
+}
+
+}  // namespace unicache
