@@ -244,6 +244,11 @@ class unified_cache {
   bool remove(const cache_scope& scope, backend_id backend, std::string_view key);
   // Removes every entry; eviction callbacks run for each.
   void clear();
+  // Evicts every entry of `backend` on one device (all its contexts), with
+  // eviction callbacks: what a backend does when the device runs out of
+  // memory, before it retries. Returns the bytes the entries counted (their
+  // values are freed once no caller holds them).
+  std::uint64_t evict_device(engine_kind kind, int device_id, backend_id backend);
 
   // Capacity in MB, a budget for each device of `kind`. Applies to existing
   // and future devices of that kind and clears per-device overrides.

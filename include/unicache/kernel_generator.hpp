@@ -16,9 +16,12 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "unicache/config.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/kernel_path.hpp"
 
@@ -78,5 +81,45 @@ kernel_source eltwise_source(dialect d, op_kind kind, int work_group);
 //   args: a, b, y, long n, int d1, d2, d3, long a0..a3, long b0..b3.
 //   global: n rounded up, local (work_group).
 kernel_source binary_source(dialect d, op_kind kind, int work_group);
+
+// --- What the kernels are given ----------------------------------------------
+// Sizes, strides and configurations worked out from a partition and its
+// shapes, the same for every backend that launches these kernels.
+
+// Elements of a shape; a multiple of `multiple` at or above n.
+std::int64_t elements(const std::vector<std::int64_t>& shape);
+std::size_t round_up(std::int64_t n, std::int64_t multiple);
+// Row-major strides of `shape`, 0 where a dim is 1 (a broadcast operand repeats).
+std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape);
+
+// A MatMul -> (Add|Multiply)* -> eltwise* partition as the GEMM kernel runs it.
+struct gemm_problem {
+  gemm_config config;  // the kernel (tiles and shape mode applied)
+  long m = 0, n = 0, k = 0, batch = 1;
+  long lda = 0, ldb = 0, sa = 0, sb = 0;  // leading dims and batch strides of A and B
+  // One per binary post-op: its input's index and strides in C's terms.
+  struct post {
+    std::size_t input;
+    long batch_stride, row_stride, column_stride;
+  };
+  std::vector<post> posts;
+  // The packed weight's padded sizes (config.packed_b: a constant rank-2 B).
+  long packed_k = 0, packed_n = 0;
+
+  // Throws compile_error for a post-op operand of a higher rank than C.
+  gemm_problem(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+               const gemm_tiles& tiles, kernel_shapes mode);
+  // The work-items (global) and work-group (local) of the launch.
+  std::array<std::size_t, 3> global() const;
+  std::array<std::size_t, 3> local() const;
+};
+
+// Add / Multiply with numpy broadcasting as the binary kernel runs it.
+struct binary_problem {
+  std::vector<std::int64_t> out;  // the output's shape at rank 4
+  std::vector<long> a_strides, b_strides;
+  // Throws compile_error above rank 4.
+  binary_problem(const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out);
+};
 
 }  // namespace unicache::kernels

@@ -689,6 +689,22 @@ void unified_cache::clear() {
   }
 }
 
+std::uint64_t unified_cache::evict_device(engine_kind kind, int device_id, backend_id backend) {
+  device_cache* d = impl_->device(kind, device_id);
+  std::vector<removed_entry> removed;
+  std::uint64_t bytes = 0;
+  {
+    mutex_lock lock(&d->mu);
+    for (entry* e : d->table.entries()) {
+      if (e->backend != backend) continue;
+      bytes += e->size_bytes;
+      d->remove_locked(e, removal::clear, removed);
+    }
+  }
+  impl_->finish_removals(kind, device_id, removed);
+  return bytes;
+}
+
 void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb) {
   eviction_policy current = policy(kind);
   set_capacity(kind, capacity_mb, current);

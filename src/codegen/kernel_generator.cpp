@@ -443,4 +443,82 @@ kernel_source binary_source(dialect d, op_kind kind, int work_group) {
               "binary");
 }
 
+std::int64_t elements(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::size_t round_up(std::int64_t n, std::int64_t multiple) {
+  return static_cast<std::size_t>((n + multiple - 1) / multiple * multiple);
+}
+
+std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape) {
+  std::vector<long> out(shape.size());
+  long stride = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    out[d] = shape[d] == 1 ? 0 : stride;
+    stride *= static_cast<long>(shape[d]);
+  }
+  return out;
+}
+
+gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>& in,
+                           const std::vector<logical_tensor>& out, const gemm_tiles& tiles, kernel_shapes mode) {
+  const op& mm = p.ops().front();
+  const std::vector<std::int64_t>& a = in[0].shape;
+  const std::vector<std::int64_t>& b = in[1].shape;
+  const std::vector<std::int64_t>& c = out[0].shape;
+  const std::size_t rank = c.size();
+  m = c[rank - 2];
+  n = c[rank - 1];
+  k = mm.transpose_a ? a[a.size() - 2] : a.back();
+  batch = rank == 3 ? c[0] : 1;
+  lda = a.back();
+  ldb = b.back();
+  sa = a.size() == 3 && a[0] != 1 ? m * k : 0;
+  sb = b.size() == 3 && b[0] != 1 ? k * n : 0;
+  config.transpose_a = mm.transpose_a;
+  config.transpose_b = mm.transpose_b;
+  config.packed_b = in[1].is_constant() && b.size() == 2;
+  config.tiles = tiles;
+  if (mode == kernel_shapes::specialized) config.fixed_mnk = std::array<long, 3>{m, n, k};
+  std::size_t next_input = 2;
+  for (std::size_t i = 1; i < p.ops().size(); ++i) {
+    const op_kind kind = p.ops()[i].kind;
+    config.chain.push_back(kind);
+    if (!is_binary(kind)) continue;
+    const std::vector<std::int64_t>& operand = in[next_input].shape;
+    if (operand.size() > rank) {
+      throw compile_error("post-op operand " + shape_to_string(operand) + " has a higher rank than the MatMul's output " +
+                          shape_to_string(c));
+    }
+    const std::vector<long> st = broadcast_strides(to_rank(operand, 3));
+    posts.push_back({next_input++, rank == 3 ? st[0] : 0, st[1], st[2]});
+  }
+  if (config.packed_b) {
+    packed_k = static_cast<long>(round_up(k, tiles.bk));
+    packed_n = static_cast<long>(round_up(n, tiles.bn));
+  }
+}
+
+std::array<std::size_t, 3> gemm_problem::global() const {
+  const gemm_tiles& t = config.tiles;
+  return {round_up(n, t.bn) / t.rn, round_up(m, t.bm) / t.rm, static_cast<std::size_t>(batch)};
+}
+
+std::array<std::size_t, 3> gemm_problem::local() const {
+  return {static_cast<std::size_t>(config.tiles.local_x()), static_cast<std::size_t>(config.tiles.local_y()), 1};
+}
+
+binary_problem::binary_problem(const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out_tensors) {
+  const std::vector<std::int64_t>& c = out_tensors[0].shape;
+  if (c.size() > 4) {
+    throw compile_error("Add/Multiply of rank " + std::to_string(c.size()) + " (at most 4 is supported)");
+  }
+  out = to_rank(c, 4);
+  a_strides = broadcast_strides(to_rank(in[0].shape, 4));
+  b_strides = broadcast_strides(to_rank(in[1].shape, 4));
+}
+
 }  // namespace unicache::kernels

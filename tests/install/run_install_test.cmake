@@ -12,7 +12,7 @@
 #                        unicache_<component>_FOUND FALSE;
 #   <backend>_not_built  each backend this build lacks: the same.
 # Every case runs; the failures are listed at the end.
-#   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCOMPONENTS=onednn_cpu,opencl -P run_install_test.cmake
+#   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCOMPONENTS=onednn_cpu,opencl,cuda -P run_install_test.cmake
 # COMPONENTS: the backends the build has, comma-separated.
 cmake_minimum_required(VERSION 3.25)  # policies of a script: IN_LIST and the rest
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -88,7 +88,11 @@ endif()
 
 set(dependency_onednn_cpu dnnl)
 set(dependency_opencl OpenCL)
+set(dependency_cuda "")  # none: it loads the driver and NVRTC at run time
 foreach(backend IN LISTS built)
+  if(NOT dependency_${backend})
+    continue()
+  endif()
   set(hide -DCMAKE_DISABLE_FIND_PACKAGE_${dependency_${backend}}=ON)
   consumer(${backend}_no_dep_required ARGS ${hide} -DCONSUMER_COMPONENTS=${backend}
            FAIL_MATCHING "${dependency_${backend}}")
@@ -101,7 +105,7 @@ consumer(unknown_required ARGS -DCONSUMER_COMPONENTS=no_such_component
 consumer(unknown_optional ARGS -DCONSUMER_OPTIONAL_COMPONENTS=no_such_component
          -DCONSUMER_EXPECT_MISSING=no_such_component RUN consumer)
 
-foreach(backend IN ITEMS onednn_cpu opencl)
+foreach(backend IN ITEMS onednn_cpu opencl cuda)
   if(NOT backend IN_LIST built)
     consumer(${backend}_not_built_required ARGS -DCONSUMER_COMPONENTS=${backend}
              FAIL_MATCHING "Reason given by package" "${backend}: this installation was built without it")

@@ -42,9 +42,16 @@ struct specialized : Device {
   scoped_kernel_shapes mode{kernel_shapes::specialized};
 };
 
+// A Device with `std::string unavailable() const` (non-empty: why the
+// device is missing) skips the suite instead of failing it.
 template <typename Device>
 class BackendNumerics : public ::testing::Test {
  protected:
+  void SetUp() override {
+    if constexpr (requires { device.unavailable(); }) {
+      if (const std::string why = device.unavailable(); !why.empty()) GTEST_SKIP() << why;
+    }
+  }
   Device device;
   std::vector<float> run(graph& g, const std::vector<shape_t>& shapes, std::vector<std::vector<float>*> data) {
     return device.run(g, shapes, std::move(data), 0);

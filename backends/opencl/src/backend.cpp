@@ -13,25 +13,9 @@ namespace {
 
 using shape_t = std::vector<std::int64_t>;
 
-std::int64_t elements(const shape_t& s) {
-  std::int64_t n = 1;
-  for (std::int64_t d : s) n *= d;
-  return n;
-}
-std::size_t round_up(std::int64_t n, std::int64_t multiple) {
-  return static_cast<std::size_t>((n + multiple - 1) / multiple * multiple);
-}
+using kernels::elements;
+using kernels::round_up;
 cl_mem buffer_of(const tensor& t) { return static_cast<cl_mem>(t.data); }
-// Row-major strides of `s`, 0 where a dim is 1 (a broadcast operand repeats).
-std::vector<long> broadcast_strides(const shape_t& s) {
-  std::vector<long> out(s.size());
-  long stride = 1;
-  for (std::size_t d = s.size(); d-- > 0;) {
-    out[d] = s[d] == 1 ? 0 : stride;
-    stride *= static_cast<long>(s[d]);
-  }
-  return out;
-}
 
 // --- Constant weights -----------------------------------------------------------
 
@@ -86,109 +70,65 @@ constexpr kernels::dialect kDialect = kernels::dialect::opencl_c;
 class gemm_kernel final : public compiled_kernel {
  public:
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
-              const engine& e, const std::vector<kernel_binary>& preloaded) {
-    const engine_state& s = e.native<engine_state>();
-    const op& mm = p.ops().front();
-    const shape_t& a = in[0].shape;
-    const shape_t& b = in[1].shape;
-    const shape_t& c = out[0].shape;
-    rank_ = c.size();
-    m_ = c[rank_ - 2];
-    n_ = c[rank_ - 1];
-    k_ = mm.transpose_a ? a[a.size() - 2] : a.back();
-    batch_ = rank_ == 3 ? c[0] : 1;
-    lda_ = a.back();
-    ldb_ = b.back();
-    sa_ = a.size() == 3 && a[0] != 1 ? m_ * k_ : 0;
-    sb_ = b.size() == 3 && b[0] != 1 ? k_ * n_ : 0;
-    transpose_b_ = mm.transpose_b;
-
-    kernels::gemm_config config;
-    config.transpose_a = mm.transpose_a;
-    config.transpose_b = mm.transpose_b;
-    config.packed_b = in[1].is_constant() && b.size() == 2;
-    config.tiles = s.plan.gemm;
-    if (current_kernel_shapes() == kernel_shapes::specialized) config.fixed_mnk = std::array<long, 3>{m_, n_, k_};
-    tiles_ = config.tiles;
-    std::size_t next_input = 2;
-    for (std::size_t i = 1; i < p.ops().size(); ++i) {
-      const op_kind k = p.ops()[i].kind;
-      config.chain.push_back(k);
-      if (!is_binary(k)) continue;
-      const shape_t& operand = in[next_input].shape;
-      if (operand.size() > rank_) {
-        throw compile_error("opencl: post-op operand " + shape_to_string(operand) + " has a higher rank than the " +
-                            "MatMul's output " + shape_to_string(c));
-      }
-      std::vector<long> st = broadcast_strides(to_rank(operand, 3));
-      posts_.push_back({next_input++, rank_ == 3 ? st[0] : 0, st[1], st[2]});
-    }
-    gemm_ = get_program(e, kernels::gemm_source(kDialect, config), preloaded);
-    if (config.packed_b) {
-      packed_k_ = static_cast<long>(round_up(k_, tiles_.bk));
-      packed_n_ = static_cast<long>(round_up(n_, tiles_.bn));
-      pack_work_group_ = s.plan.vector_work_group;
-      pack_ = get_program(e, kernels::pack_source(kDialect, mm.transpose_b, pack_work_group_), preloaded);
+              const engine& e, const std::vector<kernel_binary>& preloaded)
+      : problem_(p, in, out, e.native<engine_state>().plan.gemm, current_kernel_shapes()),
+        transpose_b_(p.ops().front().transpose_b) {
+    gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
+    if (problem_.config.packed_b) {
+      pack_work_group_ = e.native<engine_state>().plan.vector_work_group;
+      pack_ = get_program(e, kernels::pack_source(kDialect, transpose_b_, pack_work_group_), preloaded);
       slot_ = weights().make_slot();
     }
   }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    const kernels::gemm_problem& g = problem_;
     std::shared_ptr<packed_buffer> packed;
     cl_mem b = buffer_of(inputs[1]);
-    long ldb = ldb_;
+    long ldb = g.ldb;
     if (pack_) {
       packed = packed_weight(s, inputs[1]);
       b = packed->mem;
-      ldb = packed_n_;
+      ldb = g.packed_n;
     }
     const cl_mem a = buffer_of(inputs[0]), c = buffer_of(outputs[0]);
-    const std::size_t local[3] = {static_cast<std::size_t>(tiles_.local_x()),
-                                  static_cast<std::size_t>(tiles_.local_y()), 1};
-    const std::size_t global[3] = {round_up(n_, tiles_.bn) / tiles_.rn, round_up(m_, tiles_.bm) / tiles_.rm,
-                                   static_cast<std::size_t>(batch_)};
+    const std::array<std::size_t, 3> global = g.global(), local = g.local();
     launch(
         *gemm_, s,
         [&](cl_kernel k) {
-          const cl_int m = static_cast<cl_int>(m_), n = static_cast<cl_int>(n_), kk = static_cast<cl_int>(k_);
-          const cl_long lda = lda_, ldc = n_, sa = sa_, sb = pack_ ? 0 : sb_, sc = m_ * n_;
           cl_uint i = 0;
           set_arg(k, i++, a);
           set_arg(k, i++, b);
           set_arg(k, i++, c);
-          set_arg(k, i++, m);
-          set_arg(k, i++, n);
-          set_arg(k, i++, kk);
-          set_arg(k, i++, lda);
+          set_arg(k, i++, static_cast<cl_int>(g.m));
+          set_arg(k, i++, static_cast<cl_int>(g.n));
+          set_arg(k, i++, static_cast<cl_int>(g.k));
+          set_arg(k, i++, static_cast<cl_long>(g.lda));
           set_arg(k, i++, static_cast<cl_long>(ldb));
-          set_arg(k, i++, ldc);
-          set_arg(k, i++, sa);
-          set_arg(k, i++, sb);
-          set_arg(k, i++, sc);
-          for (const post& p : posts_) {
+          set_arg(k, i++, static_cast<cl_long>(g.n));
+          set_arg(k, i++, static_cast<cl_long>(g.sa));
+          set_arg(k, i++, static_cast<cl_long>(pack_ ? 0 : g.sb));
+          set_arg(k, i++, static_cast<cl_long>(g.m * g.n));
+          for (const kernels::gemm_problem::post& p : g.posts) {
             set_arg(k, i++, buffer_of(inputs[p.input]));
             set_arg(k, i++, static_cast<cl_long>(p.batch_stride));
             set_arg(k, i++, static_cast<cl_long>(p.row_stride));
             set_arg(k, i++, static_cast<cl_long>(p.column_stride));
           }
         },
-        3, global, local);
+        3, global.data(), local.data());
   }
 
   std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
 
  private:
-  struct post {
-    std::size_t input;
-    long batch_stride, row_stride, column_stride;
-  };
-
   std::shared_ptr<packed_buffer> packed_weight(stream& s, const tensor& t) const {
+    const kernels::gemm_problem& g = problem_;
     const engine& e = s.get_engine();
     const engine_state& es = e.native<engine_state>();
     cache_key layout;
-    layout.add("packed-b").add(transpose_b_).add(k_).add(n_).add(ldb_).add(packed_k_).add(packed_n_);
-    const std::size_t bytes = static_cast<std::size_t>(packed_k_ * packed_n_) * sizeof(float);
+    layout.add("packed-b").add(transpose_b_).add(g.k).add(g.n).add(g.ldb).add(g.packed_k).add(g.packed_n);
+    const std::size_t bytes = static_cast<std::size_t>(g.packed_k * g.packed_n) * sizeof(float);
     const std::size_t source_bytes = static_cast<std::size_t>(elements(t.desc.shape)) * sizeof(float);
     return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, layout, bytes, buffer_reader{s, t}, [&] {
       const auto start = std::chrono::steady_clock::now();
@@ -198,17 +138,17 @@ class gemm_kernel final : public compiled_kernel {
       packed->mem = clCreateBuffer(es.context, CL_MEM_READ_WRITE, bytes, nullptr, &err);
       check(err, "clCreateBuffer(packed weight, " + std::to_string(bytes) + " bytes)");
       const std::size_t local[2] = {static_cast<std::size_t>(pack_work_group_), 1};
-      const std::size_t global[2] = {round_up(packed_n_, pack_work_group_), static_cast<std::size_t>(packed_k_)};
+      const std::size_t global[2] = {round_up(g.packed_n, pack_work_group_), static_cast<std::size_t>(g.packed_k)};
       launch(
           *pack_, s,
           [&](cl_kernel k) {
             set_arg(k, 0, buffer_of(t));
             set_arg(k, 1, packed->mem);
-            set_arg(k, 2, static_cast<cl_int>(k_));
-            set_arg(k, 3, static_cast<cl_int>(n_));
-            set_arg(k, 4, static_cast<cl_long>(ldb_));
-            set_arg(k, 5, static_cast<cl_int>(packed_k_));
-            set_arg(k, 6, static_cast<cl_int>(packed_n_));
+            set_arg(k, 2, static_cast<cl_int>(g.k));
+            set_arg(k, 3, static_cast<cl_int>(g.n));
+            set_arg(k, 4, static_cast<cl_long>(g.ldb));
+            set_arg(k, 5, static_cast<cl_int>(g.packed_k));
+            set_arg(k, 6, static_cast<cl_int>(g.packed_n));
           },
           2, global, local);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
@@ -221,13 +161,9 @@ class gemm_kernel final : public compiled_kernel {
     });
   }
 
-  std::size_t rank_ = 2;
-  long m_ = 0, n_ = 0, k_ = 0, batch_ = 1, lda_ = 0, ldb_ = 0, sa_ = 0, sb_ = 0;
-  bool transpose_b_ = false;
-  kernels::gemm_tiles tiles_;
-  std::vector<post> posts_;
+  kernels::gemm_problem problem_;
+  bool transpose_b_;
   std::shared_ptr<const kernel> gemm_, pack_;
-  long packed_k_ = 0, packed_n_ = 0;
   int pack_work_group_ = 1;
   std::shared_ptr<weight_registry::slot> slot_;
 };
@@ -236,20 +172,13 @@ class gemm_kernel final : public compiled_kernel {
 class binary_kernel final : public compiled_kernel {
  public:
   binary_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
-                const engine& e, const std::vector<kernel_binary>& preloaded) {
-    const shape_t& c = out[0].shape;
-    if (c.size() > 4) {
-      throw compile_error("opencl: Add/Multiply of rank " + std::to_string(c.size()) + " (at most 4 is supported)");
-    }
-    out_ = to_rank(c, 4);
-    a_strides_ = broadcast_strides(to_rank(in[0].shape, 4));
-    b_strides_ = broadcast_strides(to_rank(in[1].shape, 4));
-    work_group_ = e.native<engine_state>().plan.vector_work_group;
+                const engine& e, const std::vector<kernel_binary>& preloaded)
+      : problem_(in, out), work_group_(e.native<engine_state>().plan.vector_work_group) {
     program_ = get_program(e, kernels::binary_source(kDialect, p.ops().front().kind, work_group_), preloaded);
   }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
-    const std::int64_t n = elements(out_);
+    const std::int64_t n = elements(problem_.out);
     const std::size_t local = static_cast<std::size_t>(work_group_), global = round_up(n, work_group_);
     launch(
         *program_, s,
@@ -259,9 +188,9 @@ class binary_kernel final : public compiled_kernel {
           set_arg(k, i++, buffer_of(inputs[1]));
           set_arg(k, i++, buffer_of(outputs[0]));
           set_arg(k, i++, static_cast<cl_long>(n));
-          for (int d = 1; d < 4; ++d) set_arg(k, i++, static_cast<cl_int>(out_[d]));
-          for (long st : a_strides_) set_arg(k, i++, static_cast<cl_long>(st));
-          for (long st : b_strides_) set_arg(k, i++, static_cast<cl_long>(st));
+          for (int d = 1; d < 4; ++d) set_arg(k, i++, static_cast<cl_int>(problem_.out[d]));
+          for (long st : problem_.a_strides) set_arg(k, i++, static_cast<cl_long>(st));
+          for (long st : problem_.b_strides) set_arg(k, i++, static_cast<cl_long>(st));
         },
         1, &global, &local);
   }
@@ -269,9 +198,8 @@ class binary_kernel final : public compiled_kernel {
   std::vector<kernel_binary> binaries() const override { return binaries_of({program_.get()}); }
 
  private:
-  shape_t out_;
-  std::vector<long> a_strides_, b_strides_;
-  int work_group_ = 1;
+  kernels::binary_problem problem_;
+  int work_group_;
   std::shared_ptr<const kernel> program_;
 };
 

@@ -1,0 +1,169 @@
+// unicache/cuda.hpp — the NVIDIA backend: the same generated kernels as the
+// OpenCL backend, in CUDA C, compiled by NVRTC to machine code (a cubin for
+// the device's sm_XY) and kept in the persistent kernel store, so that a warm
+// process loads a kernel in a fraction of a millisecond instead of compiling
+// it (or having the driver JIT it from PTX) again.
+//
+//   unicache::engine eng = unicache::cuda::make_engine();  // UNICACHE_CUDA_DEVICE, else device 0
+//   unicache::stream strm = unicache::make_stream(eng);
+//   CUdeviceptr x = unicache::cuda::make_buffer(eng, bytes, host_x);
+//   unicache::compiled_partition cp = unicache::compile(partition, {{batch, 768}, {768, 3072}}, eng);
+//   cp.execute(strm, {{cp.inputs()[0], x}, ...}, {{cp.outputs()[0], y}});
+//   unicache::cuda::read_buffer(strm, y, host_y, bytes);
+//
+// Nothing of CUDA is needed to build or link this backend: the driver
+// (libcuda.so.1) and NVRTC (libnvrtc.so of any major version) are loaded at
+// run time. Without them the backend is unavailable: available() says so,
+// unavailable_reason() says why, and engine creation throws cuda_error with
+// that reason. Where NVRTC cannot target the device's architecture (a GPU
+// newer than the NVRTC), kernels are compiled to PTX for the newest
+// architecture NVRTC knows and the driver JIT-compiles them; that is said
+// once on stderr and in device_info::target.
+//
+// Tensors on a CUDA engine: `tensor::data` is a CUdeviceptr (cast to
+// void*) in the engine's context holding the tensor's elements row-major.
+// The caller owns it. A constant input (a weight) is identified by its
+// contents, as on the other backends (constant_check in config.hpp).
+//
+// Kernels: one per configuration (transposes, tiles, post-op chain); sizes
+// and strides are arguments, so every shape of a dynamic workload runs one
+// kernel (kernel_shapes::specialized compiles M, N and K in). A kernel goes
+// through the kernel path (kernel_path.hpp): kernel cache, preloaded blob
+// binary, persistent store, NVRTC. The store's entries are keyed by the
+// kernel's source and the device identity: device name, compute capability
+// and compile target, driver version, NVRTC version (and unicache's build).
+//
+// Constant MatMul weights are packed on the device once per (contents,
+// layout) and context, in the constant tensor cache; evicting one frees its
+// device memory. A device allocation that fails for lack of memory evicts
+// this backend's constant tensors of that device and retries once.
+//
+// Errors: engine creation and the buffer helpers throw cuda_error with the
+// CUDA result's name; compile() throws compile_error and execute()
+// execute_error with the cuda_error nested.
+// Thread safety: engines, compiled partitions and the functions below may be
+// used from any thread (each call makes the engine's context current for
+// its duration and restores the caller's); a stream is used by one thread at
+// a time. execute() returns when the stream has finished the work.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "unicache/backend.hpp"
+#include "unicache/compiler.hpp"
+#include "unicache/store.hpp"
+
+// The driver API's handle types, declared as cuda.h declares them (an
+// application that includes cuda.h too gets the same types).
+typedef struct CUctx_st* CUcontext;
+typedef struct CUstream_st* CUstream;
+typedef unsigned long long CUdeviceptr;
+
+namespace unicache::cuda {
+
+// Cache entries (kernels, packed weights) of this backend carry this id.
+inline constexpr backend_id backend_id_value = 0x0C0D0001;
+
+// A CUDA or NVRTC call failed, or the backend is unavailable. `result()` is
+// the CUresult (0 when the error is not a driver result, e.g. NVRTC's).
+class cuda_error : public error {
+ public:
+  cuda_error(const std::string& what, int result) : error(what), result_(result) {}
+  int result() const noexcept { return result_; }
+
+ private:
+  int result_;
+};
+
+// Whether the driver loads and reports a device, and NVRTC loads.
+bool available();
+// Why not, in one line ("" when available), e.g. "no NVIDIA driver:
+// libcuda.so.1 cannot be loaded (...)".
+std::string unavailable_reason();
+// The number of CUDA devices (0 when unavailable).
+int device_count();
+
+// What engine creation learned about a device; what an engine cache blob holds.
+struct device_info {
+  std::string device_name;
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+  std::uint64_t global_memory_bytes = 0;
+  int max_threads_per_block = 0;
+  int shared_memory_per_block = 0;
+  int driver_version = 0;   // cuDriverGetVersion: 13000 for 13.0
+  int nvrtc_version = 0;    // 11080 for NVRTC 11.8
+  std::string pci_bus_id;   // "0000:17:00.0"
+  // What kernels are compiled to: "sm_90" (a cubin), or "compute_86 (PTX)"
+  // when NVRTC cannot target the device.
+  std::string target;
+
+  friend bool operator==(const device_info&, const device_info&) = default;
+};
+
+// An engine on device `ordinal`, in the device's primary context (the one
+// the CUDA runtime and PyTorch use). Throws cuda_error.
+engine make_engine(int ordinal);
+// An engine in `context`, which the caller owns and keeps alive while the
+// engine (or any kernel or weight it cached) lives. Throws cuda_error.
+engine make_engine(CUcontext context);
+// The process's engine on the device UNICACHE_CUDA_DEVICE names (an
+// ordinal, or a case-insensitive substring of the device's name), else
+// device 0; the same engine on every call. A value that names no device
+// gets one warning listing the devices, and device 0 is used. Throws
+// cuda_error when the backend is unavailable.
+engine make_engine();
+
+// A stream over `s`, which the caller owns (it must belong to the engine's
+// context). unicache::make_stream(e) makes a stream the engine owns.
+stream make_stream(const engine& e, CUstream s);
+
+// --- Engine cache blob -------------------------------------------------------
+
+// 32 hex digits naming the device's blob (device, driver, NVRTC, unicache build).
+std::string get_engine_cache_blob_id(int ordinal);
+// The engine's device_info, serialized with its identity and a checksum.
+byte_vector get_engine_cache_blob(const engine& e);
+// make_engine(ordinal) after checking `blob` is this device's: throws
+// cuda_error naming the problem if it is foreign, stale or corrupt.
+engine make_engine_from_cache_blob(int ordinal, byte_span blob);
+
+// --- Native handles and buffers -----------------------------------------------
+
+CUcontext native_context(const engine& e);
+int native_device(const engine& e);
+CUstream native_stream(const stream& s);
+const device_info& info(const engine& e);
+
+// Device memory of `bytes` in the engine's context, filled from `host` if
+// given. The caller owns it (free_buffer). Throws cuda_error.
+CUdeviceptr make_buffer(const engine& e, std::size_t bytes, const void* host = nullptr);
+void free_buffer(const engine& e, CUdeviceptr buffer) noexcept;
+// Copies on the stream that return when the copy is done.
+void read_buffer(const stream& s, CUdeviceptr buffer, void* host, std::size_t bytes);
+void write_buffer(const stream& s, CUdeviceptr buffer, const void* host, std::size_t bytes);
+
+// Every device, one line each: "ordinal name (sm_XY, PCI 0000:17:00.0)".
+std::vector<std::string> list_devices();
+
+// --- Counters -------------------------------------------------------------------
+
+struct backend_stats {
+  std::uint64_t programs_from_source = 0;  // NVRTC compiles
+  std::uint64_t programs_from_binary = 0;  // modules loaded from a stored or blob binary
+  std::uint64_t binaries_rejected = 0;     // stored binaries the driver refused (then rebuilt)
+  std::uint64_t binaries_stored = 0;       // binaries written to the persistent store
+  std::uint64_t weights_packed = 0;        // constant weights packed on a device
+  std::uint64_t weights_released = 0;      // packed weights whose device memory was freed
+  std::uint64_t out_of_memory_retries = 0; // allocations retried after evicting constant tensors
+  std::uint64_t build_ns = 0;              // NVRTC and module load of built kernels
+  std::uint64_t load_ns = 0;               // loading stored/blob binaries (store read included)
+  std::uint64_t pack_ns = 0;               // packing constant weights (a first launch excluded)
+  std::uint64_t first_launch_ns = 0;       // each kernel's first launch
+};
+backend_stats stats();
+
+}  // namespace unicache::cuda

@@ -1,0 +1,367 @@
+// The CUDA backend: the kernel path's builder (NVRTC, module loads),
+// compiled kernels for each partition kind, constant weights packed on the
+// device, and the backend object itself.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "cuda_internal.hpp"
+#include "unicache/backend_support.hpp"
+#include "unicache/cache_key.hpp"
+#include "unicache/constant_registry.hpp"
+
+namespace unicache::cuda::detail {
+namespace {
+
+using shape_t = std::vector<std::int64_t>;
+constexpr kernels::dialect kDialect = kernels::dialect::cuda_c;
+
+// The module's JIT error log, for a binary the driver refuses.
+CUresult load_module(const byte_vector& image, CUmodule* module, std::string* log) {
+  char error_log[4096] = {};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof error_log - 1))};
+  const CUresult r = api().cuModuleLoadDataEx(module, image.data(), 2, options, values);
+  if (log) *log = error_log;
+  return r;
+}
+
+// What the driver may be given: a cubin (an ELF image) or PTX (text the
+// driver reads up to its NUL, which must be inside the buffer).
+bool loadable_image(byte_span binary) {
+  if (binary.size() >= 4 && binary[0] == 0x7f && binary[1] == 'E' && binary[2] == 'L' && binary[3] == 'F') return true;
+  return !binary.empty() && binary.back() == '\0';
+}
+
+// --- Constant weights -----------------------------------------------------------
+
+// A packed weight on the device; freed when the cache and every kernel let go of it.
+struct packed_buffer {
+  CUcontext context = nullptr;
+  CUdeviceptr memory = 0;
+  packed_buffer() = default;
+  packed_buffer(const packed_buffer&) = delete;
+  packed_buffer& operator=(const packed_buffer&) = delete;
+  ~packed_buffer() {
+    if (!memory) return;
+    try {
+      context_guard guard(context);
+      api().cuMemFree(memory);
+    } catch (...) {
+      return;  // the context is gone: so is its memory
+    }
+    stats_counters().weights_released.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+using weight_registry = constant_registry<packed_buffer>;
+
+weight_registry& weights() {
+  static weight_registry* const r = new weight_registry(constant_tensor_cache(), backend_id_value);
+  return *r;
+}
+
+// Reads a constant's sampled blocks from device memory for the contents
+// check: one strided copy on the stream.
+struct device_reader {
+  const stream& s;
+  const tensor& t;
+  void operator()(std::size_t first, std::size_t block, std::size_t stride, std::size_t count,
+                  unsigned char* out) const {
+    const stream_state& st = s.native<stream_state>();
+    CUDA_MEMCPY2D copy{};
+    copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = pointer_of(t.data) + first;
+    copy.srcPitch = count == 1 ? block : stride;
+    copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+    copy.dstHost = out;
+    copy.dstPitch = block;
+    copy.WidthInBytes = block;
+    copy.Height = count;
+    check(api().cuMemcpy2DAsync(&copy, st.stream), "cuMemcpy2DAsync(constant check)");
+    check(api().cuStreamSynchronize(st.stream), "cuStreamSynchronize(constant check)");
+  }
+};
+
+launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local) {
+  launch_shape l{};
+  for (int d = 0; d < 3; ++d) {
+    l.block[d] = static_cast<unsigned>(local[d]);
+    l.grid[d] = static_cast<unsigned>(global[d] / local[d]);
+  }
+  return l;
+}
+
+// --- Kernels -----------------------------------------------------------------------
+
+// MatMul -> (Add|Multiply)* -> eltwise*: one tiled GEMM with the chain in
+// its epilogue; a constant rank-2 B packed once per contents and context.
+class gemm_kernel final : public compiled_kernel {
+ public:
+  gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+              const engine& e, const std::vector<kernel_binary>& preloaded)
+      : problem_(p, in, out, state_of(e).plan.gemm, current_kernel_shapes()),
+        transpose_b_(p.ops().front().transpose_b) {
+    gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
+    if (problem_.config.packed_b) {
+      pack_work_group_ = state_of(e).plan.vector_work_group;
+      pack_ = get_program(e, kernels::pack_source(kDialect, transpose_b_, pack_work_group_), preloaded);
+      slot_ = weights().make_slot();
+    }
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    const kernels::gemm_problem& g = problem_;
+    context_guard guard(s.native<stream_state>().context);
+    std::shared_ptr<packed_buffer> packed;
+    CUdeviceptr b = pointer_of(inputs[1].data);
+    long ldb = g.ldb;
+    if (pack_) {
+      packed = packed_weight(s, inputs[1]);
+      b = packed->memory;
+      ldb = g.packed_n;
+    }
+    kernel_args args;
+    args.add(pointer_of(inputs[0].data)).add(b).add(pointer_of(outputs[0].data));
+    args.add(static_cast<int>(g.m)).add(static_cast<int>(g.n)).add(static_cast<int>(g.k));
+    args.add(g.lda).add(ldb).add(g.n).add(g.sa).add(pack_ ? 0L : g.sb).add(g.m * g.n);
+    for (const kernels::gemm_problem::post& post : g.posts) {
+      args.add(pointer_of(inputs[post.input].data)).add(post.batch_stride).add(post.row_stride).add(post.column_stride);
+    }
+    launch(*gemm_, s, args, shape_of(g.global(), g.local()));
+  }
+
+  std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
+
+ private:
+  std::shared_ptr<packed_buffer> packed_weight(stream& s, const tensor& t) const {
+    const kernels::gemm_problem& g = problem_;
+    const engine& e = s.get_engine();
+    cache_key layout;
+    layout.add("packed-b").add(transpose_b_).add(g.k).add(g.n).add(g.ldb).add(g.packed_k).add(g.packed_n);
+    const std::size_t bytes = static_cast<std::size_t>(g.packed_k * g.packed_n) * sizeof(float);
+    const std::size_t source_bytes = static_cast<std::size_t>(kernels::elements(t.desc.shape)) * sizeof(float);
+    return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, layout, bytes, device_reader{s, t}, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      const std::uint64_t launches_before = first_launch_ns_this_thread();
+      auto packed = std::make_shared<packed_buffer>();
+      packed->context = state_of(e).context;
+      packed->memory = allocate(e, bytes, "packed weight");
+      kernel_args args;
+      args.add(pointer_of(t.data)).add(packed->memory).add(static_cast<int>(g.k)).add(static_cast<int>(g.n));
+      args.add(g.ldb).add(static_cast<int>(g.packed_k)).add(static_cast<int>(g.packed_n));
+      const std::array<std::size_t, 3> global{kernels::round_up(g.packed_n, pack_work_group_),
+                                              static_cast<std::size_t>(g.packed_k), 1};
+      launch(*pack_, s, args, shape_of(global, {static_cast<std::size_t>(pack_work_group_), 1, 1}));
+      stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
+      // The pack kernel's own first launch is counted as first_launch_ns.
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+      stats_counters().pack_ns.fetch_add(
+          static_cast<std::uint64_t>(ns.count()) - (first_launch_ns_this_thread() - launches_before),
+          std::memory_order_relaxed);
+      return packed;
+    });
+  }
+
+  kernels::gemm_problem problem_;
+  bool transpose_b_;
+  std::shared_ptr<const kernel> gemm_, pack_;
+  int pack_work_group_ = 1;
+  std::shared_ptr<weight_registry::slot> slot_;
+};
+
+// Add / Multiply with numpy broadcasting, up to rank 4.
+class binary_kernel final : public compiled_kernel {
+ public:
+  binary_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+                const engine& e, const std::vector<kernel_binary>& preloaded)
+      : problem_(in, out), work_group_(state_of(e).plan.vector_work_group) {
+    program_ = get_program(e, kernels::binary_source(kDialect, p.ops().front().kind, work_group_), preloaded);
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    context_guard guard(s.native<stream_state>().context);
+    const std::int64_t n = kernels::elements(problem_.out);
+    kernel_args args;
+    args.add(pointer_of(inputs[0].data)).add(pointer_of(inputs[1].data)).add(pointer_of(outputs[0].data));
+    args.add(static_cast<long>(n));
+    for (int d = 1; d < 4; ++d) args.add(static_cast<int>(problem_.out[d]));
+    for (long st : problem_.a_strides) args.add(st);
+    for (long st : problem_.b_strides) args.add(st);
+    const std::size_t local = static_cast<std::size_t>(work_group_);
+    launch(*program_, s, args, shape_of({kernels::round_up(n, work_group_), 1, 1}, {local, 1, 1}));
+  }
+
+  std::vector<kernel_binary> binaries() const override { return binaries_of({program_.get()}); }
+
+ private:
+  kernels::binary_problem problem_;
+  int work_group_;
+  std::shared_ptr<const kernel> program_;
+};
+
+// ReLU, GELU, Sigmoid, Tanh, and Softmax over the last axis.
+class unary_kernel final : public compiled_kernel {
+ public:
+  unary_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e,
+               const std::vector<kernel_binary>& preloaded)
+      : shape_(in[0].shape),
+        softmax_(p.ops().front().kind == op_kind::softmax),
+        work_group_(state_of(e).plan.vector_work_group) {
+    program_ = get_program(e,
+                           softmax_ ? kernels::softmax_source(kDialect, work_group_)
+                                    : kernels::eltwise_source(kDialect, p.ops().front().kind, work_group_),
+                           preloaded);
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    context_guard guard(s.native<stream_state>().context);
+    const std::int64_t n = kernels::elements(shape_);
+    const std::int64_t cols = shape_.empty() ? 1 : shape_.back();
+    const std::size_t local = static_cast<std::size_t>(work_group_);
+    kernel_args args;
+    args.add(pointer_of(inputs[0].data)).add(pointer_of(outputs[0].data));
+    if (softmax_) {
+      args.add(static_cast<int>(cols));
+      if (n == 0) return;
+      launch(*program_, s, args, shape_of({static_cast<std::size_t>(n / cols) * local, 1, 1}, {local, 1, 1}));
+    } else {
+      args.add(static_cast<long>(n));
+      if (n == 0) return;
+      launch(*program_, s, args, shape_of({kernels::round_up(n, work_group_), 1, 1}, {local, 1, 1}));
+    }
+  }
+
+  std::vector<kernel_binary> binaries() const override { return binaries_of({program_.get()}); }
+
+ private:
+  shape_t shape_;
+  bool softmax_;
+  int work_group_;
+  std::shared_ptr<const kernel> program_;
+};
+
+class cuda_backend final : public backend {
+ public:
+  const char* name() const override { return "cuda"; }
+  engine_kind kind() const override { return engine_kind::gpu; }
+
+  std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>& in,
+                                                 const std::vector<logical_tensor>& out, const engine& e,
+                                                 const std::vector<kernel_binary>& preloaded) override {
+    context_guard guard(state_of(e).context);
+    switch (p.pattern()) {
+      case partition::kind::fused_matmul: return std::make_shared<gemm_kernel>(p, in, out, e, preloaded);
+      case partition::kind::binary: return std::make_shared<binary_kernel>(p, in, out, e, preloaded);
+      case partition::kind::eltwise:
+      case partition::kind::softmax: return std::make_shared<unary_kernel>(p, in, e, preloaded);
+    }
+    throw compile_error("cuda: unknown partition kind");
+  }
+
+  stream make_stream(const engine& e) override {
+    const engine_state& es = state_of(e);
+    context_guard guard(es.context);
+    auto s = std::make_shared<stream_state>();
+    s->context = es.context;
+    check(api().cuStreamCreate(&s->stream, 0), "cuStreamCreate");
+    s->owned = true;
+    return stream(e, std::move(s));
+  }
+
+  device_identity identity(const engine& e) const override { return state_of(e).identity; }
+
+  // Shape-agnostic kernels depend on the ranks only; specialized ones on every size.
+  std::string kernel_configuration(const partition& /*p*/, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                   const engine& /*e*/) const override {
+    return shape_mode_configuration(current_kernel_shapes(), input_shapes);
+  }
+};
+
+}  // namespace
+
+program::~program() {
+  try {
+    context_guard guard(context_);
+    api().cuModuleUnload(module_);
+  } catch (...) {
+    // The context is gone, and its modules with it.
+  }
+}
+
+std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
+  const device_info& info = state_.info;
+  nvrtc_output out;
+  try {
+    out = nvrtc_compile(src.source, src.kernel_name + ".cu", info.compute_major, info.compute_minor, {src.options});
+  } catch (const std::runtime_error& e) {
+    throw cuda_error(std::string("cuda: ") + e.what(), 0);
+  }
+  if (out.ptx) {
+    support::warn_once("cuda-ptx-fallback", "cuda: NVRTC " + std::to_string(nvrtc_version() / 1000) + "." +
+                                                std::to_string(nvrtc_version() % 1000 / 10) + " cannot target " +
+                                                info.device_name + " (sm_" + std::to_string(info.compute_major) +
+                                                std::to_string(info.compute_minor) + "): kernels are compiled to PTX (" +
+                                                out.arch + ") and the driver compiles them again in every process");
+  }
+  context_guard guard(state_.context);
+  CUmodule module = nullptr;
+  std::string log;
+  const CUresult r = load_module(out.binary, &module, &log);
+  if (r != CUDA_SUCCESS) {
+    throw cuda_error("cuda: loading the " + src.kernel_name + " kernel NVRTC built for " + out.arch +
+                         " failed: " + result_name(r) + (log.empty() ? std::string() : "\n" + log),
+                     r);
+  }
+  CUfunction function = nullptr;
+  const CUresult f = api().cuModuleGetFunction(&function, module, src.kernel_name.c_str());
+  if (f != CUDA_SUCCESS) {
+    api().cuModuleUnload(module);
+    check(f, "cuModuleGetFunction(" + src.kernel_name + ")");
+  }
+  return std::make_unique<program>(state_.context, module, function, std::move(out.binary));
+}
+
+std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
+  if (!loadable_image(binary)) return nullptr;
+  byte_vector image(binary.begin(), binary.end());
+  context_guard guard(state_.context);
+  CUmodule module = nullptr;
+  if (load_module(image, &module, nullptr) != CUDA_SUCCESS) return nullptr;
+  CUfunction function = nullptr;
+  if (api().cuModuleGetFunction(&function, module, src.kernel_name.c_str()) != CUDA_SUCCESS) {
+    api().cuModuleUnload(module);
+    return nullptr;
+  }
+  return std::make_unique<program>(state_.context, module, function, std::move(image));
+}
+
+std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
+                                          const std::vector<kernel_binary>& preloaded) {
+  return get_kernel(backend_id_value, e.scope(), builder(state_of(e)), src, preloaded);
+}
+
+void launch(const kernel& k, const stream& s, kernel_args& args, const launch_shape& shape) {
+  if (shape.grid[0] == 0 || shape.grid[1] == 0 || shape.grid[2] == 0) return;  // an empty tensor
+  const CUstream cs = s.native<stream_state>().stream;
+  k.launch([&] {
+    const driver_api& d = api();
+    CUresult r = d.cuLaunchKernel(k.program<program>().function(), shape.grid[0], shape.grid[1], shape.grid[2],
+                                  shape.block[0], shape.block[1], shape.block[2], 0, cs, args.data(), nullptr);
+    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel(" + k.name() + ")");
+    r = d.cuStreamSynchronize(cs);
+    if (r != CUDA_SUCCESS) check(r, "cuStreamSynchronize(" + k.name() + ")");
+  });
+}
+
+backend* the_backend() {
+  static cuda_backend* const b = [] {
+    auto* created = new cuda_backend();
+    register_backend(created);
+    register_backend_id(backend_id_value, created->name());
+    weights();  // registers the eviction callback
+    return created;
+  }();
+  return b;
+}
+
+}  // namespace unicache::cuda::detail

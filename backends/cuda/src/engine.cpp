@@ -1,0 +1,407 @@
+// CUDA engines: availability, device selection, contexts, the device query,
+// engine cache blobs, streams and buffers.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_internal.hpp"
+#include "unicache/backend_support.hpp"
+#include "unicache/cache_key.hpp"
+
+namespace unicache::cuda {
+namespace detail {
+namespace {
+
+constexpr const char* kEngineBlobKey = "cuda-engine-info/1";  // the payload's format
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+int attribute(CUdevice device, CUdevice_attribute what) {
+  int value = 0;
+  check(api().cuDeviceGetAttribute(&value, what, device), "cuDeviceGetAttribute");
+  return value;
+}
+
+std::string device_name(CUdevice device) {
+  char name[256] = {};
+  check(api().cuDeviceGetName(name, sizeof name - 1, device), "cuDeviceGetName");
+  return name;
+}
+
+CUdevice device_of(int ordinal) {
+  CUdevice device = 0;
+  check(api().cuDeviceGet(&device, ordinal), "cuDeviceGet(" + std::to_string(ordinal) + ")");
+  return device;
+}
+
+device_info query_device(CUdevice device) {
+  const driver_api& d = api();
+  device_info i;
+  i.device_name = device_name(device);
+  i.compute_major = attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  i.compute_minor = attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  i.multiprocessors = attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  i.max_threads_per_block = attribute(device, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  i.shared_memory_per_block = attribute(device, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  std::size_t bytes = 0;
+  check(d.cuDeviceTotalMem(&bytes, device), "cuDeviceTotalMem");
+  i.global_memory_bytes = bytes;
+  check(d.cuDriverGetVersion(&i.driver_version), "cuDriverGetVersion");
+  i.nvrtc_version = nvrtc_version();
+  char bus[64] = {};
+  if (d.cuDeviceGetPCIBusId(bus, sizeof bus - 1, device) == CUDA_SUCCESS) i.pci_bus_id = lower(bus);
+  i.target = compile_target(i.compute_major, i.compute_minor);
+  return i;
+}
+
+// Binaries are valid for: the device model and architecture, what they were
+// compiled to, the driver that loads them and the NVRTC that made them.
+device_identity identity_of(const device_info& i) {
+  return {"CUDA", i.device_name,
+          "sm_" + std::to_string(i.compute_major) + std::to_string(i.compute_minor) + " target " + i.target,
+          "driver " + std::to_string(i.driver_version) + " nvrtc " + std::to_string(i.nvrtc_version)};
+}
+
+// The PCI address in the form every backend uses for a physical device.
+std::string physical_key(const device_info& i, int ordinal) {
+  unsigned domain = 0, bus = 0, dev = 0, function = 0;
+  if (std::sscanf(i.pci_bus_id.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &function) == 4) {
+    char key[48];
+    std::snprintf(key, sizeof key, "pci:%04x:%02x:%02x.%x", domain, bus, dev, function);
+    return key;
+  }
+  return "cuda:" + i.device_name + "#" + std::to_string(ordinal);
+}
+
+engine wrap(CUcontext context, CUdevice device, bool primary) {
+  auto s = std::make_shared<engine_state>();
+  s->context = context;
+  s->device = device;
+  s->primary = primary;
+  s->info = query_device(device);
+  s->identity = identity_of(s->info);
+  int ordinal = 0;
+  const int n = device_count();
+  for (int o = 0; o < n; ++o) {
+    if (device_of(o) == device) ordinal = o;
+  }
+  const int device_id = physical_device_id(engine_kind::gpu, physical_key(s->info, ordinal));
+  // The context's address names the scope: every cached kernel and packed
+  // weight holds memory of its context, which the engine's owner keeps alive.
+  return engine(the_backend(), engine_kind::gpu, device_id, reinterpret_cast<std::uintptr_t>(context), std::move(s));
+}
+
+std::string encode_info(const device_info& i) {
+  cache_key k;
+  k.add(i.device_name).add(i.compute_major).add(i.compute_minor).add(i.multiprocessors);
+  k.add(i.global_memory_bytes).add(i.max_threads_per_block).add(i.shared_memory_per_block);
+  k.add(i.driver_version).add(i.nvrtc_version).add(i.pci_bus_id).add(i.target);
+  return std::string(k.bytes());
+}
+
+device_info decode_info(std::string_view bytes) {
+  cache_key_reader in(bytes);
+  device_info i;
+  i.device_name = in.read_text();
+  i.compute_major = in.read<int>();
+  i.compute_minor = in.read<int>();
+  i.multiprocessors = in.read<int>();
+  i.global_memory_bytes = in.read<std::uint64_t>();
+  i.max_threads_per_block = in.read<int>();
+  i.shared_memory_per_block = in.read<int>();
+  i.driver_version = in.read<int>();
+  i.nvrtc_version = in.read<int>();
+  i.pci_bus_id = in.read_text();
+  i.target = in.read_text();
+  if (!in.done()) throw std::invalid_argument("trailing bytes");
+  return i;
+}
+
+// UNICACHE_CUDA_DEVICE: an ordinal or a name substring; else device 0.
+int select_device() {
+  api();  // without a driver, its reason
+  const int n = device_count();
+  if (n == 0) throw cuda_error("cuda: no CUDA device", CUDA_ERROR_NO_DEVICE);
+  const auto value = support::environment_variable("UNICACHE_CUDA_DEVICE");
+  if (!value) return 0;
+  const std::string& v = *value;
+  if (!v.empty() && v.size() < 6 && std::all_of(v.begin(), v.end(), ::isdigit) && std::stoi(v) < n) return std::stoi(v);
+  std::string names;
+  for (int o = 0; o < n; ++o) {
+    const std::string name = device_name(device_of(o));
+    if (!v.empty() && !std::all_of(v.begin(), v.end(), ::isdigit) && lower(name).find(lower(v)) != std::string::npos) {
+      return o;
+    }
+    names += (names.empty() ? "" : "; ") + std::to_string(o) + " " + name;
+  }
+  support::warn_once("UNICACHE_CUDA_DEVICE", "UNICACHE_CUDA_DEVICE=" + support::quoted(v) +
+                                                 " names no CUDA device (devices: " + names + "); using device 0");
+  return 0;
+}
+
+}  // namespace
+
+const driver_api& api() {
+  std::string why;
+  const driver_api* d = driver(&why);
+  if (!d) throw cuda_error("cuda: the backend is unavailable: " + why, CUDA_ERROR_NO_DEVICE);
+  return *d;
+}
+
+void check(CUresult result, const std::string& what) {
+  if (result != CUDA_SUCCESS) throw cuda_error("cuda: " + what + " failed: " + result_name(result), result);
+}
+
+context_guard::context_guard(CUcontext context) {
+  CUcontext current = nullptr;
+  const driver_api& d = api();
+  if (d.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;
+  check(d.cuCtxPushCurrent(context), "cuCtxPushCurrent");
+  pushed_ = true;
+}
+
+context_guard::~context_guard() {
+  if (!pushed_) return;
+  CUcontext popped = nullptr;
+  api().cuCtxPopCurrent(&popped);
+}
+
+engine_state::~engine_state() {
+  if (primary) api().cuDevicePrimaryCtxRelease(device);
+}
+
+stream_state::~stream_state() {
+  if (!owned || !stream) return;
+  context_guard guard(context);
+  api().cuStreamDestroy(stream);
+}
+
+counters& stats_counters() {
+  static counters* const c = new counters();
+  return *c;
+}
+
+const engine_state& state_of(const engine& e) {
+  if (e.owner() != the_backend()) throw cuda_error("not a CUDA engine", 0);
+  return e.native<engine_state>();
+}
+
+std::string compile_target(int major, int minor) {
+  std::string why;
+  const nvrtc_api* n = nvrtc(&why);
+  if (!n) return "";
+  const int wanted = major * 10 + minor;
+  if (!n->nvrtcGetNumSupportedArchs || !n->nvrtcGetSupportedArchs) {
+    return n->nvrtcGetCUBIN ? "sm_" + std::to_string(wanted) : "compute_" + std::to_string(wanted) + " (PTX)";
+  }
+  int count = 0;
+  if (n->nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return "";
+  std::vector<int> archs(static_cast<std::size_t>(count));
+  if (n->nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return "";
+  int best = 0;
+  for (int a : archs) {
+    if (a == wanted && n->nvrtcGetCUBIN) return "sm_" + std::to_string(a);
+    if (a <= wanted) best = std::max(best, a);
+  }
+  return best ? "compute_" + std::to_string(best) + " (PTX)" : "";
+}
+
+CUdeviceptr allocate(const engine& e, std::size_t bytes, const char* what) {
+  const driver_api& d = api();
+  CUdeviceptr p = 0;
+  CUresult r = d.cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    // Packed weights of this device can be packed again: give them up and retry once.
+    constant_tensor_cache().evict_device(e.kind(), e.device_id(), backend_id_value);
+    stats_counters().out_of_memory_retries.fetch_add(1, std::memory_order_relaxed);
+    r = d.cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
+  }
+  check(r, std::string("cuMemAlloc(") + what + ", " + std::to_string(bytes) + " bytes)");
+  return p;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+bool available() { return unavailable_reason().empty(); }
+
+std::string unavailable_reason() {
+  std::string why;
+  const driver_api* d = driver(&why);
+  if (!d) return why;
+  int n = 0;
+  if (d->cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) return "the NVIDIA driver reports no CUDA device";
+  return "";
+}
+
+int device_count() {
+  const driver_api* d = driver(nullptr);
+  int n = 0;
+  if (!d || d->cuDeviceGetCount(&n) != CUDA_SUCCESS) return 0;
+  return n;
+}
+
+engine make_engine(int ordinal) {
+  const driver_api& d = api();
+  const CUdevice device = device_of(ordinal);
+  CUcontext context = nullptr;
+  check(d.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  try {
+    return wrap(context, device, true);
+  } catch (...) {
+    d.cuDevicePrimaryCtxRelease(device);
+    throw;
+  }
+}
+
+engine make_engine(CUcontext context) {
+  if (!context) throw cuda_error("cuda: make_engine needs a context", 0);
+  CUdevice device = 0;
+  {
+    context_guard guard(context);
+    check(api().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  }
+  return wrap(context, device, false);
+}
+
+engine make_engine() {
+  const int ordinal = select_device();
+  // One engine (the primary context) per device for the whole process.
+  static std::mutex mu;
+  static auto* const engines = new std::map<int, engine>();
+  std::lock_guard lock(mu);
+  auto it = engines->find(ordinal);
+  if (it != engines->end()) return it->second;
+  return engines->emplace(ordinal, make_engine(ordinal)).first->second;
+}
+
+stream make_stream(const engine& e, CUstream s) {
+  const engine_state& es = state_of(e);
+  auto state = std::make_shared<stream_state>();
+  state->stream = s;
+  state->context = es.context;
+  state->owned = false;
+  return stream(e, std::move(state));
+}
+
+std::string get_engine_cache_blob_id(int ordinal) {
+  return blob_id(identity_of(query_device(device_of(ordinal))), kEngineBlobKey);
+}
+
+byte_vector get_engine_cache_blob(const engine& e) {
+  const engine_state& s = state_of(e);
+  const std::string payload = encode_info(s.info);
+  return serialize_blob(s.identity, kEngineBlobKey,
+                        byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
+}
+
+engine make_engine_from_cache_blob(int ordinal, byte_span blob) {
+  const device_info queried = query_device(device_of(ordinal));
+  blob_contents contents;
+  try {
+    contents = deserialize_blob(identity_of(queried), blob);
+  } catch (const store_error& err) {
+    throw cuda_error(std::string("cuda: engine cache blob rejected: ") + err.what(), 0);
+  }
+  if (contents.key != kEngineBlobKey) {
+    throw cuda_error("cuda: engine cache blob rejected: it holds " + support::quoted(contents.key, 40) +
+                         ", not this unicache's engine info (" + kEngineBlobKey + ")",
+                     0);
+  }
+  device_info stored;
+  try {
+    stored = decode_info(std::string_view(reinterpret_cast<const char*>(contents.binary.data()), contents.binary.size()));
+  } catch (const std::invalid_argument& err) {
+    throw cuda_error(std::string("cuda: engine cache blob rejected: malformed engine info (") + err.what() + ")", 0);
+  }
+  if (stored != queried) {
+    throw cuda_error("cuda: engine cache blob rejected: it describes " + stored.device_name + " at " +
+                         support::quoted(stored.pci_bus_id) + ", not this device",
+                     0);
+  }
+  return make_engine(ordinal);
+}
+
+CUcontext native_context(const engine& e) { return state_of(e).context; }
+int native_device(const engine& e) { return state_of(e).device; }
+const device_info& info(const engine& e) { return state_of(e).info; }
+CUstream native_stream(const stream& s) {
+  state_of(s.get_engine());
+  return s.native<stream_state>().stream;
+}
+
+CUdeviceptr make_buffer(const engine& e, std::size_t bytes, const void* host) {
+  const engine_state& s = state_of(e);
+  context_guard guard(s.context);
+  const CUdeviceptr p = allocate(e, bytes, "buffer");
+  if (host && bytes) {
+    const CUresult r = api().cuMemcpyHtoD(p, host, bytes);
+    if (r != CUDA_SUCCESS) {
+      api().cuMemFree(p);
+      check(r, "cuMemcpyHtoD");
+    }
+  }
+  return p;
+}
+
+void free_buffer(const engine& e, CUdeviceptr buffer) noexcept {
+  try {
+    context_guard guard(state_of(e).context);
+    api().cuMemFree(buffer);
+  } catch (...) {
+    // Not a CUDA engine, or no driver: nothing was allocated through it.
+  }
+}
+
+void read_buffer(const stream& s, CUdeviceptr buffer, void* host, std::size_t bytes) {
+  const stream_state& st = s.native<stream_state>();
+  state_of(s.get_engine());
+  context_guard guard(st.context);
+  check(api().cuMemcpyDtoHAsync(host, buffer, bytes, st.stream), "cuMemcpyDtoHAsync");
+  check(api().cuStreamSynchronize(st.stream), "cuStreamSynchronize");
+}
+
+void write_buffer(const stream& s, CUdeviceptr buffer, const void* host, std::size_t bytes) {
+  const stream_state& st = s.native<stream_state>();
+  state_of(s.get_engine());
+  context_guard guard(st.context);
+  check(api().cuMemcpyHtoDAsync(buffer, host, bytes, st.stream), "cuMemcpyHtoDAsync");
+  check(api().cuStreamSynchronize(st.stream), "cuStreamSynchronize");
+}
+
+std::vector<std::string> list_devices() {
+  std::vector<std::string> out;
+  const int n = device_count();
+  for (int o = 0; o < n; ++o) {
+    const device_info i = query_device(device_of(o));
+    out.push_back(std::to_string(o) + " " + i.device_name + " (sm_" + std::to_string(i.compute_major) +
+                  std::to_string(i.compute_minor) + ", PCI " + i.pci_bus_id + ")");
+  }
+  return out;
+}
+
+backend_stats stats() {
+  const counters& c = stats_counters();
+  const kernel_path_stats k = kernel_stats(backend_id_value);
+  return {k.from_source,
+          k.from_binary,
+          k.rejected,
+          k.stored,
+          c.weights_packed.load(),
+          c.weights_released.load(),
+          c.out_of_memory_retries.load(),
+          k.build_ns,
+          k.load_ns,
+          c.pack_ns.load(),
+          k.first_launch_ns};
+}
+
+}  // namespace unicache::cuda
