@@ -131,7 +131,12 @@ class kernel {
       return;
     }
     const auto start = std::chrono::steady_clock::now();
-    run();
+    try {
+      run();
+    } catch (...) {
+      first_launch_.store(true);  // not launched: the next launch is the first
+      throw;
+    }
     after_first_launch(start);
   }
   byte_vector binary() const { return program_->binary(); }

@@ -1,13 +1,14 @@
-// opencl_demo: cold start vs warm start on the default OpenCL device.
+// gpu_demo: cold start vs warm start on the default GPU device.
 //
 // Runs the MLP block of mlp_demo (768 -> 3072 (GELU) -> 768, constant
-// weights) on the default OpenCL device (UNICACHE_OPENCL_DEVICE selects
-// another) for batch sizes 1, 8 and 32, in two fresh processes that share
-// one persistent kernel store: the first finds it empty and builds every
-// kernel (with the driver's own cache off, as on a new machine); the second
-// loads them. Every batch size runs the same kernels: sizes are arguments.
+// weights) on the default GPU backend and device (CUDA where a driver is
+// present, else OpenCL: see gpu_engine.hpp) for batch sizes 1, 8 and 32, in
+// two fresh processes that share one persistent kernel store: the first
+// finds it empty and builds every kernel (with the driver's own cache off,
+// as on a new machine); the second loads them. Every batch size runs the
+// same kernels: sizes are arguments.
 //
-//   build/examples/opencl_demo
+//   build/examples/gpu_demo
 #include <unistd.h>
 
 #include <array>
@@ -19,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "gpu_engine.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
-#include "unicache/opencl.hpp"
 
 namespace {
 
@@ -49,7 +50,8 @@ int run_model(const char* label) {
   g.finalize();
 
   const auto start = clock_type::now();
-  engine eng = opencl::make_engine();
+  const examples::gpu gpu = examples::make_gpu(/*quiet=*/std::string(label) == "cold");
+  const engine& eng = gpu.eng;
   stream strm = make_stream(eng);
   const double engine_ms = ms_since(start);
 
@@ -58,12 +60,12 @@ int run_model(const char* label) {
   auto buffer = [&](std::int64_t count) {
     std::vector<float> host(static_cast<std::size_t>(count));
     for (auto& v : host) v = dist(rng);
-    return opencl::make_buffer(eng, host.size() * sizeof(float), host.data());
+    return gpu.make_buffer(host.size() * sizeof(float), host.data());
   };
-  cl_mem weights[4] = {buffer(kHidden * kFfn), buffer(kFfn), buffer(kFfn * kHidden), buffer(kHidden)};
+  void* weights[4] = {buffer(kHidden * kFfn), buffer(kFfn), buffer(kFfn * kHidden), buffer(kHidden)};
   double compile_ms = 0, first_result_ms = 0;
   for (std::int64_t batch : {1, 8, 32}) {
-    cl_mem xin = buffer(batch * kHidden), act = buffer(batch * kFfn), res = buffer(batch * kHidden);
+    void *xin = buffer(batch * kHidden), *act = buffer(batch * kFfn), *res = buffer(batch * kHidden);
     const auto t = clock_type::now();
     compiled_partition up = compile(g.partitions()[0], {{batch, kHidden}, {kHidden, kFfn}, {kFfn}}, eng);
     compiled_partition down = compile(g.partitions()[1], {{batch, kFfn}, {kFfn, kHidden}, {kHidden}}, eng);
@@ -73,25 +75,22 @@ int run_model(const char* label) {
     down.execute(strm, {{down.inputs()[0], act}, {down.inputs()[1], weights[2]}, {down.inputs()[2], weights[3]}},
                  {{down.outputs()[0], res}});
     float first = 0;
-    opencl::read_buffer(strm, res, &first, sizeof first);
+    gpu.read(strm, res, &first, sizeof first);
     if (batch == 1) first_result_ms = ms_since(start);
-    for (cl_mem m : {xin, act, res}) clReleaseMemObject(m);
+    for (void* m : {xin, act, res}) gpu.release(m);
   }
-  for (cl_mem m : weights) clReleaseMemObject(m);
-  const opencl::backend_stats st = opencl::stats();
-  std::printf("  %-5s %10.1f %12.1f %15.1f %10llu %12llu %8llu\n", label, engine_ms, compile_ms, first_result_ms,
-              static_cast<unsigned long long>(st.programs_from_source + st.probe_builds),
-              static_cast<unsigned long long>(st.programs_from_binary),
-              static_cast<unsigned long long>(st.weights_packed));
-  if (std::string(label) == "warm") std::printf("device: %s / %s\n", opencl::info(eng).platform_name.c_str(),
-                                                 opencl::info(eng).device_name.c_str());
+  for (void* m : weights) gpu.release(m);
+  const auto [built, loaded] = gpu.kernels_built_and_loaded();
+  std::printf("  %-5s %10.1f %12.1f %15.1f %10llu %12llu\n", label, engine_ms, compile_ms, first_result_ms,
+              static_cast<unsigned long long>(built), static_cast<unsigned long long>(loaded));
+  if (std::string(label) == "warm") std::printf("device: %s backend, %s\n", gpu.backend.c_str(), gpu.device.c_str());
   return 0;
 }
 
 std::string self_path() {
   std::array<char, 4096> buf{};
   const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "opencl_demo";
+  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "gpu_demo";
 }
 
 }  // namespace
@@ -101,7 +100,7 @@ int main(int argc, char** argv) {
     try {
       return run_model(argv[2]);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "opencl_demo: %s\n", e.what());
+      std::fprintf(stderr, "gpu_demo: %s\n", e.what());
       return 1;
     }
   }
@@ -111,10 +110,10 @@ int main(int argc, char** argv) {
   // fresh container) pays, and what the unicache store removes.
   const std::string env = "env UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + store +
                           " POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1 ";
-  std::printf("MLP 768 -> 3072 (GELU) -> 768 on the default OpenCL device, batch 1, 8, 32; two fresh processes\n");
+  std::printf("MLP 768 -> 3072 (GELU) -> 768 on the default GPU device, batch 1, 8, 32; two fresh processes\n");
   std::printf("sharing one kernel store (%s); driver caches off.\n\n", store.c_str());
-  std::printf("  %-5s %10s %12s %15s %10s %12s %8s\n", "", "engine ms", "compile ms", "first result ms", "builds",
-              "from store", "packs");
+  std::printf("  %-5s %10s %12s %15s %10s %12s\n", "", "engine ms", "compile ms", "first result ms", "builds",
+              "from store");
   std::fflush(stdout);
   int status = 0;
   for (const char* label : {"cold", "warm"}) {
@@ -123,7 +122,7 @@ int main(int argc, char** argv) {
     status |= std::system((env + self_path() + " --process " + label).c_str());
   }
   std::filesystem::remove_all(store);
-  std::printf("\nbuilds: OpenCL programs built from source (the engine's probe included); from store: programs\n"
+  std::printf("\nbuilds: kernels built from source (OpenCL: the engine's probe included); from store: kernels\n"
               "loaded from the persistent kernel store. Three batch sizes share one kernel per partition kind.\n");
   return status == 0 ? 0 : 1;
 }
