@@ -21,19 +21,23 @@
 //   3 shape-agnostic    + one kernel per configuration for every shape
 //   4 warm store        3 + the persistent store, in a process started after
 //                       another one filled the store
-//   4+driver (OpenCL)   4 with the driver's own cache on and warm as well
+//   4+driver (GPU)      4 with the driver's own cache on and warm as well
 // Baselines (CPU): oneDNN directly, one primitive per shape through its
 // primitive cache, and one primitive per configuration with M as
 // DNNL_RUNTIME_DIM_VAL. Driver caches are off in every mode but 4+driver
 // (POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1); oneDNN's primitive cache is off
-// in modes 1-4 so that only unicache caches.
+// in modes 1-4 so that only unicache caches. 4+driver turns the driver's
+// cache on (POCL_KERNEL_CACHE=1, CUDA_CACHE_DISABLE=0) in a directory of its
+// own, warmed by the process that fills the store.
 //
 // A mode stops starting requests once it has run for --budget-s seconds;
 // it then covers a prefix of the trace and says so (requests_run); per
 // request figures stay comparable. Output: one JSON file per device,
-// <out>/dynamic_shapes_<device>.json. Usage:
+// <out>/dynamic_shapes_<device>.json. The GPU devices are the backends'
+// defaults (UNICACHE_OPENCL_DEVICE, UNICACHE_CUDA_DEVICE select others);
+// "all" is cpu, opencl, and cuda where the CUDA backend is available. Usage:
 //
-//   bench_dynamic_shapes [--device cpu|opencl|all] [--requests N] [--seed S]
+//   bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]
 //       [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]
 //       [--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace]
 //       [--quiet] [--demo]
@@ -63,8 +67,13 @@
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
-#include "unicache/opencl.hpp"
 #include "unicache/version.hpp"
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+#include "unicache/opencl.hpp"
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+#include "unicache/cuda.hpp"
+#endif
 
 namespace {
 
@@ -131,8 +140,9 @@ std::int64_t largest_rows(const std::vector<request>& trace) {
   return rows;
 }
 
-// What one per-shape kernel weighs in the kernel cache: the OpenCL
-// backend's program estimate (128 KB) plus the compiled partition's (4 KB).
+// What one per-shape kernel weighs in the kernel cache: the GPU backends'
+// kernel estimate (kernel_bytes_estimate, 128 KB) plus the compiled
+// partition's (4 KB).
 constexpr std::uint64_t kKernelEntryBytes = 128 * 1024 + 4096;
 
 // --- The layer ---------------------------------------------------------------------
@@ -191,7 +201,7 @@ struct work {
   double loads = 0;     // kernels loaded from stored binaries
   double packs = 0;     // constant weights packed
   double compile_ms = 0, load_ms = 0, pack_ms = 0;
-  double first_launch_ms = 0;  // OpenCL: drivers finish compiling at a program's first launch
+  double first_launch_ms = 0;  // GPU: drivers finish compiling (or loading) at a kernel's first launch
   double total_ms() const { return compile_ms + load_ms + pack_ms + first_launch_ms; }
   work operator-(const work& o) const {
     return {compiles - o.compiles,      loads - o.loads,     packs - o.packs, compile_ms - o.compile_ms,
@@ -249,6 +259,7 @@ class cpu_device final : public device {
   std::vector<std::vector<float>> w_, b_, y_;
 };
 
+#ifdef UNICACHE_BENCH_WITH_OPENCL
 class opencl_device final : public device {
  public:
   opencl_device(const layer& l, std::int64_t max_rows) : l_(l) {
@@ -295,6 +306,73 @@ class opencl_device final : public device {
   cl_mem x_ = nullptr;
   std::vector<cl_mem> w_, b_, y_, all_;
 };
+#endif
+
+#ifdef UNICACHE_BENCH_WITH_CUDA
+// 12040 -> "12.4": how cuDriverGetVersion and nvrtcVersion numbers read.
+std::string cuda_version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+class cuda_device final : public device {
+ public:
+  cuda_device(const layer& l, std::int64_t max_rows) : l_(l) {
+    eng_ = cuda::make_engine();
+    strm_ = make_stream(eng_);
+    auto upload = [&](const std::vector<float>& v) { return keep(cuda::make_buffer(eng_, v.size() * 4, v.data())); };
+    x_ = upload(random_values(static_cast<std::size_t>(max_rows * l.steps[0].k), 1, 1.f));
+    for (std::size_t i = 0; i < l.steps.size(); ++i) {
+      const auto& s = l.steps[i];
+      w_.push_back(upload(random_values(static_cast<std::size_t>(s.k * s.n), 10 + i, 0.05f)));
+      b_.push_back(upload(random_values(static_cast<std::size_t>(s.n), 20 + i, 0.05f)));
+      y_.push_back(keep(cuda::make_buffer(eng_, static_cast<std::size_t>(max_rows * s.n) * 4)));
+    }
+  }
+  ~cuda_device() override {
+    for (CUdeviceptr p : all_) cuda::free_buffer(eng_, p);
+  }
+  const engine& eng() const override { return eng_; }
+  stream& strm() override { return strm_; }
+  std::string name() const override {
+    const cuda::device_info& d = cuda::info(eng_);
+    return d.device_name + " / sm_" + std::to_string(d.compute_major) + std::to_string(d.compute_minor) + " / target " +
+           d.target + " / driver " + cuda_version(d.driver_version) + " / NVRTC " + cuda_version(d.nvrtc_version);
+  }
+  work counters() const override {
+    const cuda::backend_stats s = cuda::stats();
+    return {double(s.programs_from_source), double(s.programs_from_binary), double(s.weights_packed),
+            s.build_ns / 1e6, s.load_ns / 1e6, s.pack_ns / 1e6, s.first_launch_ns / 1e6};
+  }
+  void run(const compiled_partition& cp, std::size_t i) override {
+    const auto& s = l_.steps[i];
+    void* in = ptr(s.input < 0 ? x_ : y_[static_cast<std::size_t>(s.input)]);
+    cp.execute(strm_, {{cp.inputs()[0], in, 0}, {cp.inputs()[1], ptr(w_[i]), 0}, {cp.inputs()[2], ptr(b_[i]), 0}},
+               {{cp.outputs()[0], ptr(y_[i]), 0}});
+  }
+
+ private:
+  // A tensor's data on a CUDA engine is the CUdeviceptr itself.
+  static void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+  CUdeviceptr keep(CUdeviceptr p) {
+    all_.push_back(p);
+    return p;
+  }
+  const layer& l_;
+  engine eng_;
+  stream strm_;
+  CUdeviceptr x_ = 0;
+  std::vector<CUdeviceptr> w_, b_, y_, all_;
+};
+#endif
+
+std::unique_ptr<device> make_device(const std::string& name, const layer& l, std::int64_t max_rows) {
+  if (name == "cpu") return std::make_unique<cpu_device>(l, max_rows);
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+  if (name == "opencl") return std::make_unique<opencl_device>(l, max_rows);
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+  if (name == "cuda") return std::make_unique<cuda_device>(l, max_rows);
+#endif
+  throw std::invalid_argument("this build has no " + name + " backend");
+}
 
 double peak_rss_mb() {
   rusage u{};
@@ -329,12 +407,7 @@ int child_unicache(const options& o) {
   const layer l(o.hidden, o.ffn);
 
   const auto t_engine = clock_type::now();
-  std::unique_ptr<device> dev;
-  if (o.device == "cpu") {
-    dev = std::make_unique<cpu_device>(l, max_rows);
-  } else {
-    dev = std::make_unique<opencl_device>(l, max_rows);
-  }
+  const std::unique_ptr<device> dev = make_device(o.device, l, max_rows);
   const double engine_ms = ms_since(t_engine);
   std::printf("DEVICE %s\n", dev->name().c_str());
 
@@ -504,13 +577,14 @@ int child_onednn(const options& o, bool runtime_dims) {
 struct mode_spec {
   std::string id, name, description;
   std::string environment;
-  bool opencl_only = false, cpu_only = false;
+  bool gpu_only = false, cpu_only = false;
 };
 
 std::vector<mode_spec> all_modes(const std::string& store, const std::string& driver_cache) {
   const std::string off = "POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + store + " ";
-  const std::string driver_on = "POCL_KERNEL_CACHE=1 POCL_CACHE_DIR=" + driver_cache + "/pocl CUDA_CACHE_PATH=" +
-                                driver_cache + "/cuda UNICACHE_PERSISTENT_CACHE_DIR=" + store + " ";
+  const std::string driver_on = "POCL_KERNEL_CACHE=1 POCL_CACHE_DIR=" + driver_cache +
+                                "/pocl CUDA_CACHE_DISABLE=0 CUDA_CACHE_PATH=" + driver_cache +
+                                "/cuda UNICACHE_PERSISTENT_CACHE_DIR=" + store + " ";
   return {
       {"1", "no caching", "every request compiles its kernels for its shapes and packs its weights",
        off + "UNICACHE_KERNEL_CACHE=0 ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE=0 UNICACHE_PERSISTENT_CACHE=0 "
@@ -582,7 +656,7 @@ int run_device(const options& o, const std::string& dev) {
   std::string device_name;
   for (const mode_spec& m : all_modes(store, driver_cache)) {
     if (std::find(o.modes.begin(), o.modes.end(), m.id) == o.modes.end()) continue;
-    if ((m.opencl_only && dev != "opencl") || (m.cpu_only && dev != "cpu")) continue;
+    if ((m.gpu_only && dev == "cpu") || (m.cpu_only && dev != "cpu")) continue;
     auto show = [&](const std::string& line) {
       if (o.quiet || line.rfind("PROGRESS ", 0) != 0) return;
       std::size_t done = 0, total = 0;
@@ -664,6 +738,20 @@ int run_device(const options& o, const std::string& dev) {
   return 0;
 }
 
+// Why `dev` cannot run here, or "". OpenCL says nothing before a context is
+// made: a machine without a device fails in the child, with OpenCL's error.
+std::string unavailable(const std::string& dev) {
+#ifndef UNICACHE_BENCH_WITH_OPENCL
+  if (dev == "opencl") return "this build has no OpenCL backend (UNICACHE_WITH_OPENCL=OFF)";
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+  if (dev == "cuda" && !cuda::available()) return "the CUDA backend is unavailable: " + cuda::unavailable_reason();
+#else
+  if (dev == "cuda") return "this build has no CUDA backend (UNICACHE_WITH_CUDA=OFF)";
+#endif
+  return "";
+}
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -715,7 +803,7 @@ int main(int argc, char** argv) {
       } else if (a == "--demo") {
         // The README demo: a short trace (40 requests of up to 4 x 128
         // tokens), every mode for at most 10 s, on the CPU and the default
-        // OpenCL device; JSON under the temporary directory.
+        // GPU devices (as --device all); JSON under the temporary directory.
         o.requests = 40;
         o.max_batch = 4;
         o.max_seq = 128;
@@ -733,12 +821,12 @@ int main(int argc, char** argv) {
     if (o.requests < 1 || o.max_batch < 1 || o.max_seq < 1 || o.hidden < 1 || o.ffn < 1 || o.budget_s <= 0) {
       throw std::invalid_argument("sizes, counts and the budget must be positive");
     }
-    if (o.device != "cpu" && o.device != "opencl" && o.device != "all") {
-      throw std::invalid_argument("--device must be cpu, opencl or all");
+    if (o.device != "cpu" && o.device != "opencl" && o.device != "cuda" && o.device != "all") {
+      throw std::invalid_argument("--device must be cpu, opencl, cuda or all");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr,
-                 "bench_dynamic_shapes: %s\nusage: bench_dynamic_shapes [--device cpu|opencl|all] [--requests N] "
+                 "bench_dynamic_shapes: %s\nusage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] "
                  "[--seed S] [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S] "
                  "[--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo]\n",
                  e.what());
@@ -752,8 +840,17 @@ int main(int argc, char** argv) {
     }
     fs::create_directories(o.out);
     int status = 0;
-    for (const std::string dev : {"cpu", "opencl"}) {
-      if (o.device == dev || o.device == "all") status |= run_device(o, dev);
+    for (const std::string dev : {"cpu", "opencl", "cuda"}) {
+      if (o.device != dev && o.device != "all") continue;
+      // "all" runs what this build and machine can; a device named alone must run.
+      const std::string why = unavailable(dev);
+      if (!why.empty()) {
+        std::fprintf(stderr, "bench_dynamic_shapes: %s %s: %s\n", o.device == "all" ? "skipping" : "cannot run",
+                     dev.c_str(), why.c_str());
+        if (o.device != "all") status |= 1;
+        continue;
+      }
+      status |= run_device(o, dev);
     }
     return status;
   } catch (const std::exception& e) {

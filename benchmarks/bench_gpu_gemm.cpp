@@ -1,12 +1,24 @@
-// bench_opencl_gemm: GFLOP/s of the generated GEMM (a MatMul partition,
-// fp32, device buffers, one execution per iteration including its wait) on
-// the default OpenCL device, square sizes. scripts/torch_matmul.py measures
-// torch.matmul on the same GPU for the comparison in docs/benchmarks.md.
-// BM_opencl_constant_check/<mode>: one execution of a [32,768]x[768,3072]
+// bench_gpu_gemm: GFLOP/s of the generated GEMM (a MatMul partition, fp32,
+// device buffers, one execution per iteration including its wait) on the
+// default device of each GPU backend that is built and available (OpenCL:
+// UNICACHE_OPENCL_DEVICE, else the first GPU; CUDA: UNICACHE_CUDA_DEVICE,
+// else device 0), square sizes: BM_gemm/<backend>/n:N/constant_b:0|1.
+// scripts/torch_matmul.py measures torch.matmul on the same GPU for the
+// comparison in docs/benchmarks.md.
+// BM_constant_check/<backend>/mode:M: one execution of a [32,768]x[768,3072]
 // MatMul with a constant (packed) weight under each constant_check mode:
 // what checking the weight's contents costs per execution on the device.
+//
+//   bench_gpu_gemm [--backend=opencl|cuda|all] [Google Benchmark flags]
+//
+// The benchmarks are registered at run time, for the backends that can make
+// an engine here; "all" (the default) skips the others with a note, a
+// backend named alone must be available.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,77 +26,230 @@
 #include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
+#ifdef UNICACHE_BENCH_WITH_OPENCL
 #include "unicache/opencl.hpp"
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+#include "unicache/cuda.hpp"
+#endif
 
 namespace {
 
 using namespace unicache;
 
-void BM_opencl_gemm(benchmark::State& state) {
-  const std::int64_t n = state.range(0);
-  const bool constant_b = state.range(1) != 0;
-  graph g;
-  auto a = g.tensor({-1, n}), b = g.tensor({n, n}, constant_b ? tensor_property::constant : tensor_property::variable);
-  auto c = g.tensor({-1, n});
-  g.add_op(op_kind::matmul, {a, b}, {c});
-  g.finalize();
-  engine eng = opencl::make_engine();
-  stream strm = make_stream(eng);
-  std::vector<float> host(static_cast<std::size_t>(n * n));
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (auto& v : host) v = dist(rng);
-  const std::size_t bytes = host.size() * sizeof(float);
-  cl_mem ab = opencl::make_buffer(eng, bytes, host.data()), bb = opencl::make_buffer(eng, bytes, host.data());
-  cl_mem cb = opencl::make_buffer(eng, bytes);
-  compiled_partition cp = compile(g.partitions()[0], {{n, n}, {n, n}}, eng);
-  const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
-  const std::vector<tensor> out{{cp.outputs()[0], cb}};
-  cp.execute(strm, in, out);  // builds, packs a constant B, warms up
-  for (auto _ : state) cp.execute(strm, in, out);
-  state.counters["GFLOP"] =
-      benchmark::Counter(2.0 * static_cast<double>(n) * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(opencl::info(eng).device_name);
-  for (cl_mem m : {ab, bb, cb}) clReleaseMemObject(m);
-}
-BENCHMARK(BM_opencl_gemm)
-    ->ArgNames({"n", "constant_b"})
-    ->ArgsProduct({{256, 1024, 2048, 4096}, {0, 1}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+struct opencl_backend {
+  static constexpr const char* name = "opencl";
+  using buffer = cl_mem;
+  static engine make_engine() { return opencl::make_engine(); }
+  static buffer make_buffer(const engine& e, std::size_t bytes, const void* host) {
+    return opencl::make_buffer(e, bytes, host);
+  }
+  static void free_buffer(const engine&, buffer b) { clReleaseMemObject(b); }
+  static void* data(buffer b) { return b; }
+  static std::string device_name(const engine& e) { return opencl::info(e).device_name; }
+  // OpenCL says nothing of availability but by failing to make an engine.
+  static std::string unavailable_reason() {
+    try {
+      make_engine();
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+};
+#endif
 
-void BM_opencl_constant_check(benchmark::State& state) {
+#ifdef UNICACHE_BENCH_WITH_CUDA
+struct cuda_backend {
+  static constexpr const char* name = "cuda";
+  using buffer = CUdeviceptr;
+  static engine make_engine() { return cuda::make_engine(); }
+  static buffer make_buffer(const engine& e, std::size_t bytes, const void* host) {
+    return cuda::make_buffer(e, bytes, host);
+  }
+  static void free_buffer(const engine& e, buffer b) { cuda::free_buffer(e, b); }
+  static void* data(buffer b) { return reinterpret_cast<void*>(b); }
+  static std::string device_name(const engine& e) { return cuda::info(e).device_name; }
+  static std::string unavailable_reason() {
+    if (!cuda::available()) return cuda::unavailable_reason();
+    try {
+      make_engine();
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+};
+#endif
+
+// A benchmark's device buffers, freed however it returns.
+template <class Backend>
+class device_buffers {
+ public:
+  explicit device_buffers(const engine& e) : eng_(e) {}
+  device_buffers(const device_buffers&) = delete;
+  device_buffers& operator=(const device_buffers&) = delete;
+  ~device_buffers() {
+    for (typename Backend::buffer b : all_) Backend::free_buffer(eng_, b);
+  }
+  void* make(std::size_t bytes, const void* host = nullptr) {
+    all_.push_back(Backend::make_buffer(eng_, bytes, host));
+    return Backend::data(all_.back());
+  }
+
+ private:
+  const engine& eng_;
+  std::vector<typename Backend::buffer> all_;
+};
+
+// A failure (a backend error, a size the device cannot hold) skips that
+// benchmark, with the error as its message, and the others still run.
+template <class Backend>
+void BM_gemm(benchmark::State& state) {
+  try {
+    const std::int64_t n = state.range(0);
+    const bool constant_b = state.range(1) != 0;
+    graph g;
+    auto a = g.tensor({-1, n}), b = g.tensor({n, n}, constant_b ? tensor_property::constant : tensor_property::variable);
+    auto c = g.tensor({-1, n});
+    g.add_op(op_kind::matmul, {a, b}, {c});
+    g.finalize();
+    engine eng = Backend::make_engine();
+    stream strm = make_stream(eng);
+    std::vector<float> host(static_cast<std::size_t>(n * n));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    for (auto& v : host) v = dist(rng);
+    const std::size_t bytes = host.size() * sizeof(float);
+    device_buffers<Backend> buffers(eng);
+    void* ab = buffers.make(bytes, host.data());
+    void* bb = buffers.make(bytes, host.data());
+    void* cb = buffers.make(bytes);
+    compiled_partition cp = compile(g.partitions()[0], {{n, n}, {n, n}}, eng);
+    const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
+    const std::vector<tensor> out{{cp.outputs()[0], cb}};
+    cp.execute(strm, in, out);  // builds, packs a constant B, warms up
+    for (auto _ : state) cp.execute(strm, in, out);
+    state.counters["GFLOP"] =
+        benchmark::Counter(2.0 * static_cast<double>(n) * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetLabel(Backend::device_name(eng));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+template <class Backend>
+void BM_constant_check(benchmark::State& state) {
   const auto mode = static_cast<constant_check>(state.range(0));
   const constant_check saved = current_constant_check();
   set_constant_check(mode);
-  constexpr std::int64_t m = 32, k = 768, n = 3072;
-  graph g;
-  auto a = g.tensor({-1, k}), b = g.tensor({k, n}, tensor_property::constant), c = g.tensor({-1, n});
-  g.add_op(op_kind::matmul, {a, b}, {c});
-  g.finalize();
-  engine eng = opencl::make_engine();
-  stream strm = make_stream(eng);
-  std::vector<float> host(static_cast<std::size_t>(k * n), 0.25f);
-  cl_mem ab = opencl::make_buffer(eng, static_cast<std::size_t>(m * k) * sizeof(float), host.data());
-  cl_mem bb = opencl::make_buffer(eng, host.size() * sizeof(float), host.data());
-  cl_mem cb = opencl::make_buffer(eng, static_cast<std::size_t>(m * n) * sizeof(float));
-  compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}}, eng);
-  const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
-  const std::vector<tensor> out{{cp.outputs()[0], cb}};
-  cp.execute(strm, in, out);  // builds and packs
-  for (auto _ : state) cp.execute(strm, in, out);
-  state.SetLabel(std::string(to_string(mode)) + " " + opencl::info(eng).device_name);
-  for (cl_mem mem : {ab, bb, cb}) clReleaseMemObject(mem);
+  try {
+    constexpr std::int64_t m = 32, k = 768, n = 3072;
+    graph g;
+    auto a = g.tensor({-1, k}), b = g.tensor({k, n}, tensor_property::constant), c = g.tensor({-1, n});
+    g.add_op(op_kind::matmul, {a, b}, {c});
+    g.finalize();
+    engine eng = Backend::make_engine();
+    stream strm = make_stream(eng);
+    std::vector<float> host(static_cast<std::size_t>(k * n), 0.25f);
+    device_buffers<Backend> buffers(eng);
+    void* ab = buffers.make(static_cast<std::size_t>(m * k) * sizeof(float), host.data());
+    void* bb = buffers.make(host.size() * sizeof(float), host.data());
+    void* cb = buffers.make(static_cast<std::size_t>(m * n) * sizeof(float));
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}}, eng);
+    const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
+    const std::vector<tensor> out{{cp.outputs()[0], cb}};
+    cp.execute(strm, in, out);  // builds and packs
+    for (auto _ : state) cp.execute(strm, in, out);
+    state.SetLabel(std::string(to_string(mode)) + " " + Backend::device_name(eng));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
   set_constant_check(saved);
 }
-BENCHMARK(BM_opencl_constant_check)
-    ->ArgName("mode")
-    ->Arg(static_cast<int>(constant_check::none))
-    ->Arg(static_cast<int>(constant_check::sampled))
-    ->Arg(static_cast<int>(constant_check::full))
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+
+template <class Backend>
+void register_benchmarks() {
+  const std::string name = Backend::name;
+  benchmark::RegisterBenchmark(("BM_gemm/" + name).c_str(), BM_gemm<Backend>)
+      ->ArgNames({"n", "constant_b"})
+      ->ArgsProduct({{256, 1024, 2048, 4096}, {0, 1}})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("BM_constant_check/" + name).c_str(), BM_constant_check<Backend>)
+      ->ArgName("mode")
+      ->Arg(static_cast<int>(constant_check::none))
+      ->Arg(static_cast<int>(constant_check::sampled))
+      ->Arg(static_cast<int>(constant_check::full))
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+// Registers the backend's benchmarks if it is wanted and available; false
+// when it was asked for by name and cannot run.
+template <class Backend>
+bool add_backend(const std::string& wanted, int& registered) {
+  if (wanted != "all" && wanted != Backend::name) return true;
+  const std::string why = Backend::unavailable_reason();
+  if (!why.empty()) {
+    std::fprintf(stderr, "bench_gpu_gemm: %s %s: %s\n", wanted == "all" ? "skipping" : "cannot run", Backend::name,
+                 why.c_str());
+    return wanted == "all";
+  }
+  register_benchmarks<Backend>();
+  ++registered;
+  return true;
+}
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // --backend is this program's own flag: taken out of argv before Google
+  // Benchmark sees it (and rejects it as unknown).
+  std::string wanted = "all";
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--backend=", 10) == 0) {
+      wanted = argv[i] + 10;
+    } else if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+      wanted = argv[++i];
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  if (wanted != "all" && wanted != "opencl" && wanted != "cuda") {
+    std::fprintf(stderr, "bench_gpu_gemm: --backend must be opencl, cuda or all, not '%s'\n", wanted.c_str());
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  bool ok = true;
+  int registered = 0;
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+  ok = add_backend<opencl_backend>(wanted, registered) && ok;
+#else
+  if (wanted == "opencl") {
+    std::fprintf(stderr, "bench_gpu_gemm: this build has no OpenCL backend (UNICACHE_WITH_OPENCL=OFF)\n");
+    return 2;
+  }
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+  ok = add_backend<cuda_backend>(wanted, registered) && ok;
+#else
+  if (wanted == "cuda") {
+    std::fprintf(stderr, "bench_gpu_gemm: this build has no CUDA backend (UNICACHE_WITH_CUDA=OFF)\n");
+    return 2;
+  }
+#endif
+  if (!ok) return 1;
+  if (registered == 0) {
+    std::fprintf(stderr, "bench_gpu_gemm: no GPU backend is available\n");
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,6 +1,7 @@
 // bench_warm_start: time to first result of a fresh process that compiles
-// and runs one fused MatMul+bias+GELU partition on the default OpenCL device
-// (UNICACHE_OPENCL_DEVICE selects another), in three conditions:
+// and runs one fused MatMul+bias+GELU partition on the default device of a
+// GPU backend: OpenCL (UNICACHE_OPENCL_DEVICE selects another) or CUDA
+// (UNICACHE_CUDA_DEVICE selects another), in three conditions:
 //
 //   cold    empty unicache store, driver caches off (POCL_KERNEL_CACHE=0,
 //           CUDA_CACHE_DISABLE=1)
@@ -8,11 +9,19 @@
 //   warm    unicache store warm, driver caches off
 //
 // Time to first result is compile() + the first execution + the copy back;
-// it is also reported with engine creation added. And engine creation with and without an engine cache blob. Every measured
-// run is a fresh process (this program, started again with --child); the
-// figures are medians over --runs processes. Usage:
+// it is also reported with engine creation added. And engine creation with
+// and without an engine cache blob. Every measured run is a fresh process
+// (this program, started again with --child); the figures are medians over
+// --runs processes. Usage:
 //
-//   bench_warm_start [--runs N] [--m M] [--k K] [--n N] [--json FILE]
+//   bench_warm_start [--backend opencl|cuda] [--runs N] [--m M] [--k K] [--n N] [--json FILE]
+//
+// CUDA: the driver's cache is its compute cache (CUDA_CACHE_DISABLE,
+// CUDA_CACHE_PATH, here in the temporary root). Engine creation is compared
+// with what any CUDA process pays before its first kernel: the driver's
+// load, cuInit and the primary context of device 0, measured without
+// unicache in a process of its own; make_engine(0) is measured in another.
+// CUDA_VISIBLE_DEVICES picks the device for all of them.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,8 +42,15 @@
 #include "child_process.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
-#include "unicache/opencl.hpp"
 #include "unicache/version.hpp"
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+#include "unicache/opencl.hpp"
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+#include <dlfcn.h>
+
+#include "unicache/cuda.hpp"
+#endif
 
 namespace {
 
@@ -58,10 +74,77 @@ std::vector<float> random_values(std::size_t count, unsigned seed) {
   return v;
 }
 
+// --- The backends: buffers, counters and the device line -------------------------
+
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+struct opencl_backend {
+  using buffer = cl_mem;
+  static unicache::engine make_engine() { return unicache::opencl::make_engine(); }
+  static buffer make_buffer(const unicache::engine& e, std::size_t bytes, const void* host = nullptr) {
+    return unicache::opencl::make_buffer(e, bytes, host);
+  }
+  static void read_buffer(const unicache::stream& s, buffer b, void* host, std::size_t bytes) {
+    unicache::opencl::read_buffer(s, b, host, bytes);
+  }
+  static void free_buffer(const unicache::engine&, buffer b) { clReleaseMemObject(b); }
+  static void* data(buffer b) { return b; }
+  static std::string counters() {
+    const unicache::opencl::backend_stats st = unicache::opencl::stats();
+    char text[160];
+    std::snprintf(text, sizeof text, "probes=%llu from_source=%llu from_binary=%llu stored=%llu",
+                  static_cast<unsigned long long>(st.probe_builds),
+                  static_cast<unsigned long long>(st.programs_from_source),
+                  static_cast<unsigned long long>(st.programs_from_binary),
+                  static_cast<unsigned long long>(st.binaries_stored));
+    return text;
+  }
+  static std::string device(const unicache::engine& e) {
+    const unicache::opencl::device_info& i = unicache::opencl::info(e);
+    return i.platform_name + " / " + i.device_name + " / " + i.driver_version;
+  }
+};
+#endif
+
+#ifdef UNICACHE_BENCH_WITH_CUDA
+// 12040 -> "12.4": how cuDriverGetVersion and nvrtcVersion numbers read.
+std::string cuda_version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+struct cuda_backend {
+  using buffer = CUdeviceptr;
+  static unicache::engine make_engine() { return unicache::cuda::make_engine(); }
+  static buffer make_buffer(const unicache::engine& e, std::size_t bytes, const void* host = nullptr) {
+    return unicache::cuda::make_buffer(e, bytes, host);
+  }
+  static void read_buffer(const unicache::stream& s, buffer b, void* host, std::size_t bytes) {
+    unicache::cuda::read_buffer(s, b, host, bytes);
+  }
+  static void free_buffer(const unicache::engine& e, buffer b) { unicache::cuda::free_buffer(e, b); }
+  static void* data(buffer b) { return reinterpret_cast<void*>(b); }
+  // No probe: a CUDA engine learns all it needs from device attributes.
+  static std::string counters() {
+    const unicache::cuda::backend_stats st = unicache::cuda::stats();
+    char text[160];
+    std::snprintf(text, sizeof text, "from_source=%llu from_binary=%llu stored=%llu",
+                  static_cast<unsigned long long>(st.programs_from_source),
+                  static_cast<unsigned long long>(st.programs_from_binary),
+                  static_cast<unsigned long long>(st.binaries_stored));
+    return text;
+  }
+  static std::string device(const unicache::engine& e) {
+    const unicache::cuda::device_info& i = unicache::cuda::info(e);
+    return i.device_name + " / sm_" + std::to_string(i.compute_major) + std::to_string(i.compute_minor) +
+           " / target " + i.target + " / driver " + cuda_version(i.driver_version) + " / NVRTC " +
+           cuda_version(i.nvrtc_version);
+  }
+};
+#endif
+
 // --- Child: one fresh process ---------------------------------------------------
 
+template <class Backend>
 int child_first_result(const sizes& sz) {
   using namespace unicache;
+  using buffer = typename Backend::buffer;
   const auto start = clock_type::now();
   graph g;
   auto x = g.tensor({-1, sz.k}), w = g.tensor({sz.k, sz.n}, tensor_property::constant);
@@ -74,21 +157,24 @@ int child_first_result(const sizes& sz) {
   const auto xv = random_values(sz.m * sz.k, 1), wv = random_values(sz.k * sz.n, 2), bv = random_values(sz.n, 3);
 
   const auto t_engine = clock_type::now();
-  engine eng = opencl::make_engine();
+  engine eng = Backend::make_engine();
   stream strm = make_stream(eng);
   const double engine_ms = ms_since(t_engine);
-  cl_mem xb = opencl::make_buffer(eng, xv.size() * 4, xv.data());
-  cl_mem wb = opencl::make_buffer(eng, wv.size() * 4, wv.data());
-  cl_mem bb = opencl::make_buffer(eng, bv.size() * 4, bv.data());
-  cl_mem yb = opencl::make_buffer(eng, static_cast<std::size_t>(sz.m * sz.n) * 4);
+  const buffer xb = Backend::make_buffer(eng, xv.size() * 4, xv.data());
+  const buffer wb = Backend::make_buffer(eng, wv.size() * 4, wv.data());
+  const buffer bb = Backend::make_buffer(eng, bv.size() * 4, bv.data());
+  const buffer yb = Backend::make_buffer(eng, static_cast<std::size_t>(sz.m * sz.n) * 4);
 
   const auto t_compile = clock_type::now();
   compiled_partition cp = compile(g.partitions()[0], {{sz.m, sz.k}, {sz.k, sz.n}, {sz.n}}, eng);
   const double compile_ms = ms_since(t_compile);
   const auto t_run = clock_type::now();
-  cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
+  cp.execute(strm,
+             {{cp.inputs()[0], Backend::data(xb)}, {cp.inputs()[1], Backend::data(wb)},
+              {cp.inputs()[2], Backend::data(bb)}},
+             {{cp.outputs()[0], Backend::data(yb)}});
   std::vector<float> out(static_cast<std::size_t>(sz.m * sz.n));
-  opencl::read_buffer(strm, yb, out.data(), out.size() * 4);
+  Backend::read_buffer(strm, yb, out.data(), out.size() * 4);
   const double run_ms = ms_since(t_run);
   const double total_ms = ms_since(t_engine);
   const double process_ms = ms_since(start);
@@ -103,25 +189,21 @@ int child_first_result(const sizes& sz) {
     const double want = 0.5 * acc * (1 + std::erf(acc / std::sqrt(2.0)));
     max_error = std::max(max_error, std::abs(want - out[r * sz.n + c]));
   }
-  for (cl_mem mem : {xb, wb, bb, yb}) clReleaseMemObject(mem);
-  const opencl::backend_stats st = opencl::stats();
+  for (buffer mem : {xb, wb, bb, yb}) Backend::free_buffer(eng, mem);
   std::printf(
       "RESULT engine_ms=%.3f compile_ms=%.3f first_run_ms=%.3f partition_ms=%.3f total_ms=%.3f process_ms=%.3f "
-      "probes=%llu "
-      "from_source=%llu from_binary=%llu stored=%llu max_error=%.3g\n",
-      engine_ms, compile_ms, run_ms, compile_ms + run_ms, total_ms, process_ms, static_cast<unsigned long long>(st.probe_builds),
-      static_cast<unsigned long long>(st.programs_from_source),
-      static_cast<unsigned long long>(st.programs_from_binary), static_cast<unsigned long long>(st.binaries_stored),
+      "%s max_error=%.3g\n",
+      engine_ms, compile_ms, run_ms, compile_ms + run_ms, total_ms, process_ms, Backend::counters().c_str(),
       max_error);
-  std::printf("DEVICE %s / %s / %s\n", opencl::info(eng).platform_name.c_str(), opencl::info(eng).device_name.c_str(),
-              opencl::info(eng).driver_version.c_str());
+  std::printf("DEVICE %s\n", Backend::device(eng).c_str());
   return max_error < 1e-3 ? 0 : 3;
 }
 
+#ifdef UNICACHE_BENCH_WITH_OPENCL
 // Engine creation on the benchmark's device (make_engine()'s choice): a
 // context, then an engine that probes (the store is off in this child, so
 // it must), then one from that engine's cache blob.
-int child_engine() {
+int child_engine_opencl() {
   using namespace unicache;
   cl_device_id d = opencl::default_device();
   cl_int err = CL_SUCCESS;
@@ -143,6 +225,60 @@ int child_engine() {
   clReleaseContext(ctx);
   return same ? 0 : 3;
 }
+#endif
+
+#ifdef UNICACHE_BENCH_WITH_CUDA
+// The two driver entry points, declared as cuda.h declares them (CUresult
+// and CUdevice are ints): the baseline must not go through unicache.
+using cu_init_fn = int (*)(unsigned int flags);
+using cu_device_primary_ctx_retain_fn = int (*)(CUcontext* context, int device);
+
+// What any CUDA process pays before its first kernel, unicache or not:
+// loading the driver, cuInit and device 0's primary context (the one the
+// CUDA runtime and PyTorch use), timed from before the dlopen.
+int child_context_cuda() {
+  const auto t_context = clock_type::now();
+  void* driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) {
+    std::printf("error: libcuda.so.1 cannot be loaded (%s)\n", ::dlerror());
+    return 1;
+  }
+  const auto init = reinterpret_cast<cu_init_fn>(::dlsym(driver, "cuInit"));
+  const auto retain = reinterpret_cast<cu_device_primary_ctx_retain_fn>(::dlsym(driver, "cuDevicePrimaryCtxRetain"));
+  if (!init || !retain) {
+    std::printf("error: libcuda.so.1 lacks cuInit or cuDevicePrimaryCtxRetain\n");
+    return 1;
+  }
+  if (const int r = init(0); r != 0) {
+    std::printf("error: cuInit returned CUresult %d\n", r);
+    return 1;
+  }
+  CUcontext context = nullptr;
+  // A CUdevice is its ordinal: device 0 without a cuDeviceGet.
+  if (const int r = retain(&context, 0); r != 0) {
+    std::printf("error: cuDevicePrimaryCtxRetain returned CUresult %d\n", r);
+    return 1;
+  }
+  const double context_ms = ms_since(t_context);
+  std::printf("RESULT context_ms=%.3f\n", context_ms);
+  return 0;
+}
+
+// make_engine(0) in a fresh process (the driver's load, cuInit, NVRTC's load,
+// the primary context and the device query), then one from its cache blob.
+int child_engine_cuda() {
+  using namespace unicache;
+  const auto t_engine = clock_type::now();
+  const engine made = cuda::make_engine(0);
+  const double engine_ms = ms_since(t_engine);
+  const byte_vector blob = cuda::get_engine_cache_blob(made);
+  const auto t_blob = clock_type::now();
+  const engine from_blob = cuda::make_engine_from_cache_blob(0, blob);
+  const double blob_ms = ms_since(t_blob);
+  std::printf("RESULT engine_ms=%.3f engine_blob_ms=%.3f blob_bytes=%zu\n", engine_ms, blob_ms, blob.size());
+  return cuda::info(from_blob) == cuda::info(made) ? 0 : 3;
+}
+#endif
 
 // --- Parent -------------------------------------------------------------------------
 
@@ -161,39 +297,93 @@ struct condition {
   }
 };
 
+bool backend_built(const std::string& backend) {
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+  if (backend == "opencl") return true;
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+  if (backend == "cuda") return true;
+#endif
+  (void)backend;
+  return false;
+}
+
+int run_child_mode(const std::string& backend, bool engine_mode, bool context_mode, const sizes& sz) {
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+  if (backend == "opencl") return engine_mode ? child_engine_opencl() : child_first_result<opencl_backend>(sz);
+#endif
+#ifdef UNICACHE_BENCH_WITH_CUDA
+  if (backend == "cuda") {
+    if (context_mode) return child_context_cuda();
+    return engine_mode ? child_engine_cuda() : child_first_result<cuda_backend>(sz);
+  }
+#endif
+  (void)engine_mode;
+  (void)context_mode;
+  (void)sz;
+  std::printf("error: this build has no %s backend\n", backend.c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   sizes sz;
   int runs = 5;
   std::string json_path;
-  bool child = false, engine_mode = false;
+#ifdef UNICACHE_BENCH_WITH_OPENCL
+  std::string backend = "opencl";
+#else
+  std::string backend = "cuda";
+#endif
+  bool child = false, engine_mode = false, context_mode = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--child") child = true;
     else if (a == "--engine") engine_mode = true;
+    else if (a == "--context") context_mode = true;
+    else if (a == "--backend") backend = next();
     else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
     else if (a == "--m") sz.m = std::atoll(next().c_str());
     else if (a == "--k") sz.k = std::atoll(next().c_str());
     else if (a == "--n") sz.n = std::atoll(next().c_str());
     else if (a == "--json") json_path = next();
     else {
-      std::fprintf(stderr, "usage: bench_warm_start [--runs N] [--m M] [--k K] [--n N] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: bench_warm_start [--backend opencl|cuda] [--runs N] [--m M] [--k K] [--n N] [--json FILE]\n");
       return 2;
     }
   }
+  if (backend != "opencl" && backend != "cuda") {
+    std::fprintf(stderr, "bench_warm_start: --backend must be opencl or cuda, not '%s'\n", backend.c_str());
+    return 2;
+  }
+  if (!backend_built(backend)) {
+    std::fprintf(stderr, "bench_warm_start: this build has no %s backend (UNICACHE_WITH_%s=OFF)\n", backend.c_str(),
+                 backend == "cuda" ? "CUDA" : "OPENCL");
+    return 2;
+  }
+  const bool cuda = backend == "cuda";
   try {
-    if (child) return engine_mode ? child_engine() : child_first_result(sz);
+    if (child) return run_child_mode(backend, engine_mode, context_mode, sz);
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;
   }
+#ifdef UNICACHE_BENCH_WITH_CUDA
+  // Said here, once, rather than as the first child's failure.
+  if (cuda && !unicache::cuda::available()) {
+    std::fprintf(stderr, "bench_warm_start: the CUDA backend is unavailable: %s\n",
+                 unicache::cuda::unavailable_reason().c_str());
+    return 1;
+  }
+#endif
 
   char tmpl[] = "/tmp/unicache-warm-start-XXXXXX";
   const std::string root = ::mkdtemp(tmpl);
-  const std::string size_args =
-      "--m " + std::to_string(sz.m) + " --k " + std::to_string(sz.k) + " --n " + std::to_string(sz.n);
+  const std::string size_args = "--backend " + backend + " --m " + std::to_string(sz.m) + " --k " +
+                                std::to_string(sz.k) + " --n " + std::to_string(sz.n);
   const std::string drivers_off = "POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1";
   const std::string drivers_on = "POCL_KERNEL_CACHE=1 POCL_CACHE_DIR=" + root + "/pocl CUDA_CACHE_DISABLE=0 CUDA_CACHE_PATH=" +
                                  root + "/cuda";
@@ -234,7 +424,15 @@ int main(int argc, char** argv) {
   condition engine_runs{"engine", "engine creation, unicache store and driver caches off",
                         "UNICACHE_PERSISTENT_CACHE=0 " + drivers_off, "", {}};
   for (int r = 0; r < runs; ++r) {
-    child_run one = run_child(engine_runs.environment, "--engine");
+    // CUDA: the context alone and the engine each in a fresh process, so
+    // that neither finds the driver loaded by the other.
+    child_run one = run_child(engine_runs.environment, "--backend " + backend + " --engine");
+    if (one.ok && cuda) {
+      const child_run context = run_child(engine_runs.environment, "--backend cuda --context");
+      one.ok = context.ok;
+      one.output += context.output;
+      one.values.insert(context.values.begin(), context.values.end());
+    }
     if (!one.ok) {
       std::fprintf(stderr, "bench_warm_start: an engine run failed:\n%s", one.output.c_str());
       return 1;
@@ -245,51 +443,79 @@ int main(int argc, char** argv) {
 
   // Time to first result: compile() of the partition, its first execution
   // and the copy back (the engine exists). "with engine" adds engine
-  // creation, which includes the OpenCL runtime's own start-up (platform
-  // and device enumeration), the same in every condition.
+  // creation, which includes the runtime's own start-up (OpenCL: platform
+  // and device enumeration; CUDA: the driver's load, cuInit and the primary
+  // context), the same in every condition.
   const double cold = conditions[0].median_of("partition_ms"), cold_total = conditions[0].median_of("total_ms");
   std::printf("device: %s\n", device.c_str());
   std::printf("%-8s %12s %10s %12s %10s %10s %12s %10s  %s\n", "", "first result", "vs cold", "with engine", "vs cold",
-              "engine", "compile", "first run", "kernels built+probe / loaded");
+              "engine", "compile", "first run", cuda ? "kernels built / loaded" : "kernels built+probe / loaded");
   for (const condition& c : conditions) {
     const double partition = c.median_of("partition_ms"), total = c.median_of("total_ms");
-    std::printf("%-8s %9.1f ms %9.1fx %9.1f ms %9.1fx %7.1f ms %9.1f ms %7.1f ms  %.0f+%.0f / %.0f\n", c.name.c_str(),
-                partition, cold / partition, total, cold_total / total, c.median_of("engine_ms"),
-                c.median_of("compile_ms"), c.median_of("first_run_ms"), c.median_of("from_source"),
-                c.median_of("probes"), c.median_of("from_binary"));
+    std::printf("%-8s %9.1f ms %9.1fx %9.1f ms %9.1fx %7.1f ms %9.1f ms %7.1f ms  ", c.name.c_str(), partition,
+                cold / partition, total, cold_total / total, c.median_of("engine_ms"), c.median_of("compile_ms"),
+                c.median_of("first_run_ms"));
+    if (cuda) {
+      std::printf("%.0f / %.0f\n", c.median_of("from_source"), c.median_of("from_binary"));
+    } else {
+      std::printf("%.0f+%.0f / %.0f\n", c.median_of("from_source"), c.median_of("probes"), c.median_of("from_binary"));
+    }
   }
-  std::printf("engine creation: context %.1f ms, with probe build %.1f ms, from an engine cache blob %.3f ms (%.0f bytes)\n",
-              engine_runs.median_of("context_ms"), engine_runs.median_of("engine_probe_ms"),
-              engine_runs.median_of("engine_blob_ms"), engine_runs.median_of("blob_bytes"));
+  const double context = engine_runs.median_of("context_ms");
+  if (cuda) {
+    std::printf("engine creation: CUDA context alone %.1f ms (dlopen, cuInit, primary context), make_engine(0) %.1f ms, "
+                "from an engine cache blob %.3f ms (%.0f bytes)\n",
+                context, engine_runs.median_of("engine_ms"), engine_runs.median_of("engine_blob_ms"),
+                engine_runs.median_of("blob_bytes"));
+  } else {
+    std::printf("engine creation: context %.1f ms, with probe build %.1f ms, from an engine cache blob %.3f ms (%.0f bytes)\n",
+                context, engine_runs.median_of("engine_probe_ms"), engine_runs.median_of("engine_blob_ms"),
+                engine_runs.median_of("blob_bytes"));
+  }
   const double driver = conditions[1].median_of("partition_ms"), warm = conditions[2].median_of("partition_ms");
   const double driver_total = conditions[1].median_of("total_ms"), warm_total = conditions[2].median_of("total_ms");
   std::printf("first result: warm / cold = 1/%.0f, warm / driver cache = 1/%.1f; with engine: 1/%.0f and 1/%.1f\n",
               cold / warm, driver / warm, cold_total / warm_total, driver_total / warm_total);
+  if (cuda) {
+    std::printf("warm first result with engine: %.1f ms = %.2fx CUDA context creation alone (%.1f ms)\n", warm_total,
+                warm_total / context, context);
+  }
 
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << "{\n  \"benchmark\": \"bench_warm_start\",\n  \"unicache\": \"" << UNICACHE_VERSION_STRING << " "
-        << UNICACHE_GIT_HASH << "\",\n  \"device\": \"" << device << "\",\n  \"runs\": " << runs
-        << ",\n  \"partition\": {\"m\": " << sz.m << ", \"k\": " << sz.k << ", \"n\": " << sz.n
-        << ", \"ops\": \"MatMul+Add+GELU(erf)\"},\n  \"conditions\": {\n";
+    out << "{\n  \"benchmark\": \"bench_warm_start\",\n  \"backend\": \"" << backend << "\",\n  \"unicache\": \""
+        << UNICACHE_VERSION_STRING << " " << UNICACHE_GIT_HASH << "\",\n  \"device\": \"" << device
+        << "\",\n  \"runs\": " << runs << ",\n  \"partition\": {\"m\": " << sz.m << ", \"k\": " << sz.k
+        << ", \"n\": " << sz.n << ", \"ops\": \"MatMul+Add+GELU(erf)\"},\n  \"conditions\": {\n";
+    std::vector<std::string> keys{"partition_ms", "total_ms", "engine_ms", "compile_ms", "first_run_ms", "process_ms",
+                                  "probes", "from_source", "from_binary", "max_error"};
+    if (cuda) keys.erase(std::find(keys.begin(), keys.end(), "probes"));  // no probe on CUDA
     for (std::size_t i = 0; i < conditions.size(); ++i) {
       const condition& c = conditions[i];
       out << "    \"" << c.name << "\": {\"description\": \"" << c.description << "\"";
-      for (const char* key : {"partition_ms", "total_ms", "engine_ms", "compile_ms", "first_run_ms", "process_ms", "probes",
-                              "from_source", "from_binary", "max_error"}) {
-        out << ", \"" << key << "_median\": " << c.median_of(key);
-      }
+      for (const std::string& key : keys) out << ", \"" << key << "_median\": " << c.median_of(key);
       out << ", \"total_ms_all\": [";
       for (std::size_t r = 0; r < c.runs.size(); ++r) out << (r ? ", " : "") << c.runs[r].values.at("total_ms");
       out << "]}" << (i + 1 < conditions.size() ? "," : "") << "\n";
     }
-    out << "  },\n  \"engine\": {\"context_ms_median\": " << engine_runs.median_of("context_ms")
-        << ", \"probe_ms_median\": " << engine_runs.median_of("engine_probe_ms")
-        << ", \"blob_ms_median\": " << engine_runs.median_of("engine_blob_ms")
-        << ", \"blob_bytes\": " << engine_runs.median_of("blob_bytes") << "},\n"
-        << "  \"ratios\": {\"cold_over_warm\": " << cold / warm << ", \"driver_over_warm\": " << driver / warm
+    if (cuda) {
+      out << "  },\n  \"engine\": {\"context_ms_median\": " << context
+          << ", \"engine_ms_median\": " << engine_runs.median_of("engine_ms")
+          << ", \"blob_ms_median\": " << engine_runs.median_of("engine_blob_ms")
+          << ", \"blob_bytes\": " << engine_runs.median_of("blob_bytes") << "},\n"
+          << "  \"warm\": {\"first_result_ms\": " << warm << ", \"total_ms\": " << warm_total
+          << ", \"context_ms\": " << context << "},\n";
+    } else {
+      out << "  },\n  \"engine\": {\"context_ms_median\": " << context
+          << ", \"probe_ms_median\": " << engine_runs.median_of("engine_probe_ms")
+          << ", \"blob_ms_median\": " << engine_runs.median_of("engine_blob_ms")
+          << ", \"blob_bytes\": " << engine_runs.median_of("blob_bytes") << "},\n";
+    }
+    out << "  \"ratios\": {\"cold_over_warm\": " << cold / warm << ", \"driver_over_warm\": " << driver / warm
         << ", \"cold_over_warm_with_engine\": " << cold_total / warm_total
-        << ", \"driver_over_warm_with_engine\": " << driver_total / warm_total << "}\n}\n";
+        << ", \"driver_over_warm_with_engine\": " << driver_total / warm_total;
+    if (cuda) out << ", \"warm_with_engine_over_context\": " << warm_total / context;
+    out << "}\n}\n";
   }
   return 0;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GFLOP/s of torch.matmul in fp32 with TF32 off, on the first CUDA device:
-the reference bench_opencl_gemm is compared against in docs/benchmarks.md.
+the reference bench_gpu_gemm is compared against in docs/benchmarks.md.
 
     python3 scripts/torch_matmul.py [n ...]      (default: 1024 2048 4096)
 """
