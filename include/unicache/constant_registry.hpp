@@ -196,9 +196,11 @@ class constant_registry {
     if constexpr (std::is_same_v<std::remove_cvref_t<Reader>, host_memory_reader>) {
       return fingerprint_of(read.data, src.bytes);
     } else {
-      std::vector<unsigned char> all(src.bytes);
-      if (!all.empty()) read(0, src.bytes, src.bytes, 1, all.data());
-      return fingerprint_of(all.data(), all.size());
+      // Not zero-filled first: the read overwrites every byte, and a weight
+      // may be hundreds of MB.
+      const std::unique_ptr<unsigned char[]> all(new unsigned char[src.bytes]);
+      if (src.bytes != 0) read(0, src.bytes, src.bytes, 1, all.get());
+      return fingerprint_of(all.get(), src.bytes);
     }
   }
 
