@@ -85,6 +85,35 @@ float run_mlp(const compiled_partition& cp, const engine& e) {
   return out;
 }
 
+TEST(Registration, ASecondBackendUnderARegisteredNameOrIdIsAnErrorNotAReplacement) {
+  static toy_backend first("toy_registered", 1.f), second("toy_registered", 2.f);
+  register_backend(&first);
+  EXPECT_NO_THROW(register_backend(&first)) << "the same object again: nothing happens";
+  EXPECT_THROW(register_backend(&second), error);
+  EXPECT_EQ(find_backend("toy_registered"), &first);
+
+  constexpr backend_id id = 0x7E570001;
+  register_backend_id(id, "toy_registered");
+  EXPECT_NO_THROW(register_backend_id(id, "toy_registered"));
+  EXPECT_THROW(register_backend_id(id, "another_backend"), cache_error);
+  EXPECT_EQ(backend_name(id), "toy_registered") << "the first claimant keeps its id";
+}
+
+TEST(Registration, PhysicalDevicesHaveOneIdPerKeyAndTheHostCpuIsOne) {
+  const int a = physical_device_id(engine_kind::gpu, "pci:0000:17:00.0");
+  const int b = physical_device_id(engine_kind::gpu, "pci:0000:65:00.0");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(physical_device_id(engine_kind::gpu, "pci:0000:17:00.0"), a) << "another API's view of one GPU";
+  EXPECT_EQ(physical_device_id(engine_kind::cpu, "opencl:Portable Computing Language/cpu"), host_cpu_device_id);
+  EXPECT_EQ(physical_device_id(engine_kind::cpu, "anything"), host_cpu_device_id);
+  // An engine keeps the kind it is given, whatever its backend's kind.
+  static toy_backend cpu_backend("toy_kinds", 1.f);
+  const engine gpu_engine(&cpu_backend, engine_kind::gpu, a, 7, nullptr);
+  EXPECT_EQ(gpu_engine.kind(), engine_kind::gpu);
+  EXPECT_EQ(gpu_engine.scope().kind, engine_kind::gpu);
+  EXPECT_EQ(engine(&cpu_backend, 0, 0, nullptr).kind(), engine_kind::cpu);
+}
+
 TEST(Compile, TwoBackendsWithEnginesOfOneScopeNeverShareACompiledPartition) {
   toy_backend first("toy_first", 1.f), second("toy_second", 2.f);
   const graph g = mlp_graph(8, 4, /*constant_weight=*/true);

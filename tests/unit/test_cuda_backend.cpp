@@ -246,6 +246,54 @@ TEST_F(gpu, EveryShapeOfAPartitionRunsOneKernelAndTheEngineNamesThePhysicalDevic
       << "this host's NVRTC targets its GPU";
 }
 
+TEST_F(gpu, EnginesOverACallersContextAndStreamsOverACallersStreamRestoreTheCallersContext) {
+  const cuda::detail::driver_api& d = cuda::detail::api();
+  const CUcontext context = cuda::native_context(eng);  // the caller's: alive as long as `eng`
+  const engine mine = cuda::make_engine(context);
+  EXPECT_EQ(mine.device_id(), eng.device_id());
+  EXPECT_EQ(mine.context_id(), eng.context_id()) << "one context, one scope";
+  CUstream own = nullptr;
+  {
+    cuda::detail::context_guard guard(context);
+    ASSERT_EQ(d.cuStreamCreate(&own, 0), 0);
+  }
+  stream theirs = cuda::make_stream(mine, own);
+  EXPECT_EQ(cuda::native_stream(theirs), own);
+
+  ASSERT_EQ(d.cuCtxSetCurrent(nullptr), 0);  // the caller has no context current
+  const shape_t s{5, 300};
+  graph g;
+  auto xt = g.tensor(s), yt = g.tensor(s);
+  g.add_op(op_kind::relu, {xt}, {yt});
+  g.finalize();
+  compiled_partition cp = compile(g.partitions()[0], {s}, mine);
+  const auto x = random_data(s, 80);
+  std::vector<float> want;
+  for (float v : x) want.push_back(v > 0 ? v : 0.f);
+  expect_close(run_compiled(mine, theirs, cp, {&x}), want, 0, 0, "relu on the caller's stream");
+  CUcontext current = context;
+  ASSERT_EQ(d.cuCtxGetCurrent(&current), 0);
+  EXPECT_EQ(current, nullptr) << "every call restored the caller's (absent) context";
+  cuda::detail::context_guard guard(context);
+  d.cuStreamDestroy(own);
+}
+
+TEST_F(gpu, UnicacheCudaDeviceSelectsByOrdinalOrNameAndWarnsOnceOnNoMatch) {
+  const int device0 = cuda::native_device(cuda::make_engine(0));
+  std::string name = cuda::info(eng).device_name;
+  ::setenv("UNICACHE_CUDA_DEVICE", "0", 1);
+  EXPECT_EQ(cuda::native_device(cuda::make_engine()), device0);
+  ::setenv("UNICACHE_CUDA_DEVICE", name.substr(name.size() / 2).c_str(), 1);  // a substring of the name
+  EXPECT_EQ(cuda::info(cuda::make_engine()).device_name, name);
+  ::setenv("UNICACHE_CUDA_DEVICE", "no such GPU\x1b[2J", 1);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cuda::native_device(cuda::make_engine()), device0) << "no match: device 0";
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("UNICACHE_CUDA_DEVICE");
+  EXPECT_NE(warning.find("UNICACHE_CUDA_DEVICE"), std::string::npos) << warning;
+  EXPECT_EQ(warning.find('\x1b'), std::string::npos) << "the value is escaped";
+}
+
 TEST_F(gpu, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   const cuda::detail::engine_state& es = eng.native<cuda::detail::engine_state>();
   const kernel_source src = kernels::eltwise_source(dialect::cuda_c, op_kind::sigmoid, es.plan.vector_work_group);

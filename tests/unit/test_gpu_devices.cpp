@@ -1,0 +1,58 @@
+// Devices across the GPU backends: the OpenCL and CUDA views of one GPU are
+// one physical device (one device id, one budget); an OpenCL CPU device is
+// the host's CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "unicache/cuda.hpp"
+#include "unicache/opencl.hpp"
+
+namespace unicache {
+namespace {
+
+int opencl_gpus() {
+  const std::vector<std::string> all = opencl::list_devices();
+  return static_cast<int>(std::count_if(all.begin(), all.end(), [](const std::string& d) {
+    return d.find("(GPU)") != std::string::npos;
+  }));
+}
+
+TEST(GpuDevices, TheOpenclAndCudaViewsOfOneGpuAreOneDevice) {
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  if (cuda::device_count() != 1 || opencl_gpus() != 1) {
+    GTEST_SKIP() << "needs exactly one GPU (to know which OpenCL device is the CUDA one)";
+  }
+  const engine c = cuda::make_engine();
+  const engine o = opencl::make_engine();  // the default: the first GPU
+  ASSERT_TRUE(opencl::info(o).is_gpu);
+  EXPECT_EQ(o.kind(), engine_kind::gpu);
+  EXPECT_EQ(c.kind(), engine_kind::gpu);
+  EXPECT_EQ(o.device_id(), c.device_id()) << "matched by PCI address " << cuda::info(c).pci_bus_id;
+  EXPECT_NE(o.context_id(), c.context_id()) << "two contexts: kernels and weights are never shared";
+  // One budget: a capacity set for the device id applies to both engines' scopes.
+  EXPECT_EQ(kernel_cache().capacity(o.kind(), o.device_id()), kernel_cache().capacity(c.kind(), c.device_id()));
+}
+
+TEST(GpuDevices, AnOpenclCpuDeviceIsAnEngineOfTheHostCpu) {
+  const std::vector<std::string> all = opencl::list_devices();
+  const auto cpu = std::find_if(all.begin(), all.end(), [](const std::string& d) {
+    return d.find("(CPU)") != std::string::npos;
+  });
+  if (cpu == all.end()) GTEST_SKIP() << "no OpenCL CPU device";
+  ::setenv("UNICACHE_OPENCL_DEVICE", cpu->substr(0, cpu->find(' ')).c_str(), 1);  // "P:D"
+  const engine e = opencl::make_engine(opencl::default_device(), [] {
+    cl_device_id d = opencl::default_device();
+    cl_int err = CL_SUCCESS;
+    return clCreateContext(nullptr, 1, &d, nullptr, nullptr, &err);
+  }());
+  ::unsetenv("UNICACHE_OPENCL_DEVICE");
+  EXPECT_FALSE(opencl::info(e).is_gpu);
+  EXPECT_EQ(e.kind(), engine_kind::cpu);
+  EXPECT_EQ(e.device_id(), host_cpu_device_id);
+  clReleaseContext(opencl::native_context(e));  // the engine holds its own reference
+}
+
+}  // namespace
+}  // namespace unicache
