@@ -142,6 +142,12 @@ class engine {
   cache_scope scope() const { return {kind(), device_id_, context_id_}; }
   template <typename T>
   T& native() const { return *static_cast<T*>(native_.get()); }
+  // The backend's handle, shared: what the engine's cached kernels and
+  // weights hold to keep the device objects they need alive.
+  template <typename T>
+  std::shared_ptr<T> native_shared() const {
+    return std::static_pointer_cast<T>(native_);
+  }
 
  private:
   backend* backend_ = nullptr;

@@ -244,11 +244,15 @@ class unified_cache {
   bool remove(const cache_scope& scope, backend_id backend, std::string_view key);
   // Removes every entry; eviction callbacks run for each.
   void clear();
-  // Evicts every entry of `backend` on one device (all its contexts), with
-  // eviction callbacks: what a backend does when the device runs out of
-  // memory, before it retries. Returns the bytes the entries counted (their
-  // values are freed once no caller holds them).
+  // Evicts every entry of `backend` on one device (all its contexts) but
+  // those still being built, with eviction callbacks: what a backend does
+  // when the device runs out of memory, before it retries. Returns the bytes
+  // the entries counted (their values are freed once no caller holds them).
   std::uint64_t evict_device(engine_kind kind, int device_id, backend_id backend);
+  // Evicts every entry of one scope (one context), of every backend, with
+  // eviction callbacks: before a context the caller owns is destroyed.
+  // Returns the bytes the entries counted.
+  std::uint64_t evict_scope(const cache_scope& scope);
 
   // Capacity in MB, a budget for each device of `kind`. Applies to existing
   // and future devices of that kind and clears per-device overrides.

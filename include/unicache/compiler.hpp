@@ -49,7 +49,9 @@ class compiled_partition {
   const std::vector<logical_tensor>& inputs() const;
   const std::vector<logical_tensor>& outputs() const;
   // Runs the partition. The tensors must match inputs()/outputs() in count
-  // and shape (else execute_error). Thread-safe: concurrent executions of one
+  // and shape, and the stream must be of an engine with the backend and
+  // scope (device and context) it was compiled for (else execute_error).
+  // Thread-safe: concurrent executions of one
   // compiled partition are allowed, each with its own stream. Throws
   // execute_error if the device fails to run it (or the partition is empty).
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const;

@@ -86,8 +86,9 @@ kernel_source binary_source(dialect d, op_kind kind, int work_group);
 // Sizes, strides and configurations worked out from a partition and its
 // shapes, the same for every backend that launches these kernels.
 
-// Elements of a shape; a multiple of `multiple` at or above n.
+// The number of elements of `shape`.
 std::int64_t elements(const std::vector<std::int64_t>& shape);
+// The smallest multiple of `multiple` that is at least n.
 std::size_t round_up(std::int64_t n, std::int64_t multiple);
 // Row-major strides of `shape`, 0 where a dim is 1 (a broadcast operand repeats).
 std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape);
@@ -106,7 +107,10 @@ struct gemm_problem {
   // The packed weight's padded sizes (config.packed_b: a constant rank-2 B).
   long packed_k = 0, packed_n = 0;
 
-  // Throws compile_error for a post-op operand of a higher rank than C.
+  // Throws compile_error for a post-op operand of a higher rank than C, a
+  // post-op that broadcasts C to a larger shape (the GEMM computes the
+  // MatMul's shape), or a size the kernels' 32-bit size arguments cannot
+  // hold (M, N or K above 2^31 - 1).
   gemm_problem(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
                const gemm_tiles& tiles, kernel_shapes mode);
   // The work-items (global) and work-group (local) of the launch.

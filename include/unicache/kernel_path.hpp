@@ -18,9 +18,12 @@
 // A binary the builder refuses to load (another driver build behind the
 // same identity, a damaged file) is counted as rejected, removed from the
 // store, and the kernel is built from source: never a failure, never a
-// wrong kernel. A kernel built from source or from a preloaded binary is
+// wrong kernel. A load that fails for another reason (the device is out of
+// memory) throws, and the stored binary stays. A kernel built from source is
 // put in the store after its first launch returns (a driver that finishes
-// compiling at the first launch, like PoCL, has the final binary then).
+// compiling at the first launch, like PoCL, has the final binary then); one
+// from a preloaded binary is not (a blob is the application's to trust, not
+// every user's of the store).
 //
 // Counters (kernel_path_stats) and UNICACHE_VERBOSE lines come from here,
 // the same for every backend:
@@ -123,7 +126,7 @@ class kernel {
   }
   // Runs `run` (which launches the kernel and waits for it). The first
   // launch is timed as first_launch_ns; after it returns, a kernel built
-  // from source (or a preloaded binary) has its binary put in the store.
+  // from source has its binary put in the store.
   template <typename Run>
   void launch(Run&& run) const {
     if (!(first_launch_.load(std::memory_order_relaxed) && first_launch_.exchange(false))) {

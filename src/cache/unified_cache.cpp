@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cinttypes>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <limits>
 #include <new>
 #include <thread>
@@ -696,12 +698,31 @@ std::uint64_t unified_cache::evict_device(engine_kind kind, int device_id, backe
   {
     mutex_lock lock(&d->mu);
     for (entry* e : d->table.entries()) {
+      // A value still being built (perhaps by the caller, whose allocation
+      // failed) is not evicted: its builder holds what it allocated anyway.
       if (e->backend != backend) continue;
+      if (e->future.valid() && e->future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
       bytes += e->size_bytes;
       d->remove_locked(e, removal::clear, removed);
     }
   }
   impl_->finish_removals(kind, device_id, removed);
+  return bytes;
+}
+
+std::uint64_t unified_cache::evict_scope(const cache_scope& scope) {
+  device_cache* d = impl_->device(scope.kind, scope.device_id);
+  std::vector<removed_entry> removed;
+  std::uint64_t bytes = 0;
+  {
+    mutex_lock lock(&d->mu);
+    for (entry* e : d->table.entries()) {
+      if (e->context_id != scope.context_id) continue;
+      bytes += e->size_bytes;
+      d->remove_locked(e, removal::clear, removed);
+    }
+  }
+  impl_->finish_removals(scope.kind, scope.device_id, removed);
   return bytes;
 }
 

@@ -3,6 +3,8 @@
 // barriers, vector loads, math functions).
 #include "unicache/kernel_generator.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "unicache/cache_key.hpp"
@@ -11,7 +13,8 @@
 namespace unicache::kernels {
 namespace {
 
-// OpenCL C 1.2; no fast-math in either dialect: results must match the CPU
+// OpenCL C 1.2; no fast-math in either dialect (multiply-adds are contracted
+// to FMAs, NVRTC's default, said explicitly): results must match the CPU
 // reference. (NVRTC's target architecture is the backend's option, and part
 // of the device identity, not of the source.)
 constexpr const char* kOpenclOptions = "-cl-std=CL1.2";
@@ -36,6 +39,7 @@ constexpr const char* kOpenclPrelude = R"CLC(
 #define VEC4 float4
 #define MAKE4(a, b, c, d) ((float4)((a), (b), (c), (d)))
 #define LOAD4(p) vload4(0, (p))
+#define ALIGNED16(p) 1 /* vload4 needs only the element's alignment */
 #define F_FMA fma
 #define F_MAX fmax
 #define F_EXP exp
@@ -63,6 +67,7 @@ constexpr const char* kCudaPrelude = R"CUDA(
 #define VEC4 float4
 #define MAKE4(a, b, c, d) make_float4((a), (b), (c), (d))
 #define LOAD4(p) (*(const float4*)(p))
+#define ALIGNED16(p) ((((unsigned long long)(p)) & 15) == 0) /* a float4 load needs 16 bytes */
 #define F_FMA fmaf
 #define F_MAX fmaxf
 #define F_EXP expf
@@ -133,10 +138,11 @@ KERNEL(TX, TY) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT
   A += batch * sa;
   B += batch * sb;
   C += batch * sc;
-  /* Whether vector loads are aligned: rows and the batch offset are multiples of 4. */
-  const int a_vec = (lda % 4 == 0) && (sa % 4 == 0);
+  /* Whether vector loads are aligned: the batch's base (a caller may pass any
+     pointer) and every row. */
+  const int a_vec = ALIGNED16(A) && (lda % 4 == 0);
 #if !PACKED_B
-  const int b_vec = (ldb % 4 == 0) && (sb % 4 == 0);
+  const int b_vec = ALIGNED16(B) && (ldb % 4 == 0);
 #endif
   VEC4 ra[A_LOADS], rb[B_LOADS];
   float acc[RM][RN];
@@ -473,6 +479,20 @@ gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>
   m = c[rank - 2];
   n = c[rank - 1];
   k = mm.transpose_a ? a[a.size() - 2] : a.back();
+  // The GEMM computes the MatMul's own output: a post-op that broadcasts it
+  // to a larger shape ([1, n] + [4, n]) is not something it can fuse.
+  const std::int64_t mm_m = mm.transpose_a ? a.back() : a[a.size() - 2];
+  const std::int64_t mm_n = mm.transpose_b ? b[b.size() - 2] : b.back();
+  const std::int64_t mm_batch = std::max(a.size() == 3 ? a[0] : 1, b.size() == 3 ? b[0] : 1);
+  if (mm_m != m || mm_n != n || (rank == 3 && mm_batch != c[0])) {
+    throw compile_error("a post-op broadcasts the MatMul's output to " + shape_to_string(c) +
+                        ", a larger shape: not fusable into the GEMM");
+  }
+  constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+  if (m > int_max || n > int_max || k > int_max) {
+    throw compile_error("MatMul sizes " + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                        ": the kernels take M, N and K as 32-bit integers (at most 2147483647)");
+  }
   batch = rank == 3 ? c[0] : 1;
   lda = a.back();
   ldb = b.back();

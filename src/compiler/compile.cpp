@@ -16,6 +16,10 @@ struct compiled_partition::state {
   std::shared_ptr<const compiled_kernel> kernel;
   device_identity identity;  // of the engine it was compiled on
   std::string blob_key;
+  // The engine it was compiled on: a stream of another engine's backend or
+  // scope would run its kernels in a context they do not belong to.
+  const backend* owner = nullptr;
+  cache_scope scope;
 };
 
 compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
@@ -112,6 +116,8 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
   cache_handle<const compiled_partition::state> cached = kernel_cache().get_or_build<const compiled_partition::state>(
       e.scope(), compiled_partition_backend_id, key, kCompiledPartitionBytes, [&] {
         auto s = std::make_shared<compiled_partition::state>();
+        s->owner = e.owner();
+        s->scope = e.scope();
         std::unordered_map<std::uint64_t, std::vector<std::int64_t>> shape_of;
         for (std::size_t i = 0; i < input_shapes.size(); ++i) {
           const logical_tensor& declared = p.inputs()[i];
@@ -184,6 +190,14 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
   };
   check(inputs, state_->inputs, "inputs");
   check(outputs, state_->outputs, "outputs");
+  const engine& e = s.get_engine();
+  if (e.owner() != state_->owner || !(e.scope() == state_->scope)) {
+    throw execute_error(std::string("execute: the stream belongs to another engine (") +
+                        (e.owner() ? e.owner()->name() : "none") + ", context " + std::to_string(e.scope().context_id) +
+                        ") than the one the partition was compiled for (" +
+                        (state_->owner ? state_->owner->name() : "none") + ", context " +
+                        std::to_string(state_->scope.context_id) + ")");
+  }
   try {
     state_->kernel->execute(s, inputs, outputs);
   } catch (const execute_error&) {

@@ -136,7 +136,9 @@ std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& 
             for (const kernel_binary& b : preloaded) {
               if (b.key != key) continue;
               const auto start = std::chrono::steady_clock::now();
-              if (auto p = builder.load(src, b.binary)) return loaded(std::move(p), start, true);
+              // Not stored: a blob is the application's to trust, not every
+              // user's of a (possibly shared) store.
+              if (auto p = builder.load(src, b.binary)) return loaded(std::move(p), start, false);
               rejected(start);
             }
             kernel_store& store = kernel_store::instance();

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <future>
 #include <latch>
 #include <thread>
 #include <vector>
@@ -181,6 +183,47 @@ TEST(CacheHandle, ValueThatWasNotCachedGivesAnInvalidHandle) {
   EXPECT_TRUE(h);
   EXPECT_FALSE(h.valid());
   EXPECT_FALSE(cache_handle<int>().valid());
+}
+
+}  // namespace
+}  // namespace unicache
+
+namespace unicache {
+namespace {
+
+using namespace unicache::testing;
+
+TEST(Evict, EvictScopeRemovesOneContextsEntriesOfEveryBackendWithCallbacks) {
+  unified_cache cache;
+  const cache_scope mine{engine_kind::gpu, 0, 1}, other{engine_kind::gpu, 0, 2};
+  std::vector<std::string> evicted;
+  for (backend_id b : {kBackend, kBackend + 1}) {
+    cache.add_eviction_callback(b, [&](const eviction_event& e) { evicted.emplace_back(e.key); });
+  }
+  add_int(cache, mine, "a", 1);
+  add_int(cache, mine, "b", 2, kMb, 1000, kBackend + 1);
+  add_int(cache, other, "c", 3);
+  EXPECT_EQ(cache.evict_scope(mine), 2 * kMb);
+  EXPECT_EQ(cache.stats(mine).entries, 0u);
+  EXPECT_TRUE(contains(cache, other, "c")) << "another context keeps its entries";
+  std::sort(evicted.begin(), evicted.end());
+  EXPECT_EQ(evicted, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(Evict, EvictDeviceRemovesOneBackendsFinishedEntriesButNotOnesBeingBuilt) {
+  unified_cache cache;
+  const cache_scope one{engine_kind::gpu, 3, 1}, two{engine_kind::gpu, 3, 2};
+  add_int(cache, one, "done", 1);
+  add_int(cache, two, "done too", 2);
+  add_int(cache, one, "another backend's", 3, kMb, 1000, kBackend + 1);
+  std::promise<cache_value> building;  // a build in flight (e.g. the caller's, out of memory)
+  ASSERT_FALSE(cache.get_or_add(one, kBackend, "in flight", kMb, 1000, building.get_future().share()).valid());
+  EXPECT_EQ(cache.evict_device(engine_kind::gpu, 3, kBackend), 2 * kMb);
+  EXPECT_FALSE(contains(cache, one, "done"));
+  EXPECT_FALSE(contains(cache, two, "done too"));
+  EXPECT_TRUE(cache.contains(one, kBackend + 1, "another backend's"));
+  EXPECT_TRUE(contains(cache, one, "in flight")) << "its builder holds what it allocated anyway";
+  building.set_value(std::make_shared<int>(4));
 }
 
 }  // namespace

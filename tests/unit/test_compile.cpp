@@ -130,6 +130,21 @@ TEST(Compile, TwoBackendsWithEnginesOfOneScopeNeverShareACompiledPartition) {
   EXPECT_NE(a.get_cache_blob_id(), b.get_cache_blob_id());
 }
 
+TEST(Compile, AStreamOfAnotherEngineIsAnExecuteErrorNotARunInTheWrongContext) {
+  toy_backend first("toy_stream_a", 1.f), second("toy_stream_b", 2.f);
+  const graph g = mlp_graph(8, 4, /*constant_weight=*/true);
+  const compiled_partition cp = compile(g.partitions()[0], {{3, 8}, {8, 4}, {4}}, engine_of(first));
+  float in = 0, out = 0;
+  std::vector<tensor> inputs;
+  for (const logical_tensor& t : cp.inputs()) inputs.push_back({t, &in, 0});
+  stream other_backend = make_stream(engine_of(second));
+  EXPECT_THROW(cp.execute(other_backend, inputs, {{cp.outputs()[0], &out, 0}}), execute_error);
+  stream other_context = make_stream(engine(&first, 0, 99, nullptr));
+  EXPECT_THROW(cp.execute(other_context, inputs, {{cp.outputs()[0], &out, 0}}), execute_error);
+  EXPECT_EQ(out, 0.f) << "nothing ran";
+  EXPECT_EQ(run_mlp(cp, engine_of(first)), 1.f) << "its own engine's stream runs it";
+}
+
 TEST(Compile, ABackendOptionThatChangesTheCodeIsInTheKey) {
   toy_backend toy("toy_options", 1.f);
   const graph g = mlp_graph(8, 4, true);

@@ -251,7 +251,7 @@ TEST_F(gpu, EnginesOverACallersContextAndStreamsOverACallersStreamRestoreTheCall
   const CUcontext context = cuda::native_context(eng);  // the caller's: alive as long as `eng`
   const engine mine = cuda::make_engine(context);
   EXPECT_EQ(mine.device_id(), eng.device_id());
-  EXPECT_EQ(mine.context_id(), eng.context_id()) << "one context, one scope";
+  EXPECT_NE(mine.context_id(), eng.context_id()) << "a caller's context: a scope of the engine's own";
   CUstream own = nullptr;
   {
     cuda::detail::context_guard guard(context);
@@ -274,6 +274,7 @@ TEST_F(gpu, EnginesOverACallersContextAndStreamsOverACallersStreamRestoreTheCall
   CUcontext current = context;
   ASSERT_EQ(d.cuCtxGetCurrent(&current), 0);
   EXPECT_EQ(current, nullptr) << "every call restored the caller's (absent) context";
+  cuda::release_cached(mine);
   cuda::detail::context_guard guard(context);
   d.cuStreamDestroy(own);
 }
@@ -387,6 +388,67 @@ TEST_F(gpu, ACompiledPartitionBlobRecreatesItWithoutCompiling) {
   EXPECT_EQ(after.programs_from_binary - before.programs_from_binary, 2u) << "the GEMM and the weight packer";
   expect_close(run_compiled(eng, strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n), matmul_atol(k), 1e-5,
                "from the blob");
+  EXPECT_EQ(cuda::stats().binaries_stored - after.binaries_stored, 0u) << "a blob's binaries are not stored";
+}
+
+TEST_F(gpu, AGemmOnPointersThatAreNot16ByteAlignedIsRightAndLeavesTheContextUsable) {
+  const std::int64_t m = 64, k = 256, n = 128;
+  graph g;
+  auto a = g.tensor({m, k}), bt = g.tensor({k, n}), c = g.tensor({m, n});
+  g.add_op(op_kind::matmul, {a, bt}, {c});
+  g.finalize();
+  compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}}, eng);
+  const auto av = random_data({m, k}, 90), bv = random_data({k, n}, 91);
+  buffers b(eng);
+  // One float past 16-byte-aligned allocations: an arena's or a view's pointer.
+  std::vector<float> pad_a(av.size() + 1), pad_b(bv.size() + 1);
+  std::copy(av.begin(), av.end(), pad_a.begin() + 1);
+  std::copy(bv.begin(), bv.end(), pad_b.begin() + 1);
+  auto* ap = static_cast<float*>(b.make(pad_a)) + 1;
+  auto* bp = static_cast<float*>(b.make(pad_b)) + 1;
+  auto* cp_out = static_cast<float*>(b.make(static_cast<std::size_t>(m * n + 1))) + 1;
+  cp.execute(strm, {{cp.inputs()[0], ap, 0}, {cp.inputs()[1], bp, 0}}, {{cp.outputs()[0], cp_out, 0}});
+  std::vector<float> got(static_cast<std::size_t>(m * n));
+  cuda::read_buffer(strm, reinterpret_cast<CUdeviceptr>(cp_out), got.data(), got.size() * sizeof(float));
+  expect_close(got, ref_matmul(av, bv, m, k, n, false, false), matmul_atol(k), 1e-5, "misaligned operands");
+  EXPECT_NO_THROW(make_stream(eng)) << "the context is still usable";
+}
+
+TEST_F(gpu, LaunchesBeyondCudasGridLimitsAreCompileErrors) {
+  const std::int64_t batch = 70000;  // the batch is grid dimension z: at most 65535
+  graph g;
+  auto a = g.tensor({batch, 4, 4}), bt = g.tensor({batch, 4, 4}), c = g.tensor({batch, 4, 4});
+  g.add_op(op_kind::matmul, {a, bt}, {c});
+  g.finalize();
+  try {
+    compile(g.partitions()[0], {{batch, 4, 4}, {batch, 4, 4}}, eng);
+    FAIL() << "compiled a launch CUDA cannot make";
+  } catch (const compile_error& e) {
+    try {
+      std::rethrow_if_nested(e);
+    } catch (const cuda::cuda_error& nested) {
+      EXPECT_NE(std::string(nested.what()).find("65535"), std::string::npos) << nested.what();
+    }
+  }
+}
+
+TEST_F(gpu, EnginesOverACallersContextHaveScopesOfTheirOwnAndReleaseThem) {
+  const CUcontext context = cuda::native_context(eng);
+  const engine first = cuda::make_engine(context), second = cuda::make_engine(context);
+  EXPECT_NE(first.context_id(), second.context_id()) << "a context's address may be reused once it is destroyed";
+  EXPECT_NE(first.context_id(), eng.context_id());
+  const shape_t s{3, 33};
+  graph g;
+  auto xt = g.tensor(s), yt = g.tensor(s);
+  g.add_op(op_kind::tanh, {xt}, {yt});
+  g.finalize();
+  stream st = make_stream(first);
+  compiled_partition cp = compile(g.partitions()[0], {s}, first);
+  const auto x = random_data(s, 92);
+  run_compiled(first, st, cp, {&x});
+  EXPECT_GT(kernel_cache().stats(first.scope()).entries, 0u);
+  cuda::release_cached(first);
+  EXPECT_EQ(kernel_cache().stats(first.scope()).entries, 0u) << "nothing of the scope is left cached";
 }
 
 TEST_F(gpu, EngineBlobsRoundTripAndForeignOrCorruptOnesAreRejected) {

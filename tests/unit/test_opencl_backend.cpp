@@ -477,6 +477,28 @@ TEST_F(fixture, ACompiledPartitionBlobRecreatesItInAnotherContextWithoutBuilding
   EXPECT_EQ(after.programs_from_binary - before.programs_from_binary, 2u) << "the GEMM and the weight packer";
   expect_close(run_compiled(second.eng, second.strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n),
                matmul_atol(k), 1e-5, "from the blob");
+  EXPECT_EQ(opencl::stats().binaries_stored - after.binaries_stored, 0u)
+      << "a blob's binaries are the application's to trust: never put in the shared store";
+}
+
+TEST_F(fixture, APostOpThatBroadcastsTheMatMulToALargerShapeIsACompileErrorNotAWrongResult) {
+  graph g;
+  auto x = g.tensor({1, 8}), w = g.tensor({8, 8}), bias = g.tensor({4, 8}), mm = g.tensor({1, 8});
+  auto y = g.tensor({4, 8});
+  g.add_op(op_kind::matmul, {x, w}, {mm});
+  g.add_op(op_kind::add, {mm, bias}, {y});  // [1, 8] + [4, 8] -> [4, 8]
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 1u) << "fused";
+  EXPECT_THROW(compile(g.partitions()[0], {{1, 8}, {8, 8}, {4, 8}}, eng), compile_error);
+}
+
+TEST_F(fixture, SizesBeyondTheKernelsIntegerArgumentsAreACompileError) {
+  const std::int64_t huge = std::int64_t{1} << 31;  // K = 2^31: one more than an int holds
+  graph g;
+  auto x = g.tensor({1, huge}), w = g.tensor({huge, 1}), y = g.tensor({1, 1});
+  g.add_op(op_kind::matmul, {x, w}, {y});
+  g.finalize();
+  EXPECT_THROW(compile(g.partitions()[0], {{1, huge}, {huge, 1}}, eng), compile_error);
 }
 
 TEST_F(fixture, ShapeAgnosticKernelsGiveOneBlobForEveryShapeOfAConfiguration) {

@@ -2,6 +2,7 @@
 // compiled kernels for each partition kind, constant weights packed on the
 // device, and the backend object itself.
 #include <chrono>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,21 @@ CUresult load_module(const byte_vector& image, CUmodule* module, std::string* lo
   return r;
 }
 
+// The driver's verdict on the image itself (not a full device or a broken
+// context): the stored binary is refused and rebuilt.
+bool refused_image(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_INVALID_VALUE:  // a malformed image
+      return true;
+    default:
+      return false;
+  }
+}
+
 // What the driver may be given: a cubin (an ELF image) or PTX (text the
 // driver reads up to its NUL, which must be inside the buffer).
 bool loadable_image(byte_span binary) {
@@ -35,9 +51,11 @@ bool loadable_image(byte_span binary) {
 
 // --- Constant weights -----------------------------------------------------------
 
-// A packed weight on the device; freed when the cache and every kernel let go of it.
+// A packed weight on the device; freed when the cache and every kernel let
+// go of it. It holds its engine's state: a primary context stays retained
+// while the weight is cached.
 struct packed_buffer {
-  CUcontext context = nullptr;
+  std::shared_ptr<const engine_state> engine;
   CUdeviceptr memory = 0;
   packed_buffer() = default;
   packed_buffer(const packed_buffer&) = delete;
@@ -45,7 +63,7 @@ struct packed_buffer {
   ~packed_buffer() {
     if (!memory) return;
     try {
-      context_guard guard(context);
+      context_guard guard(engine->context);
       api().cuMemFree(memory);
     } catch (...) {
       return;  // the context is gone: so is its memory
@@ -82,14 +100,6 @@ struct device_reader {
   }
 };
 
-launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local) {
-  launch_shape l{};
-  for (int d = 0; d < 3; ++d) {
-    l.block[d] = static_cast<unsigned>(local[d]);
-    l.grid[d] = static_cast<unsigned>(global[d] / local[d]);
-  }
-  return l;
-}
 
 // --- Kernels -----------------------------------------------------------------------
 
@@ -100,11 +110,14 @@ class gemm_kernel final : public compiled_kernel {
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
               const engine& e, const std::vector<kernel_binary>& preloaded)
       : problem_(p, in, out, state_of(e).plan.gemm, current_kernel_shapes()),
-        transpose_b_(p.ops().front().transpose_b) {
+        transpose_b_(p.ops().front().transpose_b),
+        launch_(shape_of(problem_.global(), problem_.local(), "the GEMM")) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
     if (problem_.config.packed_b) {
-      pack_work_group_ = state_of(e).plan.vector_work_group;
-      pack_ = get_program(e, kernels::pack_source(kDialect, transpose_b_, pack_work_group_), preloaded);
+      const int wg = state_of(e).plan.vector_work_group;
+      pack_launch_ = shape_of({kernels::round_up(problem_.packed_n, wg), static_cast<std::size_t>(problem_.packed_k), 1},
+                              {static_cast<std::size_t>(wg), 1, 1}, "packing the weight");
+      pack_ = get_program(e, kernels::pack_source(kDialect, transpose_b_, wg), preloaded);
       slot_ = weights().make_slot();
     }
   }
@@ -127,7 +140,7 @@ class gemm_kernel final : public compiled_kernel {
     for (const kernels::gemm_problem::post& post : g.posts) {
       args.add(pointer_of(inputs[post.input].data)).add(post.batch_stride).add(post.row_stride).add(post.column_stride);
     }
-    launch(*gemm_, s, args, shape_of(g.global(), g.local()));
+    launch(*gemm_, s, args, launch_);
   }
 
   std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
@@ -144,14 +157,12 @@ class gemm_kernel final : public compiled_kernel {
       const auto start = std::chrono::steady_clock::now();
       const std::uint64_t launches_before = first_launch_ns_this_thread();
       auto packed = std::make_shared<packed_buffer>();
-      packed->context = state_of(e).context;
+      packed->engine = e.native_shared<const engine_state>();
       packed->memory = allocate(e, bytes, "packed weight");
       kernel_args args;
       args.add(pointer_of(t.data)).add(packed->memory).add(static_cast<int>(g.k)).add(static_cast<int>(g.n));
       args.add(g.ldb).add(static_cast<int>(g.packed_k)).add(static_cast<int>(g.packed_n));
-      const std::array<std::size_t, 3> global{kernels::round_up(g.packed_n, pack_work_group_),
-                                              static_cast<std::size_t>(g.packed_k), 1};
-      launch(*pack_, s, args, shape_of(global, {static_cast<std::size_t>(pack_work_group_), 1, 1}));
+      launch(*pack_, s, args, pack_launch_);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
       // The pack kernel's own first launch is counted as first_launch_ns.
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
@@ -164,8 +175,8 @@ class gemm_kernel final : public compiled_kernel {
 
   kernels::gemm_problem problem_;
   bool transpose_b_;
+  launch_shape launch_, pack_launch_{};
   std::shared_ptr<const kernel> gemm_, pack_;
-  int pack_work_group_ = 1;
   std::shared_ptr<weight_registry::slot> slot_;
 };
 
@@ -175,6 +186,9 @@ class binary_kernel final : public compiled_kernel {
   binary_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
                 const engine& e, const std::vector<kernel_binary>& preloaded)
       : problem_(in, out), work_group_(state_of(e).plan.vector_work_group) {
+    const std::int64_t n = kernels::elements(problem_.out);
+    launch_ = shape_of({kernels::round_up(n, work_group_), 1, 1}, {static_cast<std::size_t>(work_group_), 1, 1},
+                       "Add/Multiply");
     program_ = get_program(e, kernels::binary_source(kDialect, p.ops().front().kind, work_group_), preloaded);
   }
 
@@ -187,8 +201,7 @@ class binary_kernel final : public compiled_kernel {
     for (int d = 1; d < 4; ++d) args.add(static_cast<int>(problem_.out[d]));
     for (long st : problem_.a_strides) args.add(st);
     for (long st : problem_.b_strides) args.add(st);
-    const std::size_t local = static_cast<std::size_t>(work_group_);
-    launch(*program_, s, args, shape_of({kernels::round_up(n, work_group_), 1, 1}, {local, 1, 1}));
+    launch(*program_, s, args, launch_);
   }
 
   std::vector<kernel_binary> binaries() const override { return binaries_of({program_.get()}); }
@@ -196,6 +209,7 @@ class binary_kernel final : public compiled_kernel {
  private:
   kernels::binary_problem problem_;
   int work_group_;
+  launch_shape launch_{};
   std::shared_ptr<const kernel> program_;
 };
 
@@ -207,6 +221,14 @@ class unary_kernel final : public compiled_kernel {
       : shape_(in[0].shape),
         softmax_(p.ops().front().kind == op_kind::softmax),
         work_group_(state_of(e).plan.vector_work_group) {
+    const std::int64_t n = kernels::elements(shape_);
+    const std::int64_t cols = shape_.empty() ? 1 : shape_.back();
+    const std::size_t local = static_cast<std::size_t>(work_group_);
+    if (softmax_ && cols > std::numeric_limits<int>::max()) {
+      throw compile_error("cuda: Softmax over " + std::to_string(cols) + " columns (at most 2147483647)");
+    }
+    launch_ = softmax_ && cols > 0 ? shape_of({static_cast<std::size_t>(n / cols) * local, 1, 1}, {local, 1, 1}, "Softmax")
+                                   : shape_of({kernels::round_up(n, work_group_), 1, 1}, {local, 1, 1}, "the eltwise op");
     program_ = get_program(e,
                            softmax_ ? kernels::softmax_source(kDialect, work_group_)
                                     : kernels::eltwise_source(kDialect, p.ops().front().kind, work_group_),
@@ -216,19 +238,14 @@ class unary_kernel final : public compiled_kernel {
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
     context_guard guard(s.native<stream_state>().context);
     const std::int64_t n = kernels::elements(shape_);
-    const std::int64_t cols = shape_.empty() ? 1 : shape_.back();
-    const std::size_t local = static_cast<std::size_t>(work_group_);
     kernel_args args;
     args.add(pointer_of(inputs[0].data)).add(pointer_of(outputs[0].data));
     if (softmax_) {
-      args.add(static_cast<int>(cols));
-      if (n == 0) return;
-      launch(*program_, s, args, shape_of({static_cast<std::size_t>(n / cols) * local, 1, 1}, {local, 1, 1}));
+      args.add(static_cast<int>(shape_.empty() ? 1 : shape_.back()));
     } else {
       args.add(static_cast<long>(n));
-      if (n == 0) return;
-      launch(*program_, s, args, shape_of({kernels::round_up(n, work_group_), 1, 1}, {local, 1, 1}));
     }
+    launch(*program_, s, args, launch_);  // nothing for an empty tensor
   }
 
   std::vector<kernel_binary> binaries() const override { return binaries_of({program_.get()}); }
@@ -237,6 +254,7 @@ class unary_kernel final : public compiled_kernel {
   shape_t shape_;
   bool softmax_;
   int work_group_;
+  launch_shape launch_{};
   std::shared_ptr<const kernel> program_;
 };
 
@@ -281,7 +299,7 @@ class cuda_backend final : public backend {
 
 program::~program() {
   try {
-    context_guard guard(context_);
+    context_guard guard(engine_->context);
     api().cuModuleUnload(module_);
   } catch (...) {
     // The context is gone, and its modules with it.
@@ -318,7 +336,7 @@ std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
     api().cuModuleUnload(module);
     check(f, "cuModuleGetFunction(" + src.kernel_name + ")");
   }
-  return std::make_unique<program>(state_.context, module, function, std::move(out.binary));
+  return std::make_unique<program>(shared_, module, function, std::move(out.binary));
 }
 
 std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
@@ -326,18 +344,40 @@ std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_spa
   byte_vector image(binary.begin(), binary.end());
   context_guard guard(state_.context);
   CUmodule module = nullptr;
-  if (load_module(image, &module, nullptr) != CUDA_SUCCESS) return nullptr;
-  CUfunction function = nullptr;
-  if (api().cuModuleGetFunction(&function, module, src.kernel_name.c_str()) != CUDA_SUCCESS) {
-    api().cuModuleUnload(module);
-    return nullptr;
+  if (const CUresult r = load_module(image, &module, nullptr); r != CUDA_SUCCESS) {
+    if (refused_image(r)) return nullptr;
+    check(r, "cuModuleLoadDataEx(" + src.kernel_name + ", a stored binary)");
   }
-  return std::make_unique<program>(state_.context, module, function, std::move(image));
+  CUfunction function = nullptr;
+  if (const CUresult r = api().cuModuleGetFunction(&function, module, src.kernel_name.c_str()); r != CUDA_SUCCESS) {
+    api().cuModuleUnload(module);
+    if (r == CUDA_ERROR_NOT_FOUND) return nullptr;  // an image of something else
+    check(r, "cuModuleGetFunction(" + src.kernel_name + ")");
+  }
+  return std::make_unique<program>(shared_, module, function, std::move(image));
 }
 
 std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
                                           const std::vector<kernel_binary>& preloaded) {
-  return get_kernel(backend_id_value, e.scope(), builder(state_of(e)), src, preloaded);
+  state_of(e);
+  return get_kernel(backend_id_value, e.scope(), builder(e.native_shared<const engine_state>()), src, preloaded);
+}
+
+launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local,
+                      const char* what) {
+  static constexpr std::size_t kLimit[3] = {2147483647u, 65535u, 65535u};
+  launch_shape l{};
+  for (int d = 0; d < 3; ++d) {
+    const std::size_t blocks = global[d] / local[d];
+    if (blocks > kLimit[d]) {
+      throw cuda_error("cuda: " + std::string(what) + " needs " + std::to_string(blocks) + " blocks in grid dimension " +
+                           "xyz"[d] + ", beyond CUDA's " + std::to_string(kLimit[d]),
+                       CUDA_ERROR_INVALID_VALUE);
+    }
+    l.block[d] = static_cast<unsigned>(local[d]);
+    l.grid[d] = static_cast<unsigned>(blocks);
+  }
+  return l;
 }
 
 void launch(const kernel& k, const stream& s, kernel_args& args, const launch_shape& shape) {

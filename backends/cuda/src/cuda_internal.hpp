@@ -3,6 +3,7 @@
 // path's builder, launches and device memory.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -75,11 +76,13 @@ std::string compile_target(int major, int minor);
 
 // --- Kernel path -----------------------------------------------------------------
 
-// A loaded module with its kernel: the CUDA side of a kernel on the kernel path.
+// A loaded module with its kernel: the CUDA side of a kernel on the kernel
+// path. It holds its engine's state, so a primary context stays retained
+// (and its address unused by another) while the kernel is cached.
 class program final : public device_program {
  public:
-  program(CUcontext context, CUmodule module, CUfunction function, byte_vector image)
-      : context_(context), module_(module), function_(function), image_(std::move(image)) {}
+  program(std::shared_ptr<const engine_state> engine, CUmodule module, CUfunction function, byte_vector image)
+      : engine_(std::move(engine)), module_(module), function_(function), image_(std::move(image)) {}
   ~program() override;
   program(const program&) = delete;
   program& operator=(const program&) = delete;
@@ -88,7 +91,7 @@ class program final : public device_program {
   byte_vector binary() const override { return image_; }
 
  private:
-  CUcontext context_;
+  std::shared_ptr<const engine_state> engine_;
   CUmodule module_;
   CUfunction function_;
   byte_vector image_;  // the cubin (or PTX) it was loaded from
@@ -96,16 +99,20 @@ class program final : public device_program {
 
 class builder final : public kernel_builder {
  public:
-  explicit builder(const engine_state& s) : state_(s) {}
+  explicit builder(std::shared_ptr<const engine_state> s) : state_(*s), shared_(std::move(s)) {}
   const char* backend_name() const override { return "cuda"; }
   device_identity identity() const override { return state_.identity; }
   // NVRTC, then the module load. Throws cuda_error with NVRTC's log.
   std::unique_ptr<device_program> build(const kernel_source& src) const override;
-  // A cubin (ELF) or NUL-terminated PTX the driver accepts, else nullptr.
+  // A cubin (ELF) or NUL-terminated PTX the driver accepts, else nullptr
+  // (the driver refused the image). Throws cuda_error for any other failure
+  // (out of memory, a broken context): a rebuild would not fix it, and the
+  // stored binary is not at fault.
   std::unique_ptr<device_program> load(const kernel_source& src, byte_span binary) const override;
 
  private:
   const engine_state& state_;
+  std::shared_ptr<const engine_state> shared_;
 };
 
 std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
@@ -138,6 +145,12 @@ struct launch_shape {
   unsigned grid[3];
   unsigned block[3];
 };
+// The grid and block of a launch of `global` work-items in blocks of
+// `local`. Throws cuda_error naming `what` beyond CUDA's grid limits
+// (2^31 - 1 blocks in x, 65535 in y and z): compiled partitions compute it
+// when they are compiled, so the error is a compile error.
+launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local,
+                      const char* what);
 
 // Launches `k` on the stream and waits for the stream (in the stream's
 // context, which the caller has made current).

@@ -1,6 +1,7 @@
 // CUDA engines: availability, device selection, contexts, the device query,
 // engine cache blobs, streams and buffers.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <map>
@@ -93,9 +94,15 @@ engine wrap(CUcontext context, CUdevice device, bool primary) {
     if (device_of(o) == device) ordinal = o;
   }
   const int device_id = physical_device_id(engine_kind::gpu, physical_key(s->info, ordinal));
-  // The context's address names the scope: every cached kernel and packed
-  // weight holds memory of its context, which the engine's owner keeps alive.
-  return engine(the_backend(), engine_kind::gpu, device_id, reinterpret_cast<std::uintptr_t>(context), std::move(s));
+  // A primary context's address names the scope: every cached kernel and
+  // packed weight holds the engine state, which keeps the context retained,
+  // so the address cannot name another context while any of them lives. A
+  // caller's context cannot be retained: each engine over one gets a scope
+  // of its own, never reused.
+  static std::atomic<std::uint64_t> next_private_scope{1};
+  const std::uint64_t context_id = primary ? reinterpret_cast<std::uintptr_t>(context)
+                                           : (std::uint64_t{1} << 63) | next_private_scope.fetch_add(1);
+  return engine(the_backend(), engine_kind::gpu, device_id, context_id, std::move(s));
 }
 
 std::string encode_info(const device_info& i) {
@@ -132,11 +139,13 @@ int select_device() {
   const auto value = support::environment_variable("UNICACHE_CUDA_DEVICE");
   if (!value) return 0;
   const std::string& v = *value;
-  if (!v.empty() && v.size() < 6 && std::all_of(v.begin(), v.end(), ::isdigit) && std::stoi(v) < n) return std::stoi(v);
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  const bool ordinal = !v.empty() && v.size() < 6 && std::all_of(v.begin(), v.end(), digit);
+  if (ordinal && std::stoi(v) < n) return std::stoi(v);
   std::string names;
   for (int o = 0; o < n; ++o) {
     const std::string name = device_name(device_of(o));
-    if (!v.empty() && !std::all_of(v.begin(), v.end(), ::isdigit) && lower(name).find(lower(v)) != std::string::npos) {
+    if (!v.empty() && !ordinal && lower(name).find(lower(v)) != std::string::npos) {
       return o;
     }
     names += (names.empty() ? "" : "; ") + std::to_string(o) + " " + name;
@@ -179,8 +188,12 @@ engine_state::~engine_state() {
 
 stream_state::~stream_state() {
   if (!owned || !stream) return;
-  context_guard guard(context);
-  api().cuStreamDestroy(stream);
+  try {
+    context_guard guard(context);
+    api().cuStreamDestroy(stream);
+  } catch (...) {
+    // The context (or the driver, at exit) is gone, and the stream with it.
+  }
 }
 
 counters& stats_counters() {
@@ -239,6 +252,7 @@ std::string unavailable_reason() {
   if (!d) return why;
   int n = 0;
   if (d->cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) return "the NVIDIA driver reports no CUDA device";
+  if (!nvrtc(&why)) return "NVRTC cannot be loaded: " + why;
   return "";
 }
 
@@ -251,6 +265,7 @@ int device_count() {
 
 engine make_engine(int ordinal) {
   const driver_api& d = api();
+  if (std::string why; !nvrtc(&why)) throw cuda_error("cuda: NVRTC cannot be loaded: " + why, 0);
   const CUdevice device = device_of(ordinal);
   CUcontext context = nullptr;
   check(d.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
@@ -264,6 +279,7 @@ engine make_engine(int ordinal) {
 
 engine make_engine(CUcontext context) {
   if (!context) throw cuda_error("cuda: make_engine needs a context", 0);
+  if (std::string why; !nvrtc(&why)) throw cuda_error("cuda: NVRTC cannot be loaded: " + why, 0);
   CUdevice device = 0;
   {
     context_guard guard(context);
@@ -281,6 +297,12 @@ engine make_engine() {
   auto it = engines->find(ordinal);
   if (it != engines->end()) return it->second;
   return engines->emplace(ordinal, make_engine(ordinal)).first->second;
+}
+
+void release_cached(const engine& e) {
+  state_of(e);
+  kernel_cache().evict_scope(e.scope());
+  constant_tensor_cache().evict_scope(e.scope());
 }
 
 stream make_stream(const engine& e, CUstream s) {

@@ -70,8 +70,20 @@ std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
   return std::make_unique<program>(p, k);
 }
 
+namespace {
+
+// The device or host is out of resources: not the binary's fault, and a
+// rebuild would fail too.
+void throw_if_out_of_resources(cl_int err, const std::string& what) {
+  if (err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY || err == CL_MEM_OBJECT_ALLOCATION_FAILURE) {
+    check(err, what);
+  }
+}
+
+}  // namespace
+
 // Refused at creation, build or kernel creation: nullptr, and the core
-// rebuilds from source.
+// rebuilds from source. Out of resources: opencl_error.
 std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
   const unsigned char* data = binary.data();
   const std::size_t size = binary.size();
@@ -79,15 +91,19 @@ std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_spa
   cl_program p = clCreateProgramWithBinary(state_.context, 1, &state_.device, &size, &data, &binary_status, &err);
   if (err != CL_SUCCESS || binary_status != CL_SUCCESS) {
     if (p) clReleaseProgram(p);
+    throw_if_out_of_resources(err, "clCreateProgramWithBinary(" + src.kernel_name + ")");
     return nullptr;
   }
-  if (clBuildProgram(p, 1, &state_.device, nullptr, nullptr, nullptr) != CL_SUCCESS) {
+  err = clBuildProgram(p, 1, &state_.device, nullptr, nullptr, nullptr);
+  if (err != CL_SUCCESS) {
     clReleaseProgram(p);
+    throw_if_out_of_resources(err, "clBuildProgram(" + src.kernel_name + ", a stored binary)");
     return nullptr;
   }
   cl_kernel k = clCreateKernel(p, src.kernel_name.c_str(), &err);
   if (err != CL_SUCCESS) {
     clReleaseProgram(p);
+    throw_if_out_of_resources(err, "clCreateKernel(" + src.kernel_name + ")");
     return nullptr;
   }
   return std::make_unique<program>(p, k);

@@ -78,10 +78,11 @@ class cuda_error : public error {
   int result_;
 };
 
-// Whether the driver loads and reports a device, and NVRTC loads.
+// Whether the driver loads and reports a device, and NVRTC loads (the device
+// identity names NVRTC's version, so without it nothing is served either).
 bool available();
 // Why not, in one line ("" when available), e.g. "no NVIDIA driver:
-// libcuda.so.1 cannot be loaded (...)".
+// libcuda.so.1 cannot be loaded (...)" or "NVRTC cannot be loaded: ...".
 std::string unavailable_reason();
 // The number of CUDA devices (0 when unavailable).
 int device_count();
@@ -108,8 +109,17 @@ struct device_info {
 // the CUDA runtime and PyTorch use). Throws cuda_error.
 engine make_engine(int ordinal);
 // An engine in `context`, which the caller owns and keeps alive while the
-// engine (or any kernel or weight it cached) lives. Throws cuda_error.
+// engine lives. Each such engine has a scope of its own (a context cannot be
+// retained, and its address may be reused once it is destroyed): its kernels
+// come from the store, not from another engine's cache entries. Before
+// destroying the context, call release_cached(engine) so that the caches
+// free its kernels and weights while the context exists. Throws cuda_error.
 engine make_engine(CUcontext context);
+
+// Evicts every kernel, compiled partition and packed weight cached for the
+// engine's scope (its context) from the process-wide caches. For an engine
+// over a context the caller is about to destroy; harmless for any engine.
+void release_cached(const engine& e);
 // The process's engine on the device UNICACHE_CUDA_DEVICE names (an
 // ordinal, or a case-insensitive substring of the device's name), else
 // device 0; the same engine on every call. A value that names no device
