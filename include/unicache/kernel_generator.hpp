@@ -21,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "unicache/cache_key.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/kernel_path.hpp"
@@ -116,6 +117,13 @@ struct gemm_problem {
   // The work-items (global) and work-group (local) of the launch.
   std::array<std::size_t, 3> global() const;
   std::array<std::size_t, 3> local() const;
+
+  // The packed weight (config.packed_b): its layout's key in the constant
+  // tensor cache, its size, and the pack kernel's work-items for a
+  // work-group of `work_group`.
+  cache_key packed_layout() const;
+  std::size_t packed_bytes() const;
+  std::array<std::size_t, 3> pack_global(int work_group) const;
 };
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.

@@ -109,6 +109,25 @@ kernel_path_stats kernel_stats(backend_id backend);
 // one (packing a weight) can leave it out.
 std::uint64_t first_launch_ns_this_thread() noexcept;
 
+// Nanoseconds since construction on this thread, less the first launches
+// it made meanwhile (those count as first_launch_ns): what a backend adds to
+// its own timings, such as packing a weight with a kernel launched for the
+// first time.
+class time_without_first_launches {
+ public:
+  time_without_first_launches()
+      : start_(std::chrono::steady_clock::now()), launches_before_(first_launch_ns_this_thread()) {}
+  std::uint64_t ns() const {
+    const auto elapsed =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+    return static_cast<std::uint64_t>(elapsed) - (first_launch_ns_this_thread() - launches_before_);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  std::uint64_t launches_before_;
+};
+
 // One kernel on the path, shared by every compiled partition whose
 // configuration it is. Immutable but for the one-shot flags.
 class kernel {

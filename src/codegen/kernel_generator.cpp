@@ -205,35 +205,37 @@ POST_CODE      C[m * ldc + n] = v;
 // Tile loaders of the GEMM (before its body: plain functions, so each
 // dialect inlines them). Element e of a tile is one 4-vector.
 constexpr const char* kGemmLoaders = R"SRC(
-DEVICE_FN float at_or_zero(GLOBAL const float* p, long index, int inside) { return inside ? p[index] : 0.0f; }
+/* Four consecutive elements from p + at: one vector load for a tile wholly
+   inside the matrix, else each element whose row is inside and whose index
+   along the row (first + j) is below limit, zeros elsewhere. */
+DEVICE_FN VEC4 load4(GLOBAL const float* p, long at, int full, int row_in, int first, int limit) {
+  if (full) return LOAD4(p + at);
+  return MAKE4(row_in && first < limit ? p[at] : 0.0f, row_in && first + 1 < limit ? p[at + 1] : 0.0f,
+               row_in && first + 2 < limit ? p[at + 2] : 0.0f, row_in && first + 3 < limit ? p[at + 3] : 0.0f);
+}
+/* A vector into shared memory at `at`, its elements `stride` apart (1: along
+   a tile row; the row length: down a column, transposing). */
+DEVICE_FN void store4(SHARED_PTR float* at, int stride, VEC4 v) {
+  at[0] = v.x; at[stride] = v.y; at[2 * stride] = v.z; at[3 * stride] = v.w;
+}
 
 #if TRANS_A
 /* A is K x M: a tile row (fixed k) is contiguous along m. */
 DEVICE_FN VEC4 load_a(GLOBAL const float* A, long lda, int M, int K, int bm, int k0, int e, int full) {
   const int k = e / (BM / 4), m = (e % (BM / 4)) * 4;
-  const long at = (long)(k0 + k) * lda + bm + m;
-  if (full) return LOAD4(A + at);
-  const int kin = k0 + k < K;
-  return MAKE4(at_or_zero(A, at, kin && bm + m < M), at_or_zero(A, at + 1, kin && bm + m + 1 < M),
-               at_or_zero(A, at + 2, kin && bm + m + 2 < M), at_or_zero(A, at + 3, kin && bm + m + 3 < M));
+  return load4(A, (long)(k0 + k) * lda + bm + m, full, k0 + k < K, bm + m, M);
 }
 DEVICE_FN void store_a(SHARED_PTR float (*As)[BM], VEC4 v, int e) {
-  const int k = e / (BM / 4), m = (e % (BM / 4)) * 4;
-  As[k][m] = v.x; As[k][m + 1] = v.y; As[k][m + 2] = v.z; As[k][m + 3] = v.w;
+  store4(&As[e / (BM / 4)][(e % (BM / 4)) * 4], 1, v);
 }
 #else
-/* A is M x K: a tile row (fixed m) is contiguous along k. */
+/* A is M x K: a tile row (fixed m) is contiguous along k; stored transposed. */
 DEVICE_FN VEC4 load_a(GLOBAL const float* A, long lda, int M, int K, int bm, int k0, int e, int full) {
   const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
-  const long at = (long)(bm + m) * lda + k0 + k;
-  if (full) return LOAD4(A + at);
-  const int m_in = bm + m < M;
-  return MAKE4(at_or_zero(A, at, m_in && k0 + k < K), at_or_zero(A, at + 1, m_in && k0 + k + 1 < K),
-               at_or_zero(A, at + 2, m_in && k0 + k + 2 < K), at_or_zero(A, at + 3, m_in && k0 + k + 3 < K));
+  return load4(A, (long)(bm + m) * lda + k0 + k, full, bm + m < M, k0 + k, K);
 }
 DEVICE_FN void store_a(SHARED_PTR float (*As)[BM], VEC4 v, int e) {
-  const int m = e / (BK / 4), k = (e % (BK / 4)) * 4;
-  As[k][m] = v.x; As[k + 1][m] = v.y; As[k + 2][m] = v.z; As[k + 3][m] = v.w;
+  store4(&As[(e % (BK / 4)) * 4][e / (BK / 4)], BM, v);
 }
 #endif
 
@@ -254,34 +256,24 @@ DEVICE_FN VEC4 load_b(GLOBAL const float* B, long ldb, int k0, int bn, int e) {
 /* B is N x K: a tile column (fixed n) is contiguous along k. */
 DEVICE_FN VEC4 load_b(GLOBAL const float* B, long ldb, int N, int K, int bn, int k0, int e, int full) {
   const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
-  const long at = (long)(bn + n) * ldb + k0 + k;
-  if (full) return LOAD4(B + at);
-  const int nin = bn + n < N;
-  return MAKE4(at_or_zero(B, at, nin && k0 + k < K), at_or_zero(B, at + 1, nin && k0 + k + 1 < K),
-               at_or_zero(B, at + 2, nin && k0 + k + 2 < K), at_or_zero(B, at + 3, nin && k0 + k + 3 < K));
+  return load4(B, (long)(bn + n) * ldb + k0 + k, full, bn + n < N, k0 + k, K);
 }
 #else
 /* B is K x N: a tile row (fixed k) is contiguous along n. */
 DEVICE_FN VEC4 load_b(GLOBAL const float* B, long ldb, int N, int K, int bn, int k0, int e, int full) {
   const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
-  const long at = (long)(k0 + k) * ldb + bn + n;
-  if (full) return LOAD4(B + at);
-  const int kin = k0 + k < K;
-  return MAKE4(at_or_zero(B, at, kin && bn + n < N), at_or_zero(B, at + 1, kin && bn + n + 1 < N),
-               at_or_zero(B, at + 2, kin && bn + n + 2 < N), at_or_zero(B, at + 3, kin && bn + n + 3 < N));
+  return load4(B, (long)(k0 + k) * ldb + bn + n, full, k0 + k < K, bn + n, N);
 }
 #endif
 #endif
 
 #if PACKED_B || !TRANS_B
 DEVICE_FN void store_b(SHARED_PTR float (*Bs)[BN], VEC4 v, int e) {
-  const int k = e / (BN / 4), n = (e % (BN / 4)) * 4;
-  Bs[k][n] = v.x; Bs[k][n + 1] = v.y; Bs[k][n + 2] = v.z; Bs[k][n + 3] = v.w;
+  store4(&Bs[e / (BN / 4)][(e % (BN / 4)) * 4], 1, v);
 }
 #else
 DEVICE_FN void store_b(SHARED_PTR float (*Bs)[BN], VEC4 v, int e) {
-  const int n = e / (BK / 4), k = (e % (BK / 4)) * 4;
-  Bs[k][n] = v.x; Bs[k + 1][n] = v.y; Bs[k + 2][n] = v.z; Bs[k + 3][n] = v.w;
+  store4(&Bs[(e % (BK / 4)) * 4][e / (BK / 4)], BN, v);
 }
 #endif
 )SRC";
@@ -529,6 +521,18 @@ std::array<std::size_t, 3> gemm_problem::global() const {
 
 std::array<std::size_t, 3> gemm_problem::local() const {
   return {static_cast<std::size_t>(config.tiles.local_x()), static_cast<std::size_t>(config.tiles.local_y()), 1};
+}
+
+cache_key gemm_problem::packed_layout() const {
+  cache_key layout;
+  layout.add("packed-b").add(config.transpose_b).add(k).add(n).add(ldb).add(packed_k).add(packed_n);
+  return layout;
+}
+
+std::size_t gemm_problem::packed_bytes() const { return static_cast<std::size_t>(packed_k * packed_n) * sizeof(float); }
+
+std::array<std::size_t, 3> gemm_problem::pack_global(int work_group) const {
+  return {round_up(packed_n, work_group), static_cast<std::size_t>(packed_k), 1};
 }
 
 binary_problem::binary_problem(const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out_tensors) {

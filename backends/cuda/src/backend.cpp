@@ -110,14 +110,12 @@ class gemm_kernel final : public compiled_kernel {
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
               const engine& e, const std::vector<kernel_binary>& preloaded)
       : problem_(p, in, out, state_of(e).plan.gemm, current_kernel_shapes()),
-        transpose_b_(p.ops().front().transpose_b),
         launch_(shape_of(problem_.global(), problem_.local(), "the GEMM")) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
     if (problem_.config.packed_b) {
       const int wg = state_of(e).plan.vector_work_group;
-      pack_launch_ = shape_of({kernels::round_up(problem_.packed_n, wg), static_cast<std::size_t>(problem_.packed_k), 1},
-                              {static_cast<std::size_t>(wg), 1, 1}, "packing the weight");
-      pack_ = get_program(e, kernels::pack_source(kDialect, transpose_b_, wg), preloaded);
+      pack_launch_ = shape_of(problem_.pack_global(wg), {static_cast<std::size_t>(wg), 1, 1}, "packing the weight");
+      pack_ = get_program(e, kernels::pack_source(kDialect, problem_.config.transpose_b, wg), preloaded);
       slot_ = weights().make_slot();
     }
   }
@@ -149,13 +147,11 @@ class gemm_kernel final : public compiled_kernel {
   std::shared_ptr<packed_buffer> packed_weight(stream& s, const tensor& t) const {
     const kernels::gemm_problem& g = problem_;
     const engine& e = s.get_engine();
-    cache_key layout;
-    layout.add("packed-b").add(transpose_b_).add(g.k).add(g.n).add(g.ldb).add(g.packed_k).add(g.packed_n);
-    const std::size_t bytes = static_cast<std::size_t>(g.packed_k * g.packed_n) * sizeof(float);
+    const std::size_t bytes = g.packed_bytes();
     const std::size_t source_bytes = static_cast<std::size_t>(kernels::elements(t.desc.shape)) * sizeof(float);
-    return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, layout, bytes, device_reader{s, t}, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      const std::uint64_t launches_before = first_launch_ns_this_thread();
+    return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, g.packed_layout(), bytes,
+                         device_reader{s, t}, [&] {
+      const time_without_first_launches timer;  // the pack kernel's first launch counts as first_launch_ns
       auto packed = std::make_shared<packed_buffer>();
       packed->engine = e.native_shared<const engine_state>();
       packed->memory = allocate(e, bytes, "packed weight");
@@ -164,17 +160,12 @@ class gemm_kernel final : public compiled_kernel {
       args.add(g.ldb).add(static_cast<int>(g.packed_k)).add(static_cast<int>(g.packed_n));
       launch(*pack_, s, args, pack_launch_);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
-      // The pack kernel's own first launch is counted as first_launch_ns.
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
-      stats_counters().pack_ns.fetch_add(
-          static_cast<std::uint64_t>(ns.count()) - (first_launch_ns_this_thread() - launches_before),
-          std::memory_order_relaxed);
+      stats_counters().pack_ns.fetch_add(timer.ns(), std::memory_order_relaxed);
       return packed;
     });
   }
 
   kernels::gemm_problem problem_;
-  bool transpose_b_;
   launch_shape launch_, pack_launch_{};
   std::shared_ptr<const kernel> gemm_, pack_;
   std::shared_ptr<weight_registry::slot> slot_;

@@ -296,33 +296,46 @@ int nvrtc_version() { return the_nvrtc().version; }
 
 std::string nvrtc_library() { return the_nvrtc().library; }
 
-nvrtc_output nvrtc_compile(const std::string& source, const std::string& program_name, int cc_major, int cc_minor,
-                           const std::vector<std::string>& options) {
+std::optional<nvrtc_target> nvrtc_target_for(int cc_major, int cc_minor, std::string* why_not) {
   const nvrtc_state& s = the_nvrtc();
-  if (!s.ok) throw std::runtime_error("nvrtc: cannot compile " + program_name + ": " + s.why_not);
-  const nvrtc_api& a = s.api;
-
+  if (!s.ok) {
+    if (why_not) *why_not = s.why_not;
+    return std::nullopt;
+  }
   // A CUBIN when this NVRTC knows the device's architecture (one that cannot
   // list them is trusted to), else PTX of the newest one not above it: the
   // driver JIT-compiles that for the device.
   const int cc = cc_major * 10 + cc_minor;
   const bool knows_cc = s.archs.empty() || std::binary_search(s.archs.begin(), s.archs.end(), cc);
-  nvrtc_output out;
+  if (knows_cc && s.api.nvrtcGetCUBIN) return nvrtc_target{"sm_" + std::to_string(cc), false};
   int target = cc;
-  if (knows_cc && a.nvrtcGetCUBIN) {
-    out.arch = "sm_" + std::to_string(cc);
-  } else {
-    if (!knows_cc) {
-      const auto above = std::upper_bound(s.archs.begin(), s.archs.end(), cc);
-      if (above == s.archs.begin()) {
-        throw std::runtime_error("nvrtc: cannot compile " + program_name + " for sm_" + std::to_string(cc) + ": " +
-                                 s.library + " supports sm_" + std::to_string(s.archs.front()) + " and newer");
+  if (!knows_cc) {
+    const auto above = std::upper_bound(s.archs.begin(), s.archs.end(), cc);
+    if (above == s.archs.begin()) {
+      if (why_not) {
+        *why_not = s.library + " supports sm_" + std::to_string(s.archs.front()) + " and newer";
       }
-      target = *(above - 1);
+      return std::nullopt;
     }
-    out.ptx = true;
-    out.arch = "compute_" + std::to_string(target);
+    target = *(above - 1);
   }
+  return nvrtc_target{"compute_" + std::to_string(target), true};
+}
+
+nvrtc_output nvrtc_compile(const std::string& source, const std::string& program_name, int cc_major, int cc_minor,
+                           const std::vector<std::string>& options) {
+  const nvrtc_state& s = the_nvrtc();
+  if (!s.ok) throw std::runtime_error("nvrtc: cannot compile " + program_name + ": " + s.why_not);
+  const nvrtc_api& a = s.api;
+  std::string why;
+  const std::optional<nvrtc_target> target = nvrtc_target_for(cc_major, cc_minor, &why);
+  if (!target) {
+    throw std::runtime_error("nvrtc: cannot compile " + program_name + " for sm_" + std::to_string(cc_major) +
+                             std::to_string(cc_minor) + ": " + why);
+  }
+  nvrtc_output out;
+  out.arch = target->arch;
+  out.ptx = target->ptx;
 
   const std::string arch_option = "--gpu-architecture=" + out.arch;
   std::vector<const char*> argv{arch_option.c_str()};

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,17 @@ struct nvrtc_output {
   std::string arch;  // "sm_90" or "compute_86"
   std::string log;   // NVRTC's log (warnings), possibly empty
 };
+
+// What NVRTC compiles to for a device of compute capability cc_major.cc_minor:
+// "sm_XY" (a CUBIN) when it knows that architecture and can emit CUBINs, else
+// PTX ("compute_XY", ptx true) for the newest architecture it knows not above
+// the device's. nullopt, with the reason in *why_not, when NVRTC is
+// unavailable or knows no architecture up to the device's.
+struct nvrtc_target {
+  std::string arch;
+  bool ptx = false;
+};
+std::optional<nvrtc_target> nvrtc_target_for(int cc_major, int cc_minor, std::string* why_not);
 
 // Compiles CUDA C++ `source` for a device of compute capability
 // cc_major.cc_minor with "--gpu-architecture=sm_XY" followed by `options`,

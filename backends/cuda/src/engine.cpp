@@ -207,23 +207,9 @@ const engine_state& state_of(const engine& e) {
 }
 
 std::string compile_target(int major, int minor) {
-  std::string why;
-  const nvrtc_api* n = nvrtc(&why);
-  if (!n) return "";
-  const int wanted = major * 10 + minor;
-  if (!n->nvrtcGetNumSupportedArchs || !n->nvrtcGetSupportedArchs) {
-    return n->nvrtcGetCUBIN ? "sm_" + std::to_string(wanted) : "compute_" + std::to_string(wanted) + " (PTX)";
-  }
-  int count = 0;
-  if (n->nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return "";
-  std::vector<int> archs(static_cast<std::size_t>(count));
-  if (n->nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return "";
-  int best = 0;
-  for (int a : archs) {
-    if (a == wanted && n->nvrtcGetCUBIN) return "sm_" + std::to_string(a);
-    if (a <= wanted) best = std::max(best, a);
-  }
-  return best ? "compute_" + std::to_string(best) + " (PTX)" : "";
+  const std::optional<nvrtc_target> t = nvrtc_target_for(major, minor, nullptr);
+  if (!t) return "";
+  return t->ptx ? t->arch + " (PTX)" : t->arch;
 }
 
 CUdeviceptr allocate(const engine& e, std::size_t bytes, const char* what) {

@@ -71,12 +71,11 @@ class gemm_kernel final : public compiled_kernel {
  public:
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
               const engine& e, const std::vector<kernel_binary>& preloaded)
-      : problem_(p, in, out, e.native<engine_state>().plan.gemm, current_kernel_shapes()),
-        transpose_b_(p.ops().front().transpose_b) {
+      : problem_(p, in, out, e.native<engine_state>().plan.gemm, current_kernel_shapes()) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
     if (problem_.config.packed_b) {
       pack_work_group_ = e.native<engine_state>().plan.vector_work_group;
-      pack_ = get_program(e, kernels::pack_source(kDialect, transpose_b_, pack_work_group_), preloaded);
+      pack_ = get_program(e, kernels::pack_source(kDialect, problem_.config.transpose_b, pack_work_group_), preloaded);
       slot_ = weights().make_slot();
     }
   }
@@ -126,19 +125,17 @@ class gemm_kernel final : public compiled_kernel {
     const kernels::gemm_problem& g = problem_;
     const engine& e = s.get_engine();
     const engine_state& es = e.native<engine_state>();
-    cache_key layout;
-    layout.add("packed-b").add(transpose_b_).add(g.k).add(g.n).add(g.ldb).add(g.packed_k).add(g.packed_n);
-    const std::size_t bytes = static_cast<std::size_t>(g.packed_k * g.packed_n) * sizeof(float);
+    const std::size_t bytes = g.packed_bytes();
     const std::size_t source_bytes = static_cast<std::size_t>(elements(t.desc.shape)) * sizeof(float);
-    return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, layout, bytes, buffer_reader{s, t}, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      const std::uint64_t launches_before = first_launch_ns_this_thread();
+    return weights().get(slot_, e.scope(), {t.data, t.version, source_bytes}, g.packed_layout(), bytes,
+                         buffer_reader{s, t}, [&] {
+      const time_without_first_launches timer;  // the pack program's first launch counts as first_launch_ns
       auto packed = std::make_shared<packed_buffer>();
       cl_int err = CL_SUCCESS;
       packed->mem = clCreateBuffer(es.context, CL_MEM_READ_WRITE, bytes, nullptr, &err);
       check(err, "clCreateBuffer(packed weight, " + std::to_string(bytes) + " bytes)");
       const std::size_t local[2] = {static_cast<std::size_t>(pack_work_group_), 1};
-      const std::size_t global[2] = {round_up(g.packed_n, pack_work_group_), static_cast<std::size_t>(g.packed_k)};
+      const std::array<std::size_t, 3> global = g.pack_global(pack_work_group_);
       launch(
           *pack_, s,
           [&](cl_kernel k) {
@@ -150,19 +147,14 @@ class gemm_kernel final : public compiled_kernel {
             set_arg(k, 5, static_cast<cl_int>(g.packed_k));
             set_arg(k, 6, static_cast<cl_int>(g.packed_n));
           },
-          2, global, local);
+          2, global.data(), local);
       stats_counters().weights_packed.fetch_add(1, std::memory_order_relaxed);
-      // The pack program's own first launch is counted as first_launch_ns.
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
-      stats_counters().pack_ns.fetch_add(
-          static_cast<std::uint64_t>(ns.count()) - (first_launch_ns_this_thread() - launches_before),
-          std::memory_order_relaxed);
+      stats_counters().pack_ns.fetch_add(timer.ns(), std::memory_order_relaxed);
       return packed;
     });
   }
 
   kernels::gemm_problem problem_;
-  bool transpose_b_;
   std::shared_ptr<const kernel> gemm_, pack_;
   int pack_work_group_ = 1;
   std::shared_ptr<weight_registry::slot> slot_;
