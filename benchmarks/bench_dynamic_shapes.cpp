@@ -68,11 +68,8 @@
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
 #include "unicache/version.hpp"
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-#include "unicache/opencl.hpp"
-#endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
-#include "unicache/cuda.hpp"
+#if UNICACHE_GPU_WITH_OPENCL || UNICACHE_GPU_WITH_CUDA
+#include "gpu_backends.hpp"
 #endif
 
 namespace {
@@ -259,117 +256,53 @@ class cpu_device final : public device {
   std::vector<std::vector<float>> w_, b_, y_;
 };
 
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-class opencl_device final : public device {
+#if UNICACHE_GPU_WITH_OPENCL || UNICACHE_GPU_WITH_CUDA
+// A GPU backend's device (gpu_backends.hpp): the same buffers and counters
+// for every backend.
+template <class Backend>
+class gpu_device final : public device {
  public:
-  opencl_device(const layer& l, std::int64_t max_rows) : l_(l) {
-    eng_ = opencl::make_engine();
+  gpu_device(const layer& l, std::int64_t max_rows) : l_(l), eng_(Backend::make_engine()), buffers_(eng_) {
     strm_ = make_stream(eng_);
-    auto upload = [&](const std::vector<float>& v) { return keep(opencl::make_buffer(eng_, v.size() * 4, v.data())); };
-    x_ = upload(random_values(static_cast<std::size_t>(max_rows * l.steps[0].k), 1, 1.f));
+    x_ = buffers_.upload(random_values(static_cast<std::size_t>(max_rows * l.steps[0].k), 1, 1.f));
     for (std::size_t i = 0; i < l.steps.size(); ++i) {
       const auto& s = l.steps[i];
-      w_.push_back(upload(random_values(static_cast<std::size_t>(s.k * s.n), 10 + i, 0.05f)));
-      b_.push_back(upload(random_values(static_cast<std::size_t>(s.n), 20 + i, 0.05f)));
-      y_.push_back(keep(opencl::make_buffer(eng_, static_cast<std::size_t>(max_rows * s.n) * 4)));
+      w_.push_back(buffers_.upload(random_values(static_cast<std::size_t>(s.k * s.n), 10 + i, 0.05f)));
+      b_.push_back(buffers_.upload(random_values(static_cast<std::size_t>(s.n), 20 + i, 0.05f)));
+      y_.push_back(buffers_.make(static_cast<std::size_t>(max_rows * s.n) * 4));
     }
-  }
-  ~opencl_device() override {
-    for (cl_mem m : all_) clReleaseMemObject(m);
   }
   const engine& eng() const override { return eng_; }
   stream& strm() override { return strm_; }
-  std::string name() const override {
-    const opencl::device_info& d = opencl::info(eng_);
-    return d.platform_name + " / " + d.device_name + " / " + d.driver_version;
-  }
+  std::string name() const override { return Backend::device(eng_); }
   work counters() const override {
-    const opencl::backend_stats s = opencl::stats();
-    return {double(s.programs_from_source), double(s.programs_from_binary), double(s.weights_packed),
-            s.build_ns / 1e6, s.load_ns / 1e6, s.pack_ns / 1e6, s.first_launch_ns / 1e6};
+    const gpu_backends::kernel_counts c = Backend::counts();
+    return {c.built, c.loaded, c.packs, c.build_ms, c.load_ms, c.pack_ms, c.first_launch_ms};
   }
   void run(const compiled_partition& cp, std::size_t i) override {
     const auto& s = l_.steps[i];
-    cl_mem in = s.input < 0 ? x_ : y_[static_cast<std::size_t>(s.input)];
+    void* in = s.input < 0 ? x_ : y_[static_cast<std::size_t>(s.input)];
     cp.execute(strm_, {{cp.inputs()[0], in, 0}, {cp.inputs()[1], w_[i], 0}, {cp.inputs()[2], b_[i], 0}},
                {{cp.outputs()[0], y_[i], 0}});
   }
 
  private:
-  cl_mem keep(cl_mem m) {
-    all_.push_back(m);
-    return m;
-  }
   const layer& l_;
   engine eng_;
   stream strm_;
-  cl_mem x_ = nullptr;
-  std::vector<cl_mem> w_, b_, y_, all_;
-};
-#endif
-
-#ifdef UNICACHE_BENCH_WITH_CUDA
-// 12040 -> "12.4": how cuDriverGetVersion and nvrtcVersion numbers read.
-std::string cuda_version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
-
-class cuda_device final : public device {
- public:
-  cuda_device(const layer& l, std::int64_t max_rows) : l_(l) {
-    eng_ = cuda::make_engine();
-    strm_ = make_stream(eng_);
-    auto upload = [&](const std::vector<float>& v) { return keep(cuda::make_buffer(eng_, v.size() * 4, v.data())); };
-    x_ = upload(random_values(static_cast<std::size_t>(max_rows * l.steps[0].k), 1, 1.f));
-    for (std::size_t i = 0; i < l.steps.size(); ++i) {
-      const auto& s = l.steps[i];
-      w_.push_back(upload(random_values(static_cast<std::size_t>(s.k * s.n), 10 + i, 0.05f)));
-      b_.push_back(upload(random_values(static_cast<std::size_t>(s.n), 20 + i, 0.05f)));
-      y_.push_back(keep(cuda::make_buffer(eng_, static_cast<std::size_t>(max_rows * s.n) * 4)));
-    }
-  }
-  ~cuda_device() override {
-    for (CUdeviceptr p : all_) cuda::free_buffer(eng_, p);
-  }
-  const engine& eng() const override { return eng_; }
-  stream& strm() override { return strm_; }
-  std::string name() const override {
-    const cuda::device_info& d = cuda::info(eng_);
-    return d.device_name + " / sm_" + std::to_string(d.compute_major) + std::to_string(d.compute_minor) + " / target " +
-           d.target + " / driver " + cuda_version(d.driver_version) + " / NVRTC " + cuda_version(d.nvrtc_version);
-  }
-  work counters() const override {
-    const cuda::backend_stats s = cuda::stats();
-    return {double(s.programs_from_source), double(s.programs_from_binary), double(s.weights_packed),
-            s.build_ns / 1e6, s.load_ns / 1e6, s.pack_ns / 1e6, s.first_launch_ns / 1e6};
-  }
-  void run(const compiled_partition& cp, std::size_t i) override {
-    const auto& s = l_.steps[i];
-    void* in = ptr(s.input < 0 ? x_ : y_[static_cast<std::size_t>(s.input)]);
-    cp.execute(strm_, {{cp.inputs()[0], in, 0}, {cp.inputs()[1], ptr(w_[i]), 0}, {cp.inputs()[2], ptr(b_[i]), 0}},
-               {{cp.outputs()[0], ptr(y_[i]), 0}});
-  }
-
- private:
-  // A tensor's data on a CUDA engine is the CUdeviceptr itself.
-  static void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
-  CUdeviceptr keep(CUdeviceptr p) {
-    all_.push_back(p);
-    return p;
-  }
-  const layer& l_;
-  engine eng_;
-  stream strm_;
-  CUdeviceptr x_ = 0;
-  std::vector<CUdeviceptr> w_, b_, y_, all_;
+  gpu_backends::buffers<Backend> buffers_;
+  void* x_ = nullptr;
+  std::vector<void*> w_, b_, y_;
 };
 #endif
 
 std::unique_ptr<device> make_device(const std::string& name, const layer& l, std::int64_t max_rows) {
   if (name == "cpu") return std::make_unique<cpu_device>(l, max_rows);
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-  if (name == "opencl") return std::make_unique<opencl_device>(l, max_rows);
+#if UNICACHE_GPU_WITH_OPENCL
+  if (name == "opencl") return std::make_unique<gpu_device<gpu_backends::opencl_backend>>(l, max_rows);
 #endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
-  if (name == "cuda") return std::make_unique<cuda_device>(l, max_rows);
+#if UNICACHE_GPU_WITH_CUDA
+  if (name == "cuda") return std::make_unique<gpu_device<gpu_backends::cuda_backend>>(l, max_rows);
 #endif
   throw std::invalid_argument("this build has no " + name + " backend");
 }
@@ -741,10 +674,10 @@ int run_device(const options& o, const std::string& dev) {
 // Why `dev` cannot run here, or "". OpenCL says nothing before a context is
 // made: a machine without a device fails in the child, with OpenCL's error.
 std::string unavailable(const std::string& dev) {
-#ifndef UNICACHE_BENCH_WITH_OPENCL
+#if !UNICACHE_GPU_WITH_OPENCL
   if (dev == "opencl") return "this build has no OpenCL backend (UNICACHE_WITH_OPENCL=OFF)";
 #endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
   if (dev == "cuda" && !cuda::available()) return "the CUDA backend is unavailable: " + cuda::unavailable_reason();
 #else
   if (dev == "cuda") return "this build has no CUDA backend (UNICACHE_WITH_CUDA=OFF)";

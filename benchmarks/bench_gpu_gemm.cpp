@@ -23,85 +23,15 @@
 #include <string>
 #include <vector>
 
+#include "gpu_backends.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-#include "unicache/opencl.hpp"
-#endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
-#include "unicache/cuda.hpp"
-#endif
 
 namespace {
 
 using namespace unicache;
-
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-struct opencl_backend {
-  static constexpr const char* name = "opencl";
-  using buffer = cl_mem;
-  static engine make_engine() { return opencl::make_engine(); }
-  static buffer make_buffer(const engine& e, std::size_t bytes, const void* host) {
-    return opencl::make_buffer(e, bytes, host);
-  }
-  static void free_buffer(const engine&, buffer b) { clReleaseMemObject(b); }
-  static void* data(buffer b) { return b; }
-  static std::string device_name(const engine& e) { return opencl::info(e).device_name; }
-  // OpenCL says nothing of availability but by failing to make an engine.
-  static std::string unavailable_reason() {
-    try {
-      make_engine();
-      return "";
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-  }
-};
-#endif
-
-#ifdef UNICACHE_BENCH_WITH_CUDA
-struct cuda_backend {
-  static constexpr const char* name = "cuda";
-  using buffer = CUdeviceptr;
-  static engine make_engine() { return cuda::make_engine(); }
-  static buffer make_buffer(const engine& e, std::size_t bytes, const void* host) {
-    return cuda::make_buffer(e, bytes, host);
-  }
-  static void free_buffer(const engine& e, buffer b) { cuda::free_buffer(e, b); }
-  static void* data(buffer b) { return reinterpret_cast<void*>(b); }
-  static std::string device_name(const engine& e) { return cuda::info(e).device_name; }
-  static std::string unavailable_reason() {
-    if (!cuda::available()) return cuda::unavailable_reason();
-    try {
-      make_engine();
-      return "";
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-  }
-};
-#endif
-
-// A benchmark's device buffers, freed however it returns.
-template <class Backend>
-class device_buffers {
- public:
-  explicit device_buffers(const engine& e) : eng_(e) {}
-  device_buffers(const device_buffers&) = delete;
-  device_buffers& operator=(const device_buffers&) = delete;
-  ~device_buffers() {
-    for (typename Backend::buffer b : all_) Backend::free_buffer(eng_, b);
-  }
-  void* make(std::size_t bytes, const void* host = nullptr) {
-    all_.push_back(Backend::make_buffer(eng_, bytes, host));
-    return Backend::data(all_.back());
-  }
-
- private:
-  const engine& eng_;
-  std::vector<typename Backend::buffer> all_;
-};
+using gpu_backends::buffers;
 
 // A failure (a backend error, a size the device cannot hold) skips that
 // benchmark, with the error as its message, and the others still run.
@@ -122,10 +52,10 @@ void BM_gemm(benchmark::State& state) {
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     for (auto& v : host) v = dist(rng);
     const std::size_t bytes = host.size() * sizeof(float);
-    device_buffers<Backend> buffers(eng);
-    void* ab = buffers.make(bytes, host.data());
-    void* bb = buffers.make(bytes, host.data());
-    void* cb = buffers.make(bytes);
+    buffers<Backend> device(eng);
+    void* ab = device.make(bytes, host.data());
+    void* bb = device.make(bytes, host.data());
+    void* cb = device.make(bytes);
     compiled_partition cp = compile(g.partitions()[0], {{n, n}, {n, n}}, eng);
     const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
     const std::vector<tensor> out{{cp.outputs()[0], cb}};
@@ -153,10 +83,10 @@ void BM_constant_check(benchmark::State& state) {
     engine eng = Backend::make_engine();
     stream strm = make_stream(eng);
     std::vector<float> host(static_cast<std::size_t>(k * n), 0.25f);
-    device_buffers<Backend> buffers(eng);
-    void* ab = buffers.make(static_cast<std::size_t>(m * k) * sizeof(float), host.data());
-    void* bb = buffers.make(host.size() * sizeof(float), host.data());
-    void* cb = buffers.make(static_cast<std::size_t>(m * n) * sizeof(float));
+    buffers<Backend> device(eng);
+    void* ab = device.make(static_cast<std::size_t>(m * k) * sizeof(float), host.data());
+    void* bb = device.make(host.size() * sizeof(float), host.data());
+    void* cb = device.make(static_cast<std::size_t>(m * n) * sizeof(float));
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}}, eng);
     const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
     const std::vector<tensor> out{{cp.outputs()[0], cb}};
@@ -228,16 +158,16 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   bool ok = true;
   int registered = 0;
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-  ok = add_backend<opencl_backend>(wanted, registered) && ok;
+#if UNICACHE_GPU_WITH_OPENCL
+  ok = add_backend<gpu_backends::opencl_backend>(wanted, registered) && ok;
 #else
   if (wanted == "opencl") {
     std::fprintf(stderr, "bench_gpu_gemm: this build has no OpenCL backend (UNICACHE_WITH_OPENCL=OFF)\n");
     return 2;
   }
 #endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
-  ok = add_backend<cuda_backend>(wanted, registered) && ok;
+#if UNICACHE_GPU_WITH_CUDA
+  ok = add_backend<gpu_backends::cuda_backend>(wanted, registered) && ok;
 #else
   if (wanted == "cuda") {
     std::fprintf(stderr, "bench_gpu_gemm: this build has no CUDA backend (UNICACHE_WITH_CUDA=OFF)\n");

@@ -40,16 +40,12 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "gpu_backends.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/version.hpp"
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-#include "unicache/opencl.hpp"
-#endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
 #include <dlfcn.h>
-
-#include "unicache/cuda.hpp"
 #endif
 
 namespace {
@@ -74,70 +70,15 @@ std::vector<float> random_values(std::size_t count, unsigned seed) {
   return v;
 }
 
-// --- The backends: buffers, counters and the device line -------------------------
-
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-struct opencl_backend {
-  using buffer = cl_mem;
-  static unicache::engine make_engine() { return unicache::opencl::make_engine(); }
-  static buffer make_buffer(const unicache::engine& e, std::size_t bytes, const void* host = nullptr) {
-    return unicache::opencl::make_buffer(e, bytes, host);
-  }
-  static void read_buffer(const unicache::stream& s, buffer b, void* host, std::size_t bytes) {
-    unicache::opencl::read_buffer(s, b, host, bytes);
-  }
-  static void free_buffer(const unicache::engine&, buffer b) { clReleaseMemObject(b); }
-  static void* data(buffer b) { return b; }
-  static std::string counters() {
-    const unicache::opencl::backend_stats st = unicache::opencl::stats();
-    char text[160];
-    std::snprintf(text, sizeof text, "probes=%llu from_source=%llu from_binary=%llu stored=%llu",
-                  static_cast<unsigned long long>(st.probe_builds),
-                  static_cast<unsigned long long>(st.programs_from_source),
-                  static_cast<unsigned long long>(st.programs_from_binary),
-                  static_cast<unsigned long long>(st.binaries_stored));
-    return text;
-  }
-  static std::string device(const unicache::engine& e) {
-    const unicache::opencl::device_info& i = unicache::opencl::info(e);
-    return i.platform_name + " / " + i.device_name + " / " + i.driver_version;
-  }
-};
-#endif
-
-#ifdef UNICACHE_BENCH_WITH_CUDA
-// 12040 -> "12.4": how cuDriverGetVersion and nvrtcVersion numbers read.
-std::string cuda_version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
-
-struct cuda_backend {
-  using buffer = CUdeviceptr;
-  static unicache::engine make_engine() { return unicache::cuda::make_engine(); }
-  static buffer make_buffer(const unicache::engine& e, std::size_t bytes, const void* host = nullptr) {
-    return unicache::cuda::make_buffer(e, bytes, host);
-  }
-  static void read_buffer(const unicache::stream& s, buffer b, void* host, std::size_t bytes) {
-    unicache::cuda::read_buffer(s, b, host, bytes);
-  }
-  static void free_buffer(const unicache::engine& e, buffer b) { unicache::cuda::free_buffer(e, b); }
-  static void* data(buffer b) { return reinterpret_cast<void*>(b); }
-  // No probe: a CUDA engine learns all it needs from device attributes.
-  static std::string counters() {
-    const unicache::cuda::backend_stats st = unicache::cuda::stats();
-    char text[160];
-    std::snprintf(text, sizeof text, "from_source=%llu from_binary=%llu stored=%llu",
-                  static_cast<unsigned long long>(st.programs_from_source),
-                  static_cast<unsigned long long>(st.programs_from_binary),
-                  static_cast<unsigned long long>(st.binaries_stored));
-    return text;
-  }
-  static std::string device(const unicache::engine& e) {
-    const unicache::cuda::device_info& i = unicache::cuda::info(e);
-    return i.device_name + " / sm_" + std::to_string(i.compute_major) + std::to_string(i.compute_minor) +
-           " / target " + i.target + " / driver " + cuda_version(i.driver_version) + " / NVRTC " +
-           cuda_version(i.nvrtc_version);
-  }
-};
-#endif
+// The backend's kernel counters as the child reports them.
+template <class Backend>
+std::string counters_of() {
+  const unicache::gpu_backends::kernel_counts c = Backend::counts();
+  char text[160];
+  std::snprintf(text, sizeof text, "probes=%.0f from_source=%.0f from_binary=%.0f stored=%.0f", c.probes, c.built,
+                c.loaded, c.stored);
+  return text;
+}
 
 // --- Child: one fresh process ---------------------------------------------------
 
@@ -193,13 +134,13 @@ int child_first_result(const sizes& sz) {
   std::printf(
       "RESULT engine_ms=%.3f compile_ms=%.3f first_run_ms=%.3f partition_ms=%.3f total_ms=%.3f process_ms=%.3f "
       "%s max_error=%.3g\n",
-      engine_ms, compile_ms, run_ms, compile_ms + run_ms, total_ms, process_ms, Backend::counters().c_str(),
+      engine_ms, compile_ms, run_ms, compile_ms + run_ms, total_ms, process_ms, counters_of<Backend>().c_str(),
       max_error);
   std::printf("DEVICE %s\n", Backend::device(eng).c_str());
   return max_error < 1e-3 ? 0 : 3;
 }
 
-#ifdef UNICACHE_BENCH_WITH_OPENCL
+#if UNICACHE_GPU_WITH_OPENCL
 // Engine creation on the benchmark's device (make_engine()'s choice): a
 // context, then an engine that probes (the store is off in this child, so
 // it must), then one from that engine's cache blob.
@@ -227,7 +168,7 @@ int child_engine_opencl() {
 }
 #endif
 
-#ifdef UNICACHE_BENCH_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
 // The two driver entry points, declared as cuda.h declares them (CUresult
 // and CUdevice are ints): the baseline must not go through unicache.
 using cu_init_fn = int (*)(unsigned int flags);
@@ -298,10 +239,10 @@ struct condition {
 };
 
 bool backend_built(const std::string& backend) {
-#ifdef UNICACHE_BENCH_WITH_OPENCL
+#if UNICACHE_GPU_WITH_OPENCL
   if (backend == "opencl") return true;
 #endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
   if (backend == "cuda") return true;
 #endif
   (void)backend;
@@ -309,13 +250,13 @@ bool backend_built(const std::string& backend) {
 }
 
 int run_child_mode(const std::string& backend, bool engine_mode, bool context_mode, const sizes& sz) {
-#ifdef UNICACHE_BENCH_WITH_OPENCL
-  if (backend == "opencl") return engine_mode ? child_engine_opencl() : child_first_result<opencl_backend>(sz);
+#if UNICACHE_GPU_WITH_OPENCL
+  if (backend == "opencl") return engine_mode ? child_engine_opencl() : child_first_result<unicache::gpu_backends::opencl_backend>(sz);
 #endif
-#ifdef UNICACHE_BENCH_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
   if (backend == "cuda") {
     if (context_mode) return child_context_cuda();
-    return engine_mode ? child_engine_cuda() : child_first_result<cuda_backend>(sz);
+    return engine_mode ? child_engine_cuda() : child_first_result<unicache::gpu_backends::cuda_backend>(sz);
   }
 #endif
   (void)engine_mode;
@@ -331,7 +272,7 @@ int main(int argc, char** argv) {
   sizes sz;
   int runs = 5;
   std::string json_path;
-#ifdef UNICACHE_BENCH_WITH_OPENCL
+#if UNICACHE_GPU_WITH_OPENCL
   std::string backend = "opencl";
 #else
   std::string backend = "cuda";
@@ -371,7 +312,7 @@ int main(int argc, char** argv) {
     std::printf("error: %s\n", e.what());
     return 1;
   }
-#ifdef UNICACHE_BENCH_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
   // Said here, once, rather than as the first child's failure.
   if (cuda && !unicache::cuda::available()) {
     std::fprintf(stderr, "bench_warm_start: the CUDA backend is unavailable: %s\n",

@@ -1,5 +1,5 @@
 // The GPU engine a program gets by default, and the few buffer operations
-// the examples need, over whichever GPU backend was chosen.
+// the examples need, over whichever GPU backend was chosen (gpu_backends.hpp).
 //
 // The order: UNICACHE_BACKEND=cuda|opencl forces one; otherwise CUDA where
 // the NVIDIA driver reports a device (UNICACHE_CUDA_DEVICE picks which),
@@ -13,14 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "unicache/backend.hpp"
-#include "unicache/compiler.hpp"
-#if UNICACHE_EXAMPLES_WITH_CUDA
-#include "unicache/cuda.hpp"
-#endif
-#if UNICACHE_EXAMPLES_WITH_OPENCL
-#include "unicache/opencl.hpp"
-#endif
+#include "gpu_backends.hpp"
 
 namespace unicache::examples {
 
@@ -28,48 +21,42 @@ struct gpu {
   std::string backend;  // "cuda" or "opencl"
   std::string device;   // what the backend calls the device
   engine eng;
+  // The chosen backend's buffer functions (gpu_backends.hpp), on void*.
+  void* (*make)(const engine&, std::size_t, const void*) = nullptr;
+  void (*free)(const engine&, void*) = nullptr;
+  void (*read_back)(const stream&, void*, void*, std::size_t) = nullptr;
+  gpu_backends::kernel_counts (*counts)() = nullptr;
 
   // Device memory of `bytes`, filled from `host` if given; the caller
   // releases it with release().
-  void* make_buffer(std::size_t bytes, const void* host = nullptr) const {
-#if UNICACHE_EXAMPLES_WITH_CUDA
-    if (backend == "cuda") return reinterpret_cast<void*>(cuda::make_buffer(eng, bytes, host));
-#endif
-#if UNICACHE_EXAMPLES_WITH_OPENCL
-    if (backend == "opencl") return opencl::make_buffer(eng, bytes, host);
-#endif
-    throw std::logic_error("no GPU backend");
-  }
-  void release(void* buffer) const {
-#if UNICACHE_EXAMPLES_WITH_CUDA
-    if (backend == "cuda") cuda::free_buffer(eng, reinterpret_cast<CUdeviceptr>(buffer));
-#endif
-#if UNICACHE_EXAMPLES_WITH_OPENCL
-    if (backend == "opencl") clReleaseMemObject(static_cast<cl_mem>(buffer));
-#endif
-  }
-  void read(const stream& s, void* buffer, void* host, std::size_t bytes) const {
-#if UNICACHE_EXAMPLES_WITH_CUDA
-    if (backend == "cuda") cuda::read_buffer(s, reinterpret_cast<CUdeviceptr>(buffer), host, bytes);
-#endif
-#if UNICACHE_EXAMPLES_WITH_OPENCL
-    if (backend == "opencl") opencl::read_buffer(s, static_cast<cl_mem>(buffer), host, bytes);
-#endif
-  }
-  // Kernels built from source and loaded from the store or a blob.
+  void* make_buffer(std::size_t bytes, const void* host = nullptr) const { return make(eng, bytes, host); }
+  void release(void* buffer) const { free(eng, buffer); }
+  void read(const stream& s, void* buffer, void* host, std::size_t bytes) const { read_back(s, buffer, host, bytes); }
+  // Kernels built from source (OpenCL: the engine's probe included) and
+  // loaded from the store or a blob.
   std::pair<std::uint64_t, std::uint64_t> kernels_built_and_loaded() const {
-#if UNICACHE_EXAMPLES_WITH_CUDA
-    if (backend == "cuda") return {cuda::stats().programs_from_source, cuda::stats().programs_from_binary};
-#endif
-#if UNICACHE_EXAMPLES_WITH_OPENCL
-    if (backend == "opencl") {
-      const opencl::backend_stats s = opencl::stats();
-      return {s.programs_from_source + s.probe_builds, s.programs_from_binary};
-    }
-#endif
-    return {0, 0};
+    const gpu_backends::kernel_counts c = counts();
+    return {static_cast<std::uint64_t>(c.built + c.probes), static_cast<std::uint64_t>(c.loaded)};
   }
 };
+
+// The process's engine of `Backend`, with its buffer functions.
+template <class Backend>
+gpu gpu_of() {
+  engine e = Backend::make_engine();
+  std::string device = Backend::device_name(e);
+  return {Backend::name,
+          std::move(device),
+          std::move(e),
+          [](const engine& en, std::size_t bytes, const void* host) {
+            return Backend::data(Backend::make_buffer(en, bytes, host));
+          },
+          [](const engine& en, void* b) { Backend::free_buffer(en, Backend::from_data(b)); },
+          [](const stream& s, void* b, void* host, std::size_t bytes) {
+            Backend::read_buffer(s, Backend::from_data(b), host, bytes);
+          },
+          &Backend::counts};
+}
 
 inline gpu make_gpu(bool quiet = false) {
   const char* forced = std::getenv("UNICACHE_BACKEND");
@@ -78,11 +65,11 @@ inline gpu make_gpu(bool quiet = false) {
     std::fprintf(stderr, "unicache: ignoring UNICACHE_BACKEND (expected cuda or opencl); choosing by default order\n");
   }
   std::string why_not_cuda = "the CUDA backend is not built";
-#if UNICACHE_EXAMPLES_WITH_CUDA
+#if UNICACHE_GPU_WITH_CUDA
   if (want != "opencl") {
     why_not_cuda = cuda::unavailable_reason();
     if (why_not_cuda.empty() || want == "cuda") {
-      gpu g{"cuda", "", cuda::make_engine()};
+      gpu g = gpu_of<gpu_backends::cuda_backend>();
       const cuda::device_info& i = cuda::info(g.eng);
       g.device = i.device_name + " (" + i.target + ")";
       if (!quiet) std::fprintf(stderr, "unicache: using the cuda backend on %s\n", g.device.c_str());
@@ -92,8 +79,8 @@ inline gpu make_gpu(bool quiet = false) {
     why_not_cuda = "UNICACHE_BACKEND=opencl";
   }
 #endif
-#if UNICACHE_EXAMPLES_WITH_OPENCL
-  gpu g{"opencl", "", opencl::make_engine()};
+#if UNICACHE_GPU_WITH_OPENCL
+  gpu g = gpu_of<gpu_backends::opencl_backend>();
   g.device = opencl::info(g.eng).platform_name + " / " + opencl::info(g.eng).device_name;
   if (!quiet) {
     std::fprintf(stderr, "unicache: using the opencl backend on %s (not cuda: %s)\n", g.device.c_str(),
