@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <future>
+#include <memory>
 #include <string>
 
 #include "unicache/cuda.hpp"
@@ -31,8 +33,21 @@ TEST(GpuDevices, TheOpenclAndCudaViewsOfOneGpuAreOneDevice) {
   EXPECT_EQ(c.kind(), engine_kind::gpu);
   EXPECT_EQ(o.device_id(), c.device_id()) << "matched by PCI address " << cuda::info(c).pci_bus_id;
   EXPECT_NE(o.context_id(), c.context_id()) << "two contexts: kernels and weights are never shared";
-  // One budget: a capacity set for the device id applies to both engines' scopes.
-  EXPECT_EQ(kernel_cache().capacity(o.kind(), o.device_id()), kernel_cache().capacity(c.kind(), c.device_id()));
+  // One budget: in a cache of 1 MB per device, a 1 MB entry of the CUDA
+  // engine's scope evicts the OpenCL engine's.
+  cache_config config;
+  config.gpu = {1, eviction_policy::lru};
+  unified_cache one_mb(config);
+  constexpr backend_id kTest = 0x7E570002;
+  auto add = [&](const engine& e, const char* key) {
+    std::promise<cache_value> p;
+    ASSERT_FALSE(one_mb.get_or_add(e.scope(), kTest, key, 1 << 20, 1, p.get_future().share()).valid());
+    p.set_value(std::make_shared<int>(0));
+  };
+  add(o, "opencl's");
+  add(c, "cuda's");
+  EXPECT_FALSE(one_mb.contains(o.scope(), kTest, "opencl's")) << "the two engines draw on one device's budget";
+  EXPECT_TRUE(one_mb.contains(c.scope(), kTest, "cuda's"));
 }
 
 TEST(GpuDevices, AnOpenclCpuDeviceIsAnEngineOfTheHostCpu) {
