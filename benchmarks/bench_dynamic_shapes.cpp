@@ -22,6 +22,11 @@
 //   4 warm store        3 + the persistent store, in a process started after
 //                       another one filled the store
 //   4+driver (GPU)      4 with the driver's own cache on and warm as well
+//   5 tiered            the default: every shape on the generic kernel at once,
+//                       hot shape classes specialized in the background
+//   5w tiered, warm     5 in a process started after another one ran the
+//                       trace in mode 5 with the store on (its specialized
+//                       kernels and tuning choices are in the store)
 // Baselines (CPU): oneDNN directly, one primitive per shape through its
 // primitive cache, and one primitive per configuration with M as
 // DNNL_RUNTIME_DIM_VAL. Driver caches are off in every mode but 4+driver
@@ -39,7 +44,7 @@
 //
 //   bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]
 //       [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]
-//       [--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace]
+//       [--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace]
 //       [--quiet] [--demo]
 // --record-trace also writes <out>/trace_<device>.csv from mode 2 (what the
 // per-shape kernel cache and the constant cache saw, with measured costs)
@@ -67,6 +72,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
+#include "unicache/tiers.hpp"
 #include "unicache/version.hpp"
 #if UNICACHE_GPU_WITH_OPENCL || UNICACHE_GPU_WITH_CUDA
 #include "gpu_backends.hpp"
@@ -92,7 +98,7 @@ struct options {
   std::int64_t hidden = 768;
   std::int64_t ffn = 3072;
   double budget_s = 100;
-  std::vector<std::string> modes{"1", "2", "3", "4", "4d", "dnnl", "dnnl_rt"};
+  std::vector<std::string> modes{"1", "2", "3", "4", "4d", "5", "5w", "dnnl", "dnnl_rt"};
   std::string out = ".";
   bool record_trace = false;
   bool quiet = false;
@@ -395,6 +401,21 @@ int child_unicache(const options& o) {
     if (!o.quiet) progress(r + 1, trace.size());
   }
   const double wall_ms = ms_since(t_start);
+  // Tiered: what the background did (a process that fills the store waits
+  // for its builds, so that the store holds them).
+  if (current_kernel_shapes() == kernel_shapes::tiered) {
+    wait_for_specializations();
+    const tier_stats t = tiered_kernel_stats();
+    std::printf("RESULT tier_classes=%llu tier_ready=%llu tier_failed=%llu tier_generic_executions=%llu "
+                "tier_specialized_executions=%llu tier_build_ms=%.3f tier_saved_ms=%.3f\n",
+                static_cast<unsigned long long>(t.classes), static_cast<unsigned long long>(t.ready),
+                static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.generic_executions),
+                static_cast<unsigned long long>(t.specialized_executions), t.build_ns / 1e6, t.saved_ns / 1e6);
+  }
+  const cache_stats cs = constant_tensor_cache().total_stats();
+  std::printf("RESULT constant_cache_entries=%llu constant_cache_bytes=%llu constant_cache_inserts=%llu\n",
+              static_cast<unsigned long long>(cs.entries), static_cast<unsigned long long>(cs.bytes),
+              static_cast<unsigned long long>(cs.inserts));
   const work w = dev->counters() - start_work;
   const cache_stats ks = kernel_cache().total_stats();
   report_latencies(latency, wall_ms, static_cast<int>(trace.size()));
@@ -530,6 +551,10 @@ std::vector<mode_spec> all_modes(const std::string& store, const std::string& dr
        off + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1"},
       {"4d", "warm store + driver cache", "4 with the driver's own cache on and warm",
        driver_on + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1", true},
+      {"5", "tiered", "generic kernel at once, hot shape classes specialized in the background (the default)",
+       off + "UNICACHE_KERNEL_SHAPES=tiered UNICACHE_PERSISTENT_CACHE=0"},
+      {"5w", "tiered, warm store", "5 + the persistent store, filled by an earlier process that ran the trace",
+       off + "UNICACHE_KERNEL_SHAPES=tiered UNICACHE_PERSISTENT_CACHE=1"},
       {"dnnl", "oneDNN per shape", "oneDNN primitive per shape through its primitive cache", "", false, true},
       {"dnnl_rt", "oneDNN runtime dims", "one oneDNN primitive per configuration, M = DNNL_RUNTIME_DIM_VAL", "",
        false, true},
@@ -604,6 +629,11 @@ int run_device(const options& o, const std::string& dev) {
       options fill = o;
       fill.requests = 2;
       run_child(m.environment, "--mode 3 --device " + dev + " " + fill.trace_args() + " --quiet");
+    }
+    if (m.id == "5w") {
+      // The store gets what a tiered process builds over the trace: the
+      // generic kernels, and the specialized ones of the classes it found hot.
+      run_child(m.environment, "--mode 5 " + base + " --quiet");
     }
     std::string args = "--mode " + m.id + " " + base;
     if (m.id == "2" && o.record_trace) args += " --trace-out " + (fs::path(o.out) / ("trace_" + dev + ".csv")).string();
@@ -741,7 +771,7 @@ int main(int argc, char** argv) {
         o.max_batch = 4;
         o.max_seq = 128;
         o.budget_s = 10;
-        o.modes = {"1", "2", "3", "4"};
+        o.modes = {"1", "2", "3", "4", "5"};
         o.out = (fs::temp_directory_path() / "unicache_demo").string();
       } else if (a == "--mode") {
         o.mode = next();
@@ -761,7 +791,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "bench_dynamic_shapes: %s\nusage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] "
                  "[--seed S] [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S] "
-                 "[--modes 1,2,3,4,4d,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo]\n",
+                 "[--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo]\n",
                  e.what());
     return 2;
   }

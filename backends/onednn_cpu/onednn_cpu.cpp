@@ -1,6 +1,8 @@
 #include "unicache/onednn_cpu.hpp"
 
+#include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -142,7 +144,7 @@ dnnl::memory packed_weight_memory(const weight_slot& slot, const engine& e, dnnl
 // this oneDNN cannot fuse a post-op's broadcast, a matmul followed by one
 // primitive per remaining op, applied in place on the output.
 //
-// With kernel_shapes::agnostic the fused matmul is created with every dim
+// With a shape-agnostic mode (tiered, agnostic) the fused matmul is created with every dim
 // but K and N as DNNL_RUNTIME_DIM_VAL, so one primitive serves every M and
 // batch; the tensors' real dims are given at execution. Where oneDNN
 // refuses runtime dims for a configuration, the kernel falls back to a
@@ -184,7 +186,7 @@ class matmul_kernel final : public compiled_kernel {
     }
     // Try everything fused (shape-agnostic first, when asked); fall back to
     // the plain matmul plus steps.
-    if (current_kernel_shapes() == kernel_shapes::agnostic) {
+    if (shape_agnostic(current_kernel_shapes())) {
       try {
         prim_ = make_runtime_matmul(e, posts);
         fused_ = posts;
@@ -337,6 +339,162 @@ class matmul_kernel final : public compiled_kernel {
   weight_slot slot_;
 };
 
+// --- The specialized tier (kernel_shapes::tiered) ----------------------------------
+//
+// A class is a fused MatMul of a plain row-major A (rank 2, or rank 3 with a
+// batch of 1) with a constant rank-2 weight, whose M lies in [2^(b-1), 2^b)
+// for some b >= 5 (M >= 16). Its kernel has one primitive per power of two
+// 16, 32, ... 2^(b-1) rows, each created for its size with the weight in the
+// layout it picks (packed once, in the constant tensor cache), and runs any
+// M of the class as chunks of those sizes (M's binary digits, largest first:
+// rows of a row-major A and C are contiguous), the last M mod 16 rows on the
+// generic runtime-dims primitive. A post-op operand with M rows is offset
+// with the chunk; one broadcast over rows is passed as is.
+
+constexpr int kSmallestChunkBits = 4;  // chunks of at least 16 rows
+
+// A tensor of rank <= 3 seen as rows x columns (a leading batch must be 1).
+std::array<std::int64_t, 2> rows_columns(const std::vector<std::int64_t>& shape) {
+  if (shape.empty()) return {1, 1};
+  return {shape.size() >= 2 ? shape[shape.size() - 2] : 1, shape.back()};
+}
+
+// The rows of a matmul partition's A, if the specialized tier can chunk it: 0 otherwise.
+std::int64_t chunkable_rows(const partition& p, const std::vector<logical_tensor>& in) {
+  if (p.pattern() != partition::kind::fused_matmul) return 0;
+  const op& mm = p.ops().front();
+  const auto& a = in[0].shape;
+  if (mm.transpose_a || !in[1].is_constant() || in[1].shape.size() != 2) return 0;
+  if (a.size() != 2 && !(a.size() == 3 && a[0] == 1)) return 0;
+  for (std::size_t i = 2; i < in.size(); ++i) {
+    const auto& operand = in[i].shape;
+    if (operand.size() > 3 || (operand.size() == 3 && operand[0] != 1)) return 0;
+  }
+  return a[a.size() - 2];
+}
+
+class chunked_matmul_kernel final : public compiled_kernel {
+ public:
+  chunked_matmul_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+                        const engine& e) {
+    const std::int64_t m = chunkable_rows(p, in);
+    const op& mm = p.ops().front();
+    k_ = in[0].shape.back();
+    n_ = out[0].shape.back();
+    b_user_md_ = dnnl::memory::desc({in[1].shape[0], in[1].shape[1]}, dt::f32, mm.transpose_b ? tag::ba : tag::ab);
+    std::size_t next_input = 2;
+    for (std::size_t i = 1; i < p.ops().size(); ++i) {
+      const op_kind kind = p.ops()[i].kind;
+      post x{kind, 0, false};
+      if (is_binary(kind)) {
+        x.input = next_input++;
+        const auto operand = rows_columns(in[x.input].shape);
+        x.full_rows = operand[0] != 1;
+        x.columns = operand[1];
+      }
+      posts_.push_back(x);
+    }
+    generic_ = {0, make(e, DNNL_RUNTIME_DIM_VAL), weights().make_slot()};
+    const int bits = std::bit_width(static_cast<std::uint64_t>(m));
+    for (int j = bits - 1; j >= kSmallestChunkBits; --j) {
+      chunks_.push_back({std::int64_t{1} << j, make(e, std::int64_t{1} << j), weights().make_slot()});
+    }
+  }
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
+    const std::vector<std::int64_t>& a = inputs[0].desc.shape;
+    const std::int64_t m = a[a.size() - 2];
+    std::int64_t row = 0;
+    for (const chunk& c : chunks_) {
+      if (m & c.rows) {
+        run(s, inputs, outputs, c, row, c.rows);
+        row += c.rows;
+      }
+    }
+    if (row < m) run(s, inputs, outputs, generic_, row, m - row);
+    s.native<stream_state>().strm.wait();
+  }
+
+ private:
+  struct post {
+    op_kind kind;
+    std::size_t input;
+    bool full_rows;  // one value per row of C (offset with each chunk), else broadcast over rows
+    std::int64_t columns = 1;
+  };
+  struct chunk {
+    std::int64_t rows;  // 0: any (the runtime-dims primitive)
+    std::shared_ptr<const cached_primitive> prim;
+    weight_slot slot;  // per primitive: each may want its own layout
+  };
+
+  dnnl::memory::desc post_md(const post& x, std::int64_t rows) const {
+    return {{x.full_rows ? rows : 1, x.columns}, dt::f32, tag::ab};
+  }
+
+  // A fused matmul primitive for `rows` rows (DNNL_RUNTIME_DIM_VAL: any).
+  std::shared_ptr<const cached_primitive> make(const engine& e, std::int64_t rows) const {
+    const dnnl::memory::desc a_md({rows, k_}, dt::f32, tag::ab), dst_md({rows, n_}, dt::f32, tag::ab);
+    const dnnl::memory::desc b_any({k_, n_}, dt::f32, tag::any);
+    std::vector<dnnl::memory::desc> post_mds;
+    cache_key key;
+    key.add("chunk-matmul");
+    add_md(key, a_md);
+    add_md(key, b_user_md_);
+    add_md(key, dst_md);
+    for (const post& x : posts_) {
+      key.add(static_cast<std::uint8_t>(x.kind));
+      post_mds.push_back(is_binary(x.kind) ? post_md(x, x.full_rows ? rows : 1) : dnnl::memory::desc());
+      if (is_binary(x.kind)) add_md(key, post_mds.back());
+    }
+    return primitive_for(e, key, [&] {
+      dnnl::post_ops ops;
+      for (std::size_t i = 0; i < posts_.size(); ++i) {
+        if (is_binary(posts_[i].kind)) {
+          ops.append_binary(binary_algorithm(posts_[i].kind), post_mds[i]);
+        } else {
+          ops.append_eltwise(1.f, eltwise_algorithm(posts_[i].kind), 0.f, 0.f);
+        }
+      }
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      const dnnl::engine& eng = e.native<engine_state>().eng;
+      // The runtime-dims primitive takes the user's layout (what the generic kernel reads).
+      const dnnl::memory::desc& b_md = rows == DNNL_RUNTIME_DIM_VAL ? b_user_md_ : b_any;
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, dst_md), attr, eng);
+      return cached_primitive{dnnl::matmul(pd), pd.weights_desc()};
+    });
+  }
+
+  void run(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs,
+           const chunk& c, std::int64_t row, std::int64_t rows) const {
+    const cached_primitive* prim = c.prim.get();
+    const engine& e = s.get_engine();
+    const dnnl::engine& eng = e.native<engine_state>().eng;
+    dnnl::stream& strm = s.native<stream_state>().strm;
+    auto at = [](const tensor& t, std::int64_t offset) { return static_cast<float*>(t.data) + offset; };
+    dnnl::memory a({{rows, k_}, dt::f32, tag::ab}, eng, at(inputs[0], row * k_));
+    dnnl::memory b = prim->weights_md != b_user_md_
+                         ? packed_weight_memory(c.slot, e, strm, b_user_md_, prim->weights_md, inputs[1])
+                         : dnnl::memory(b_user_md_, eng, inputs[1].data);
+    dnnl::memory dst({{rows, n_}, dt::f32, tag::ab}, eng, at(outputs[0], row * n_));
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, dst}};
+    for (std::size_t i = 0; i < posts_.size(); ++i) {
+      const post& x = posts_[i];
+      if (!is_binary(x.kind)) continue;
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
+                   dnnl::memory(post_md(x, rows), eng, at(inputs[x.input], x.full_rows ? row * x.columns : 0)));
+    }
+    prim->prim.execute(strm, args);
+  }
+
+  std::int64_t k_ = 0, n_ = 0;
+  dnnl::memory::desc b_user_md_;
+  std::vector<post> posts_;
+  chunk generic_;
+  std::vector<chunk> chunks_;  // largest first
+};
+
 // Add / Multiply with numpy broadcasting. oneDNN broadcasts its second
 // source only, so a broadcast first operand is swapped (both ops commute);
 // when both operands broadcast, a plain loop does it.
@@ -479,6 +637,36 @@ class onednn_cpu_backend final : public backend {
   std::string kernel_configuration(const partition& /*p*/, const std::vector<std::vector<std::int64_t>>& input_shapes,
                                    const engine& /*e*/) const override {
     return shape_mode_configuration(current_kernel_shapes(), input_shapes);
+  }
+
+  shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                   const engine& /*e*/) const override {
+    const std::int64_t m = chunkable_rows(p, in);
+    if (m < (std::int64_t{1} << kSmallestChunkBits)) return {};
+    const int bits = std::bit_width(static_cast<std::uint64_t>(m));
+    // Everything but M decides the kernel: the other dims of every input.
+    cache_key key;
+    key.add("chunks").add(bits);
+    std::string description = "M " + std::to_string(std::int64_t{1} << (bits - 1)) + ".." +
+                              std::to_string((std::int64_t{1} << bits) - 1);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      auto shape = i == 1 ? std::array<std::int64_t, 2>{in[1].shape[0], in[1].shape[1]} : rows_columns(in[i].shape);
+      if (i != 1 && shape[0] != 1) shape[0] = -1;  // M rows
+      key.add(static_cast<std::uint64_t>(in[i].shape.size())).add(shape[0]).add(shape[1]);
+    }
+    description += " K " + std::to_string(in[0].shape.back()) + " N " +
+                   std::to_string(in[1].shape[p.ops().front().transpose_b ? 0 : 1]);
+    return {std::string(key.bytes()), description, false};
+  }
+
+  std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
+                                                    const std::vector<logical_tensor>& out, const engine& e) override {
+    try {
+      return std::make_shared<chunked_matmul_kernel>(p, in, out, e);
+    } catch (const dnnl::error& err) {
+      throw compile_error(std::string("onednn_cpu: oneDNN could not specialize partition ") + p.fingerprint() + ": " +
+                          err.what());
+    }
   }
 
   stream make_stream(const engine& e) override {

@@ -56,6 +56,21 @@ class compiled_kernel {
   virtual std::vector<kernel_binary> binaries() const { return {}; }
 };
 
+// A shape class (kernel_shapes::tiered): the shapes one specialized kernel
+// of a backend serves, e.g. every M from 257 to 512 with N = 768, K = 768.
+struct shape_class {
+  // Bytes naming the class; equal keys (for one partition and engine) mean
+  // one specialized kernel serves both shapes. Empty: no specialized kernel
+  // exists for these shapes (they always run on the generic one).
+  std::string key;
+  // For verbose lines and statistics ("M 257..512 N 768 K 768").
+  std::string description;
+  // The backend already has what the class's kernel needs (e.g. the
+  // persistent store holds its tuning choice and binary): building it is a
+  // load, so the class is specialized at its first use.
+  bool ready_to_load = false;
+};
+
 class backend {
  public:
   virtual ~backend() = default;
@@ -87,6 +102,23 @@ class backend {
   virtual std::string kernel_configuration(const partition& p,
                                            const std::vector<std::vector<std::int64_t>>& input_shapes,
                                            const engine& e) const;
+
+  // --- Tiered kernels (kernel_shapes::tiered) -----------------------------------
+  // In tiered mode compile() builds the generic, shape-agnostic kernel; these
+  // two give the specialized tier. The default: no specialized kernels.
+  //
+  // The class of `in` (concrete shapes) for `p` on `e`. Called when a shape
+  // is first compiled; must be cheap (no build).
+  virtual shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                           const engine& e) const;
+  // Builds the specialized kernel of the class of `in` (`out` are the
+  // outputs at these shapes). Its execute() must run every shape of the
+  // class: it reads the sizes from the tensors' descriptors. Runs on a
+  // background thread, never with a caller's stream (a backend that times
+  // candidates makes its own). Throws compile_error if it cannot: the
+  // class then stays on the generic kernel, reported once.
+  virtual std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
+                                                            const std::vector<logical_tensor>& out, const engine& e);
 };
 
 // The kernel configuration of a backend whose shape-agnostic kernels depend

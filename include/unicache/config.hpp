@@ -8,7 +8,8 @@
 //   UNICACHE_KERNEL_CACHE_CAPACITY=cpu:256;gpu:512:COST
 //   UNICACHE_KERNEL_CACHE=0|1
 //   UNICACHE_VERBOSE=0|1
-//   UNICACHE_KERNEL_SHAPES=agnostic|specialized
+//   UNICACHE_KERNEL_SHAPES=tiered|agnostic|specialized
+//   UNICACHE_SPECIALIZE_THREADS=1, UNICACHE_SPECIALIZE_MAX=8
 //
 // A capacity is in MB and is the budget of each device of that engine kind;
 // the policy is optional and names are case-insensitive. A malformed value is
@@ -97,16 +98,62 @@ enum class kernel_shapes : std::uint8_t {
   // oneDNN's primitive cache gives. A new shape costs a new compile; a static
   // workload may run slightly faster.
   specialized,
+  // The default: every shape runs at once on the shape-agnostic (generic)
+  // kernel, and a shape class that is used enough for a kernel chosen for it
+  // to repay its build gets one, built in the background and swapped in
+  // (see specialize_settings). Executions never wait for a build.
+  tiered,
 };
 std::string_view to_string(kernel_shapes mode);
 // The mode backends use for kernels compiled from now on: set_kernel_shapes()
-// if called, else UNICACHE_KERNEL_SHAPES=agnostic|specialized (read once;
-// a malformed value gets one warning and the default, agnostic).
+// if called, else UNICACHE_KERNEL_SHAPES=tiered|agnostic|specialized (read
+// once; a malformed value gets one warning and the default, tiered).
 // Thread-safe; kernels already compiled stay as they are.
 kernel_shapes current_kernel_shapes();
 void set_kernel_shapes(kernel_shapes mode);
-// Parses "agnostic" or "specialized", case-insensitively. nullopt otherwise.
+// Parses "tiered", "agnostic" or "specialized", case-insensitively. nullopt otherwise.
 std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text);
+// Whether kernels compiled in `mode` take their sizes as arguments (one
+// generic kernel serves every shape): agnostic and tiered.
+inline bool shape_agnostic(kernel_shapes mode) { return mode != kernel_shapes::specialized; }
+
+// When and how tiered mode builds specialized kernels (process-wide).
+//
+// The cost model: each compiled partition counts, per shape class (what a
+// backend's specialized kernel serves, e.g. "M 257..512, N 768, K 768"), the
+// executions that ran on the generic kernel and their measured time. A class
+// is specialized once
+//     generic time spent in the class x expected_saving >= threshold x build cost
+// where the build cost is the mean measured time of the backend's
+// specializations so far in this process (before the first, the measured
+// build time of the generic kernel), and expected_saving is the fraction of
+// the generic kernel's time a specialized one is expected to save. With the
+// defaults a class is specialized once the time its generic runs would have
+// saved equals what building costs: a rent-or-buy rule that never spends more
+// than twice the best choice made in hindsight. A class whose kernel the
+// persistent store holds costs a load, and is specialized at its first use.
+struct specialize_settings {
+  // Background threads that build specialized kernels: a oneTBB arena of
+  // this many threads at low priority, beside the callers' threads. 0 turns
+  // specialization off (tiered runs like agnostic). Up to 64.
+  unsigned threads = 1;
+  // At most this many specialized variants (shape classes) per compiled
+  // partition; classes beyond it stay on the generic kernel. Up to 1024.
+  unsigned max_variants = 8;
+  // The rent-or-buy factor above: larger waits longer; 0 specializes a
+  // class at its first use (tests).
+  double threshold = 1.0;
+  double expected_saving = 0.5;
+};
+// The settings: set_specialize_settings() if called, else the defaults with
+// UNICACHE_SPECIALIZE_THREADS and UNICACHE_SPECIALIZE_MAX applied (read once;
+// a malformed value gets one warning and its default). The thread count is
+// taken when the first specialization starts; later changes of it are
+// ignored. Thread-safe.
+specialize_settings current_specialize_settings();
+// Throws std::invalid_argument for threads > 64, max_variants > 1024, or a
+// negative or non-finite threshold or saving (or a saving above 1).
+void set_specialize_settings(const specialize_settings& settings);
 
 // How a backend makes sure a packed constant (a weight) still matches the
 // tensor it was packed from (process-wide). A constant is identified by its

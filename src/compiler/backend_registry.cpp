@@ -4,6 +4,7 @@
 
 #include "unicache/backend.hpp"
 #include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
 #include "util/mutex.hpp"
 
 namespace unicache {
@@ -27,6 +28,17 @@ std::string backend::kernel_configuration(const partition& /*p*/,
                                           const std::vector<std::vector<std::int64_t>>& input_shapes,
                                           const engine& /*e*/) const {
   return shape_mode_configuration(kernel_shapes::specialized, input_shapes);  // every shape in full
+}
+
+shape_class backend::specialization_class(const partition& /*p*/, const std::vector<logical_tensor>& /*in*/,
+                                          const engine& /*e*/) const {
+  return {};
+}
+
+std::shared_ptr<const compiled_kernel> backend::specialize(const partition& p, const std::vector<logical_tensor>& /*in*/,
+                                                           const std::vector<logical_tensor>& /*out*/,
+                                                           const engine& /*e*/) {
+  throw compile_error(std::string(name()) + ": no specialized kernels (partition " + p.fingerprint() + ")");
 }
 
 std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::vector<std::int64_t>>& input_shapes) {

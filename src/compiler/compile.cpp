@@ -1,5 +1,6 @@
 // compile() and compiled partitions: the compiled-partition cache, cache
 // blobs, and the errors a backend raises reported as the core's types.
+#include <chrono>
 #include <exception>
 #include <string>
 #include <unordered_map>
@@ -7,6 +8,7 @@
 #include "unicache/cache.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
+#include "compiler/tiers.hpp"
 
 namespace unicache {
 
@@ -20,6 +22,8 @@ struct compiled_partition::state {
   // scope would run its kernels in a context they do not belong to.
   const backend* owner = nullptr;
   cache_scope scope;
+  // Tiered mode: the shape's class and its specialized kernel, if any.
+  detail::tier_ref tier;
 };
 
 compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
@@ -31,16 +35,25 @@ namespace {
 // held by the backend's kernel cache entries).
 constexpr std::size_t kCompiledPartitionBytes = 4096;
 
-// The compiled-partition cache key: everything that decides the code that
-// runs. The structure, the backend object (two backends on engines of one
-// scope never share a compiled partition), its kernel configuration (its
-// options, the kernel-shape mode), and the shapes the partition's tensors
-// are described with.
-std::string compiled_partition_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
-                                   const engine& e) {
+// What every shape of one kernel configuration shares: the structure, the
+// backend object (two backends on engines of one scope never share a
+// compiled partition) and its kernel configuration (its options, the
+// kernel-shape mode). Tiered kernels keep one dispatch table per this key.
+std::string configuration_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                              const engine& e) {
   cache_key key;
   key.add(p.fingerprint()).add(e.owner()->name()).add(reinterpret_cast<std::uintptr_t>(e.owner()));
   key.add(e.owner()->kernel_configuration(p, input_shapes, e));
+  return std::string(key.bytes());
+}
+
+// The compiled-partition cache key: everything that decides the code that
+// runs, i.e. the configuration and the shapes the partition's tensors are
+// described with.
+std::string compiled_partition_key(const std::string& configuration,
+                                   const std::vector<std::vector<std::int64_t>>& input_shapes) {
+  cache_key key;
+  key.add(configuration);
   key.add(shape_mode_configuration(kernel_shapes::specialized, input_shapes));  // the shapes in full
   return std::string(key.bytes());
 }
@@ -111,7 +124,8 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
   }
   static const bool named = (register_backend_id(compiled_partition_backend_id, "compiled_partition"), true);
   (void)named;
-  const std::string key = compiled_partition_key(p, input_shapes, e);
+  const std::string configuration = configuration_key(p, input_shapes, e);
+  const std::string key = compiled_partition_key(configuration, input_shapes);
   compiled_partition out;
   cache_handle<const compiled_partition::state> cached = kernel_cache().get_or_build<const compiled_partition::state>(
       e.scope(), compiled_partition_backend_id, key, kCompiledPartitionBytes, [&] {
@@ -157,6 +171,7 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
           concrete.shape = shape_of.at(declared.id);
           s->outputs.push_back(concrete);
         }
+        const auto start = std::chrono::steady_clock::now();
         try {
           s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e, preloaded);
         } catch (const compile_error&) {
@@ -165,6 +180,9 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
           // A backend's own error type (with its status) stays reachable.
           std::throw_with_nested(compile_error(err.what()));
         }
+        const auto build_ns = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+        s->tier = detail::tier_for(p, configuration, e, s->inputs, build_ns);
         s->identity = e.owner()->identity(e);
         s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
@@ -199,7 +217,18 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
                         std::to_string(state_->scope.context_id) + ")");
   }
   try {
+    if (!state_->tier) {
+      state_->kernel->execute(s, inputs, outputs);
+      return;
+    }
+    // Tiered: the class's specialized kernel if it is ready, else the
+    // generic one, timed for the cost model.
+    if (detail::run_specialized(state_->tier, s, inputs, outputs)) return;
+    const auto start = std::chrono::steady_clock::now();
     state_->kernel->execute(s, inputs, outputs);
+    const auto ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    detail::record_generic(state_->tier, ns, s, state_->inputs, state_->outputs);
   } catch (const execute_error&) {
     throw;
   } catch (const error& err) {

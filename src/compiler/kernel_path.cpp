@@ -48,19 +48,10 @@ std::uint64_t ns_since(std::chrono::steady_clock::time_point start) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
 
-bool verbose() {
-  static const bool on = [] {
-    bool v = false;
-    detail::apply_switch_variable("UNICACHE_VERBOSE", v);
-    return v;
-  }();
-  return on;
-}
-
 // unicache_verbose,kernel_path,<event>,backend=<name>,kernel=<name>,key=<16 hex>,ms=<time>
 void trace(const char* event, backend_id backend, const std::string& kernel_name, const std::string& store_key,
            std::uint64_t ns) {
-  if (!verbose()) return;
+  if (!detail::verbose_lines()) return;
   const std::string key = detail::to_hex(detail::stable_hash128(store_key)).substr(0, 16);
   char line[512];
   std::snprintf(line, sizeof line, "unicache_verbose,kernel_path,%s,backend=%s,kernel=%s,key=%s,ms=%.3f", event,

@@ -1,11 +1,13 @@
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <string>
 
 #include "unicache/config.hpp"
 #include "util/env.hpp"
+#include "util/mutex.hpp"
 #include "util/log.hpp"
 #include "util/parse.hpp"
 
@@ -165,12 +167,17 @@ cache_config cache_config::kernel_cache_from_environment() {
 }
 
 std::string_view to_string(kernel_shapes mode) {
-  return mode == kernel_shapes::agnostic ? "agnostic" : "specialized";
+  switch (mode) {
+    case kernel_shapes::agnostic: return "agnostic";
+    case kernel_shapes::specialized: return "specialized";
+    case kernel_shapes::tiered: return "tiered";
+  }
+  return "?";
 }
 
 std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text) {
   text = trim(text);
-  for (auto m : {kernel_shapes::agnostic, kernel_shapes::specialized}) {
+  for (auto m : {kernel_shapes::tiered, kernel_shapes::agnostic, kernel_shapes::specialized}) {
     if (iequals(text, to_string(m))) return m;
   }
   return std::nullopt;
@@ -209,7 +216,7 @@ std::atomic<Mode> mode_from_environment(const char* name, Mode fallback,
 
 std::atomic<kernel_shapes>& kernel_shapes_setting() {
   static std::atomic<kernel_shapes> setting = mode_from_environment(
-      "UNICACHE_KERNEL_SHAPES", kernel_shapes::agnostic, &parse_kernel_shapes, "expected agnostic or specialized");
+      "UNICACHE_KERNEL_SHAPES", kernel_shapes::tiered, &parse_kernel_shapes, "expected tiered, agnostic or specialized");
   return setting;
 }
 
@@ -219,7 +226,61 @@ std::atomic<constant_check>& constant_check_setting() {
   return setting;
 }
 
+// A count from the environment variable `name`: its value if it is a decimal
+// number up to `max`, else (one warning) `fallback`.
+unsigned count_from_environment(const char* name, unsigned fallback, unsigned max) {
+  const std::optional<std::string> value = detail::environment_variable(name);
+  if (!value) return fallback;
+  if (const auto parsed = detail::parse_decimal(detail::trim(*value), max)) return static_cast<unsigned>(*parsed);
+  detail::warn_ignored_setting(name, *value, *value, "expected a number from 0 to " + std::to_string(max),
+                               std::to_string(fallback));
+  return fallback;
+}
+
+constexpr unsigned kMaxSpecializeThreads = 64;
+constexpr unsigned kMaxSpecializeVariants = 1024;
+
+struct specialize_setting {
+  detail::mutex mu;
+  specialize_settings value ABSL_GUARDED_BY(mu);
+};
+specialize_setting& specialize_setting_instance() {
+  static specialize_setting* const setting = [] {
+    auto* s = new specialize_setting();
+    s->value.threads = count_from_environment("UNICACHE_SPECIALIZE_THREADS", 1, kMaxSpecializeThreads);
+    s->value.max_variants = count_from_environment("UNICACHE_SPECIALIZE_MAX", 8, kMaxSpecializeVariants);
+    return s;
+  }();
+  return *setting;
+}
+
 }  // namespace
+
+specialize_settings current_specialize_settings() {
+  specialize_setting& s = specialize_setting_instance();
+  detail::scoped_lock lock(&s.mu);
+  return s.value;
+}
+
+void set_specialize_settings(const specialize_settings& settings) {
+  if (settings.threads > kMaxSpecializeThreads) {
+    throw std::invalid_argument("specialize_settings: threads " + std::to_string(settings.threads) + " (at most " +
+                                std::to_string(kMaxSpecializeThreads) + ")");
+  }
+  if (settings.max_variants > kMaxSpecializeVariants) {
+    throw std::invalid_argument("specialize_settings: max_variants " + std::to_string(settings.max_variants) +
+                                " (at most " + std::to_string(kMaxSpecializeVariants) + ")");
+  }
+  if (!std::isfinite(settings.threshold) || settings.threshold < 0) {
+    throw std::invalid_argument("specialize_settings: threshold must be finite and not negative");
+  }
+  if (!std::isfinite(settings.expected_saving) || settings.expected_saving < 0 || settings.expected_saving > 1) {
+    throw std::invalid_argument("specialize_settings: expected_saving must be in [0, 1]");
+  }
+  specialize_setting& s = specialize_setting_instance();
+  detail::scoped_lock lock(&s.mu);
+  s.value = settings;
+}
 
 kernel_shapes current_kernel_shapes() { return kernel_shapes_setting().load(std::memory_order_relaxed); }
 void set_kernel_shapes(kernel_shapes mode) { kernel_shapes_setting().store(mode, std::memory_order_relaxed); }

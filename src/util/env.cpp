@@ -52,6 +52,15 @@ void apply_switch_variable(const char* name, bool& target) {
   }
 }
 
+bool verbose_lines() {
+  static const bool on = [] {
+    bool v = false;
+    apply_switch_variable("UNICACHE_VERBOSE", v);
+    return v;
+  }();
+  return on;
+}
+
 void warn_ignored_setting(std::string_view name, std::string_view value, std::string_view bad_token,
                           std::string_view reason, std::string_view keeping) noexcept {
   try {

@@ -22,6 +22,10 @@ std::string quoted(std::string_view text, std::size_t max_chars = 64);
 // value gets one warning (warn_ignored_setting) and leaves `target` as it was.
 void apply_switch_variable(const char* name, bool& target);
 
+// Whether UNICACHE_VERBOSE=1 asked for the library's verbose lines (read
+// once): what the kernel path and the tiers print by.
+bool verbose_lines();
+
 // The one warning for an unusable setting, e.g.
 //   unicache: ignoring UNICACHE_X="abc": bad token "abc": expected 0 or 1; keeping 1
 // `value` and `bad_token` are quoted (escaped and shortened); `reason` and

@@ -15,11 +15,17 @@ class ABSL_LOCKABLE mutex {
  public:
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { m_.lock(); }
   void unlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
+  bool try_lock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return m_.try_lock(); }
 
   // Waits on `cv` until `ready()` holds; the caller holds this mutex.
   template <typename Predicate>
   void wait(std::condition_variable_any& cv, Predicate ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     cv.wait(m_, ready);
+  }
+  // The same, giving up after `timeout`; returns whether `ready()` holds.
+  template <typename Duration, typename Predicate>
+  bool wait_for(std::condition_variable_any& cv, Duration timeout, Predicate ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    return cv.wait_for(m_, timeout, ready);
   }
 
  private:

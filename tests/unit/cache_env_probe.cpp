@@ -16,6 +16,8 @@ int main() {
                 cache->enabled() ? 1 : 0);
   }
   std::printf("kernel_shapes=%s\n", std::string(to_string(current_kernel_shapes())).c_str());
+  const specialize_settings spec = current_specialize_settings();
+  std::printf("specialize threads=%u max=%u\n", spec.threads, spec.max_variants);
   register_backend_id(1, "probe_backend");
   unified_cache& cache = constant_tensor_cache();
   cache.set_capacity(engine_kind::cpu, 1);  // the API overrides the environment

@@ -14,6 +14,7 @@
 #include "unicache/constant_registry.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
+#include "unicache/tiers.hpp"
 
 namespace unicache {
 namespace {
@@ -89,6 +90,45 @@ bool primitive_repacks(std::int64_t m, std::int64_t k, std::int64_t n) {
   const md b({k, n}, memory::data_type::f32, memory::format_tag::ab);
   const md c({m, n}, memory::data_type::f32, memory::format_tag::ab);
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b_any, c), e).weights_desc() != b;
+}
+
+// Tiered: a hot class runs on chunks of per-size primitives that pack the
+// weight (the rest of M on the runtime-dims primitive); every M of a class,
+// odd ones included, matches the reference, and the packed weight is an
+// entry of the constant tensor cache.
+TEST_F(fixture, TieredKernelsSpecializeHotClassesWithPackedWeights) {
+  scoped_kernel_shapes mode(kernel_shapes::tiered);
+  const specialize_settings saved = current_specialize_settings();
+  specialize_settings eager = saved;
+  eager.threshold = 0;  // hot at the first execution
+  set_specialize_settings(eager);
+  constexpr std::int64_t k = 67, n = 45;  // K and N multiples of no tile
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  auto wv = random_data({k, n}, 60), bv = random_data({n}, 61);
+  const tier_stats before = tiered_kernel_stats();
+  const cache_stats constants_before = constant_tensor_cache().stats(eng.scope());
+  for (std::int64_t m : {1, 7, 16, 33, 100, 1000, 63}) {
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
+    auto xv = random_data({m, k}, static_cast<unsigned>(m) + 7);
+    const auto want = mlp_reference(xv, wv, bv, m, k, n);
+    for (int round = 0; round < 2; ++round) {  // generic, then (after the build) specialized
+      std::vector<float> out(static_cast<std::size_t>(m * n));
+      cp.execute(strm, {{cp.inputs()[0], xv.data(), 0}, {cp.inputs()[1], wv.data(), 0}, {cp.inputs()[2], bv.data(), 0}},
+                 {{cp.outputs()[0], out.data(), 0}});
+      expect_close(out, want, matmul_atol(k), 1e-5, "M=" + std::to_string(m) + " round " + std::to_string(round));
+      wait_for_specializations();
+    }
+  }
+  set_specialize_settings(saved);
+  const tier_stats after = tiered_kernel_stats();
+  // Classes: M 16..31, 32..63 (33 and 63), 64..127, 512..1023; M < 16 has none.
+  EXPECT_EQ(after.ready - before.ready, 4u);
+  EXPECT_EQ(after.failed - before.failed, 0u);
+  EXPECT_GE(after.specialized_executions - before.specialized_executions, 5u);
+  if (primitive_repacks(16, k, n)) {
+    EXPECT_GT(constant_tensor_cache().stats(eng.scope()).inserts, constants_before.inserts)
+        << "the specialized primitives' packed weight is a constant tensor cache entry";
+  }
 }
 
 // Packing happens where a primitive picks its own weight layout: the

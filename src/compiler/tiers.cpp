@@ -1,0 +1,398 @@
+#include "compiler/tiers.hpp"
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "absl/container/flat_hash_map.h"
+#include "unicache/cache.hpp"
+#include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
+#include "unicache/tiers.hpp"
+#include "util/env.hpp"
+#include "util/epoch.hpp"
+#include "util/log.hpp"
+#include "util/mutex.hpp"
+#include "util/stable_hash.hpp"
+
+namespace unicache::detail {
+
+// A specialized kernel as a class publishes it. The handle keeps the kernel
+// alive while an execution runs it, and says whether the cache still holds it.
+struct tier_variant {
+  cache_handle<const compiled_kernel> kernel;
+};
+
+enum class class_status : std::uint8_t { cold, queued, ready, failed, refused };
+
+struct tier_class {
+  std::string key;
+  std::string description;
+  bool ready_to_load = false;
+  std::atomic<tier_variant*> variant{nullptr};
+  std::atomic<class_status> status{class_status::cold};
+  // Generic executions since the class was last (re)started cold, and their time.
+  std::atomic<std::uint64_t> generic_uses{0}, generic_ns{0};
+  // The mean generic time when the class was specialized: what a specialized
+  // execution is compared with.
+  std::atomic<std::uint64_t> generic_mean_ns{0};
+
+  ~tier_class() { delete variant.load(std::memory_order_relaxed); }  // unreachable: no reader
+};
+
+// The measured cost of one backend's specializations (the cost model's estimate).
+struct build_cost {
+  std::atomic<std::uint64_t> count{0}, total_ns{0};
+};
+
+struct tier_family {
+  partition p;
+  std::string key;
+  cache_scope scope;
+  std::uint64_t generic_build_ns = 0;
+  build_cost* cost = nullptr;  // of the family's backend; lives for the process
+  std::atomic<unsigned> variants{0};  // classes queued, being built or ready
+  std::atomic<bool> limit_reported{false};
+  mutex mu;
+  absl::flat_hash_map<std::string, std::shared_ptr<tier_class>> classes ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::uint64_t ns_since(clock_type::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - start).count());
+}
+
+// What the kernel cache counts for a specialized kernel's entry (the
+// backend's programs and primitives are entries of their own).
+constexpr std::size_t kVariantBytes = 4096;
+
+struct counters {
+  std::atomic<std::uint64_t> classes{0}, queued{0}, ready{0}, failed{0}, over_limit{0}, refused{0}, evicted{0};
+  std::atomic<std::uint64_t> generic_executions{0}, specialized_executions{0}, build_ns{0};
+  std::atomic<std::int64_t> saved_ns{0};
+};
+counters& stats_counters() {
+  static counters* const c = new counters();
+  return *c;
+}
+
+// Families by scope and key, and each backend's build cost.
+struct registry {
+  mutex mu;
+  absl::flat_hash_map<std::string, std::weak_ptr<tier_family>> families ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<const backend*, std::unique_ptr<build_cost>> costs ABSL_GUARDED_BY(mu);
+  std::size_t inserts_since_sweep ABSL_GUARDED_BY(mu) = 0;
+};
+registry& the_registry() {
+  static registry* const r = new registry();
+  return *r;
+}
+
+// The background: a oneTBB arena of specialize_settings::threads threads at
+// low priority. `pending` counts tasks queued or running; at exit, queued
+// tasks are dropped and running ones are waited for (a bounded wait), so no
+// build touches the driver while the process tears it down.
+struct specializer {
+  mutex mu;
+  std::condition_variable_any idle;
+  unsigned pending ABSL_GUARDED_BY(mu) = 0;
+  unsigned running ABSL_GUARDED_BY(mu) = 0;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  bool stop_registered ABSL_GUARDED_BY(mu) = false;
+  std::unique_ptr<oneapi::tbb::task_arena> arena ABSL_GUARDED_BY(mu);
+};
+specializer* const the_specializer_instance = new specializer();
+specializer& the_specializer() { return *the_specializer_instance; }
+
+// At exit: queued tasks are dropped; running builds end on their own, and a
+// worker that oneTBB already stopped never will, hence the bound.
+void stop_specializing() {
+  specializer& sp = the_specializer();
+  scoped_lock lock(&sp.mu);
+  sp.stopping = true;
+  sp.mu.wait_for(sp.idle, std::chrono::seconds(30), [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return sp.running == 0; });
+}
+
+// unicache_verbose,tiers,<event>,backend=<name>,partition=<16 hex>,class="<description>",uses=..,generic_ms=..,build_ms=..
+void trace(const char* event, const tier_family& f, const tier_class& c, const engine& e, std::uint64_t build_ns) {
+  if (!verbose_lines()) return;
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "unicache_verbose,tiers,%s,backend=%s,partition=%s,class=%s,uses=%llu,generic_ms=%.3f,build_ms=%.3f",
+                event, e.owner() ? e.owner()->name() : "none", f.p.fingerprint().substr(0, 16).c_str(),
+                quoted(c.description, 96).c_str(),
+                static_cast<unsigned long long>(c.generic_uses.load(std::memory_order_relaxed)),
+                static_cast<double>(c.generic_ns.load(std::memory_order_relaxed)) / 1e6,
+                static_cast<double>(build_ns) / 1e6);
+  write_line(line);
+}
+
+std::string variant_key(const tier_family& f, const tier_class& c) {
+  cache_key key;
+  key.add("tiered-variant/1").add(f.key).add(c.key);
+  return std::string(key.bytes());
+}
+
+// Builds the class's specialized kernel (on a worker of the arena) and
+// publishes it.
+void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr<tier_class>& c, const engine& e,
+                    const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out) {
+  counters& n = stats_counters();
+  const auto start = clock_type::now();
+  cache_handle<const compiled_kernel> built;
+  std::string failure;
+  try {
+    built = kernel_cache().get_or_build<const compiled_kernel>(
+        f->scope, compiled_partition_backend_id, variant_key(*f, *c), kVariantBytes,
+        [&] { return e.owner()->specialize(f->p, in, out, e); });
+    if (!built) failure = "the backend returned no kernel";
+  } catch (const std::exception& err) {
+    failure = err.what();
+  } catch (...) {
+    failure = "an unknown exception";
+  }
+  const std::uint64_t ns = ns_since(start);
+  n.build_ns.fetch_add(ns, std::memory_order_relaxed);
+  f->cost->count.fetch_add(1, std::memory_order_relaxed);
+  f->cost->total_ns.fetch_add(ns, std::memory_order_relaxed);
+  if (!failure.empty()) {
+    c->status.store(class_status::failed, std::memory_order_release);
+    f->variants.fetch_sub(1, std::memory_order_relaxed);
+    n.failed.fetch_add(1, std::memory_order_relaxed);
+    warn(std::string("tiered kernels: building the specialized kernel of partition ") + f->p.fingerprint() + " (" +
+         e.owner()->name() + ", " + quoted(c->description, 96) + ") failed: " + failure +
+         "; those shapes keep running on the generic kernel");
+    trace("fail", *f, *c, e, ns);
+    return;
+  }
+  if (!built.valid()) {
+    // The kernel cache is off, or would not hold it: the cache decides what
+    // stays resident, so the class stays generic.
+    c->status.store(class_status::refused, std::memory_order_release);
+    f->variants.fetch_sub(1, std::memory_order_relaxed);
+    n.refused.fetch_add(1, std::memory_order_relaxed);
+    trace("refused", *f, *c, e, ns);
+    return;
+  }
+  const std::uint64_t uses = c->generic_uses.load(std::memory_order_relaxed);
+  c->generic_mean_ns.store(uses ? c->generic_ns.load(std::memory_order_relaxed) / uses : 0, std::memory_order_relaxed);
+  c->variant.store(new tier_variant{std::move(built)}, std::memory_order_release);
+  c->status.store(class_status::ready, std::memory_order_release);
+  n.ready.fetch_add(1, std::memory_order_relaxed);
+  trace("ready", *f, *c, e, ns);
+}
+
+void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engine e, std::vector<logical_tensor> in,
+             std::vector<logical_tensor> out, unsigned threads) {
+  specializer& sp = the_specializer();
+  scoped_lock lock(&sp.mu);
+  if (sp.stopping) return;
+  if (!sp.arena) {
+    sp.arena = std::make_unique<oneapi::tbb::task_arena>(static_cast<int>(threads), 0,
+                                                         oneapi::tbb::task_arena::priority::low);
+  }
+  if (sp.pending == 0 && !sp.stop_registered) {
+    sp.stop_registered = true;
+    std::atexit(&stop_specializing);
+  }
+  ++sp.pending;
+  struct job {
+    std::shared_ptr<tier_family> f;
+    std::shared_ptr<tier_class> c;
+    engine e;
+    std::vector<logical_tensor> in, out;
+  };
+  auto j = std::make_shared<job>(job{std::move(f), std::move(c), std::move(e), std::move(in), std::move(out)});
+  sp.arena->enqueue([j] {
+    specializer& s = the_specializer();
+    {
+      scoped_lock l(&s.mu);
+      if (s.stopping) {
+        --s.pending;
+        s.idle.notify_all();
+        return;
+      }
+      ++s.running;
+    }
+    specialize_now(j->f, j->c, j->e, j->in, j->out);
+    *j = job{};  // free what the task holds before it says it is done
+    scoped_lock l(&s.mu);
+    --s.running;
+    --s.pending;
+    s.idle.notify_all();
+  });
+}
+
+// The cost model (config.hpp): whether `c`, after `generic_ns` of generic
+// executions, is worth building.
+bool hot(const tier_family& f, const tier_class& c, std::uint64_t generic_ns, const specialize_settings& s) {
+  if (c.ready_to_load) return true;
+  const std::uint64_t builds = f.cost->count.load(std::memory_order_relaxed);
+  const double build_ns = builds ? static_cast<double>(f.cost->total_ns.load(std::memory_order_relaxed)) / builds
+                                 : static_cast<double>(f.generic_build_ns);
+  return static_cast<double>(generic_ns) * s.expected_saving >= s.threshold * build_ns;
+}
+
+// The class's variant `v`, which the cache evicted: back to the generic
+// kernel (cold again, counted from zero). Whoever unlinks it retires it.
+void drop_evicted(tier_family& f, tier_class& c, tier_variant* v, const engine& e) {
+  if (!c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) return;
+  c.generic_uses.store(0, std::memory_order_relaxed);
+  c.generic_ns.store(0, std::memory_order_relaxed);
+  f.variants.fetch_sub(1, std::memory_order_relaxed);
+  stats_counters().evicted.fetch_add(1, std::memory_order_relaxed);
+  trace("evicted", f, c, e, 0);
+  c.status.store(class_status::cold, std::memory_order_release);
+  epoch_domain::instance().retire(v, [](void* p) { delete static_cast<tier_variant*>(p); });
+}
+
+// Drops the family's evicted variants that no execution has noticed yet (a
+// class not run since), so that they no longer count against the limit.
+// Skipped if another thread holds the family's lock: never waits.
+void drop_unnoticed_evictions(tier_family& f, const engine& e) {
+  if (!f.mu.try_lock()) return;
+  std::vector<std::shared_ptr<tier_class>> classes;
+  for (const auto& [key, c] : f.classes) classes.push_back(c);
+  f.mu.unlock();
+  epoch_guard guard;
+  for (const auto& c : classes) {
+    tier_variant* v = c->variant.load(std::memory_order_acquire);
+    if (v && !v->kernel.valid()) drop_evicted(f, *c, v, e);
+  }
+}
+
+}  // namespace
+
+tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
+                  const std::vector<logical_tensor>& in, std::uint64_t generic_build_ns) {
+  if (current_kernel_shapes() != kernel_shapes::tiered || !e.owner()) return {};
+  shape_class sc = e.owner()->specialization_class(p, in, e);
+  if (sc.key.empty()) return {};
+  cache_key scoped;
+  scoped.add(static_cast<std::uint8_t>(e.scope().kind)).add(e.scope().device_id).add(e.scope().context_id);
+  scoped.add(family_key);
+  const std::string key(scoped.bytes());
+
+  tier_ref out;
+  registry& r = the_registry();
+  {
+    scoped_lock lock(&r.mu);
+    std::weak_ptr<tier_family>& slot = r.families[key];
+    out.family = slot.lock();
+    if (!out.family) {
+      auto f = std::make_shared<tier_family>();
+      f->p = p;
+      f->key = family_key;
+      f->scope = e.scope();
+      f->generic_build_ns = generic_build_ns;
+      std::unique_ptr<build_cost>& cost = r.costs[e.owner()];
+      if (!cost) cost = std::make_unique<build_cost>();
+      f->cost = cost.get();
+      slot = f;
+      out.family = std::move(f);
+      // Families of compiled partitions that are gone leave expired entries: sweep now and then.
+      if (++r.inserts_since_sweep >= 256) {
+        r.inserts_since_sweep = 0;
+        absl::erase_if(r.families, [](const auto& entry) { return entry.second.expired(); });
+      }
+    }
+  }
+  tier_family& f = *out.family;
+  scoped_lock lock(&f.mu);
+  std::shared_ptr<tier_class>& c = f.classes[sc.key];
+  if (!c) {
+    c = std::make_shared<tier_class>();
+    c->key = std::move(sc.key);
+    c->description = std::move(sc.description);
+    c->ready_to_load = sc.ready_to_load;
+    stats_counters().classes.fetch_add(1, std::memory_order_relaxed);
+  }
+  out.cls = c;
+  return out;
+}
+
+bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
+                     const std::vector<tensor>& outputs) {
+  tier_class& c = *t.cls;
+  if (c.status.load(std::memory_order_acquire) != class_status::ready) return false;
+  epoch_guard guard;
+  tier_variant* v = c.variant.load(std::memory_order_acquire);
+  if (v == nullptr) return false;
+  if (!v->kernel.valid()) {
+    drop_evicted(*t.family, c, v, s.get_engine());
+    return false;
+  }
+  const auto start = clock_type::now();
+  v->kernel->execute(s, inputs, outputs);
+  const std::uint64_t ns = ns_since(start);
+  counters& n = stats_counters();
+  n.specialized_executions.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t mean = c.generic_mean_ns.load(std::memory_order_relaxed);
+  if (mean) n.saved_ns.fetch_add(static_cast<std::int64_t>(mean) - static_cast<std::int64_t>(ns), std::memory_order_relaxed);
+  return true;
+}
+
+void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
+                    const std::vector<logical_tensor>& out) {
+  tier_class& c = *t.cls;
+  stats_counters().generic_executions.fetch_add(1, std::memory_order_relaxed);
+  c.generic_uses.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t total = c.generic_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
+  if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
+  const specialize_settings settings = current_specialize_settings();
+  if (settings.threads == 0 || !hot(*t.family, c, total, settings)) return;
+  class_status expected = class_status::cold;
+  if (!c.status.compare_exchange_strong(expected, class_status::queued, std::memory_order_acq_rel)) return;
+  tier_family& f = *t.family;
+  if (f.variants.load(std::memory_order_relaxed) >= settings.max_variants) drop_unnoticed_evictions(f, s.get_engine());
+  if (f.variants.fetch_add(1, std::memory_order_relaxed) >= settings.max_variants) {
+    f.variants.fetch_sub(1, std::memory_order_relaxed);
+    // Cold again: a variant of the partition may be evicted and free a place.
+    c.status.store(class_status::cold, std::memory_order_release);
+    c.generic_uses.store(0, std::memory_order_relaxed);
+    c.generic_ns.store(0, std::memory_order_relaxed);
+    stats_counters().over_limit.fetch_add(1, std::memory_order_relaxed);
+    if (!f.limit_reported.exchange(true)) trace("limit", f, c, s.get_engine(), 0);
+    return;
+  }
+  stats_counters().queued.fetch_add(1, std::memory_order_relaxed);
+  trace("queue", f, c, s.get_engine(), 0);
+  enqueue(t.family, t.cls, s.get_engine(), in, out, settings.threads);
+}
+
+}  // namespace unicache::detail
+
+namespace unicache {
+
+tier_stats tiered_kernel_stats() {
+  const detail::counters& n = detail::stats_counters();
+  tier_stats s;
+  s.classes = n.classes.load();
+  s.queued = n.queued.load();
+  s.ready = n.ready.load();
+  s.failed = n.failed.load();
+  s.over_limit = n.over_limit.load();
+  s.refused = n.refused.load();
+  s.evicted = n.evicted.load();
+  s.generic_executions = n.generic_executions.load();
+  s.specialized_executions = n.specialized_executions.load();
+  s.build_ns = n.build_ns.load();
+  s.saved_ns = n.saved_ns.load();
+  return s;
+}
+
+void wait_for_specializations() {
+  detail::specializer& sp = detail::the_specializer();
+  detail::scoped_lock lock(&sp.mu);
+  sp.mu.wait(sp.idle, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return sp.pending == 0; });
+}
+
+}  // namespace unicache

@@ -1,0 +1,54 @@
+// Tiered kernels: the dispatch table of compiled partitions, the cost model
+// that decides which shape classes to specialize, and the oneTBB arena that
+// builds them. See unicache/tiers.hpp for the contract.
+//
+// Structure: a tier_family per shape-agnostic compiled partition (partition,
+// backend, scope and kernel configuration: what every shape's compiled
+// partition shares), holding a tier_class per shape class. Each compiled
+// shape keeps a tier_ref to its family and class. A class publishes its
+// specialized kernel through an atomic pointer that executions read inside an
+// epoch guard; a replaced or evicted variant is retired through the epoch
+// domain, so a reader never sees it freed and never takes a lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unicache/backend.hpp"
+
+namespace unicache::detail {
+
+struct tier_family;
+struct tier_class;
+
+// The tier of one compiled shape. An empty ref (no class) runs the generic
+// kernel only: the mode is not tiered, or the backend has no specialized
+// kernel for these shapes.
+struct tier_ref {
+  std::shared_ptr<tier_family> family;
+  std::shared_ptr<tier_class> cls;
+  explicit operator bool() const { return cls != nullptr; }
+};
+
+// The tier of `in` (concrete shapes) of `p` on `e`, in the family that
+// `family_key` names (the shape-agnostic compiled-partition key).
+// `generic_build_ns` is the measured build time of the shape's generic
+// kernel: the cost model's first estimate of a build. Thread-safe.
+tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
+                  const std::vector<logical_tensor>& in, std::uint64_t generic_build_ns);
+
+// Runs the class's specialized kernel if one is ready and cached, and
+// returns true; returns false (having run nothing) otherwise. Lock-free.
+bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
+                     const std::vector<tensor>& outputs);
+
+// Counts one generic execution of `ns` for the class and, when the class
+// turns hot, queues its specialization for the shapes `in` -> `out` on the
+// stream's engine. Never blocks on a build.
+void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
+                    const std::vector<logical_tensor>& out);
+
+}  // namespace unicache::detail

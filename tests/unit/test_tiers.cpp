@@ -1,0 +1,289 @@
+// Tiered kernels: the dispatch of compiled partitions between their generic
+// kernel and the specialized kernels built in the background, through a
+// small backend of plain C++ loops (so that ThreadSanitizer sees every
+// access): which classes get specialized, the swap, eviction, failures, the
+// per-partition limit, and the swap under concurrent executions.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <bit>
+#include <thread>
+
+#include "scoped_settings.hpp"
+#include "unicache/compiler.hpp"
+#include "unicache/tiers.hpp"
+
+namespace unicache::testing {
+namespace {
+
+using shape_t = std::vector<std::int64_t>;
+
+// C[m, n] = sum_k A[m, k] * B[k, n] (+ bias[n]). Both tiers compute the same
+// values; the specialized one also counts its executions.
+class loop_kernel final : public compiled_kernel {
+ public:
+  loop_kernel(std::atomic<int>* runs, bool bias) : runs_(runs), bias_(bias) {}
+  void execute(stream&, const std::vector<tensor>& in, const std::vector<tensor>& out) const override {
+    const shape_t& a = in[0].desc.shape;
+    const shape_t& b = in[1].desc.shape;
+    const std::int64_t m = a[0], k = a[1], n = b[1];
+    const auto* x = static_cast<const float*>(in[0].data);
+    const auto* w = static_cast<const float*>(in[1].data);
+    auto* y = static_cast<float*>(out[0].data);
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        float acc = bias_ ? static_cast<const float*>(in[2].data)[j] : 0.f;
+        for (std::int64_t l = 0; l < k; ++l) acc += x[i * k + l] * w[l * n + j];
+        y[i * n + j] = acc;
+      }
+    }
+    runs_->fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int>* runs_;
+  bool bias_;
+};
+
+// Classes: M in [2^(b-1), 2^b), for M >= 2.
+class loop_backend final : public backend {
+ public:
+  const char* name() const override { return "tiers_test"; }
+  engine_kind kind() const override { return engine_kind::cpu; }
+  std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>&,
+                                                 const std::vector<logical_tensor>&, const engine&,
+                                                 const std::vector<kernel_binary>&) override {
+    return std::make_shared<loop_kernel>(&generic_runs, p.ops().size() > 1);
+  }
+  shape_class specialization_class(const partition&, const std::vector<logical_tensor>& in,
+                                   const engine&) const override {
+    const auto m = static_cast<std::uint64_t>(in[0].shape[0]);
+    if (m < 2) return {};
+    const int bits = std::bit_width(m);
+    return {"bits" + std::to_string(bits), "M " + std::to_string(1 << (bits - 1)) + ".." + std::to_string((1 << bits) - 1),
+            false};
+  }
+  std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>&,
+                                                    const std::vector<logical_tensor>&, const engine&) override {
+    builds.fetch_add(1);
+    if (fail) throw compile_error("tiers_test: this build fails on purpose");
+    return std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1);
+  }
+  // Sizes are read from the tensors: one generic kernel per rank.
+  std::string kernel_configuration(const partition&, const std::vector<shape_t>& shapes, const engine&) const override {
+    return shape_mode_configuration(current_kernel_shapes(), shapes);
+  }
+  stream make_stream(const engine& e) override { return stream(e, nullptr); }
+  device_identity identity(const engine&) const override { return {"test", "loops", "1", "1"}; }
+
+  std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0};
+  std::atomic<bool> fail{false};
+};
+
+class Tiers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_ = current_specialize_settings();
+    specialize_settings s;
+    s.threshold = 0;  // a class is hot at its first generic execution
+    set_specialize_settings(s);
+    kernel_cache().clear();
+  }
+  void TearDown() override {
+    wait_for_specializations();
+    set_specialize_settings(saved_);
+  }
+
+  // A MatMul [-1, 8] x [8, 4] (+ bias), compiled for M rows and run once.
+  struct run_result {
+    std::vector<float> y, want;
+  };
+  run_result run(std::int64_t m, bool bias = true) {
+    const compiled_partition cp = compile(part(bias), bias ? std::vector<shape_t>{{m, 8}, {8, 4}, {4}}
+                                                          : std::vector<shape_t>{{m, 8}, {8, 4}},
+                                          eng);
+    std::vector<float> x(static_cast<std::size_t>(m * 8)), w(32), b(4), y(static_cast<std::size_t>(m * 4), -1.f);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.f;
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.5f;
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i);
+    std::vector<tensor> in{{cp.inputs()[0], x.data()}, {cp.inputs()[1], w.data()}};
+    if (bias) in.push_back({cp.inputs()[2], b.data()});
+    stream s = make_stream(eng);
+    cp.execute(s, in, {{cp.outputs()[0], y.data()}});
+    run_result r{y, std::vector<float>(y.size())};
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < 4; ++j) {
+        float acc = bias ? b[static_cast<std::size_t>(j)] : 0.f;
+        for (std::int64_t l = 0; l < 8; ++l) acc += x[static_cast<std::size_t>(i * 8 + l)] * w[static_cast<std::size_t>(l * 4 + j)];
+        r.want[static_cast<std::size_t>(i * 4 + j)] = acc;
+      }
+    }
+    return r;
+  }
+
+  partition part(bool bias) {
+    graph g;
+    auto x = g.tensor({-1, 8}), w = g.tensor({8, 4}, tensor_property::constant), y = g.tensor({-1, 4});
+    if (bias) {
+      auto b = g.tensor({4}, tensor_property::constant), mm = g.tensor({-1, 4});
+      g.add_op(op_kind::matmul, {x, w}, {mm});
+      g.add_op(op_kind::add, {mm, b}, {y});
+    } else {
+      g.add_op(op_kind::matmul, {x, w}, {y});
+    }
+    g.finalize();
+    return g.partitions().front();
+  }
+
+  loop_backend backend_;
+  // A context of its own per test: each test starts with no dispatch tables.
+  static inline std::atomic<std::uint64_t> next_context{0x7153000};
+  engine eng{&backend_, 0, next_context.fetch_add(1), nullptr};
+  scoped_kernel_shapes mode{kernel_shapes::tiered};
+  specialize_settings saved_;
+};
+
+TEST_F(Tiers, TieredIsTheDefaultMode) {
+  EXPECT_EQ(parse_kernel_shapes("Tiered"), kernel_shapes::tiered);
+  EXPECT_TRUE(shape_agnostic(kernel_shapes::tiered));
+  EXPECT_FALSE(shape_agnostic(kernel_shapes::specialized));
+}
+
+TEST_F(Tiers, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShapes) {
+  const tier_stats before = tiered_kernel_stats();
+  auto r = run(5);  // generic: the class M 4..7 turns hot
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.generic_runs.load(), 1);
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 1);
+  r = run(5);
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 1);
+  r = run(7);  // another shape of the class: specialized at its first execution
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 2);
+  EXPECT_EQ(backend_.generic_runs.load(), 1);
+  EXPECT_EQ(backend_.builds.load(), 1);
+  const tier_stats after = tiered_kernel_stats();
+  EXPECT_EQ(after.ready - before.ready, 1u);
+  EXPECT_EQ(after.queued - before.queued, 1u);
+  EXPECT_EQ(after.specialized_executions - before.specialized_executions, 2u);
+  EXPECT_GT(after.build_ns, before.build_ns);
+}
+
+TEST_F(Tiers, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel) {
+  const tier_stats before = tiered_kernel_stats();
+  run(1);  // no class for M = 1
+  {
+    scoped_kernel_shapes agnostic(kernel_shapes::agnostic);
+    run(12);
+    run(12);
+  }
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 0);
+  EXPECT_EQ(backend_.generic_runs.load(), 3);
+  EXPECT_EQ(tiered_kernel_stats().classes, before.classes);
+}
+
+TEST_F(Tiers, NoSpecializationWithZeroThreads) {
+  specialize_settings s = current_specialize_settings();
+  s.threads = 0;
+  set_specialize_settings(s);
+  run(9);
+  run(9);
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 0);
+  EXPECT_EQ(backend_.generic_runs.load(), 2);
+}
+
+TEST_F(Tiers, TheCostModelWaitsUntilGenericTimeRepaysABuild) {
+  specialize_settings s = current_specialize_settings();
+  s.threshold = 1e12;  // a build would have to be repaid a trillion times over
+  set_specialize_settings(s);
+  for (int i = 0; i < 5; ++i) run(20);
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 0);
+}
+
+TEST_F(Tiers, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
+  backend_.fail = true;
+  const tier_stats before = tiered_kernel_stats();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 4; ++i) {
+    const auto r = run(40);
+    EXPECT_EQ(r.y, r.want);
+    wait_for_specializations();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(backend_.builds.load(), 1);
+  EXPECT_EQ(backend_.generic_runs.load(), 4);
+  EXPECT_EQ(tiered_kernel_stats().failed - before.failed, 1u);
+  const auto first = err.find("this build fails on purpose");
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("this build fails on purpose", first + 1), std::string::npos) << err;
+  EXPECT_NE(err.find("keep running on the generic kernel"), std::string::npos) << err;
+}
+
+TEST_F(Tiers, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
+  run(100);
+  wait_for_specializations();
+  run(100);
+  EXPECT_EQ(backend_.specialized_runs.load(), 1);
+  const tier_stats before = tiered_kernel_stats();
+  kernel_cache().clear();  // evicts the variant (the compiled partitions too; compile() makes them again)
+  auto r = run(100);
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 1);
+  EXPECT_EQ(backend_.generic_runs.load(), 2);
+  wait_for_specializations();
+  r = run(100);  // hot again: specialized again
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 2);
+  EXPECT_GE(tiered_kernel_stats().evicted - before.evicted + (backend_.builds.load() == 2 ? 1 : 0), 1u);
+}
+
+TEST_F(Tiers, AtMostMaxVariantsPerPartition) {
+  specialize_settings s = current_specialize_settings();
+  s.max_variants = 1;
+  set_specialize_settings(s);
+  const tier_stats before = tiered_kernel_stats();
+  run(3);
+  wait_for_specializations();
+  run(17);  // another class of the same partition: over the limit
+  wait_for_specializations();
+  run(17);
+  run(3, /*bias=*/false);  // another partition has a budget of its own
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 2);
+  EXPECT_GE(tiered_kernel_stats().over_limit - before.over_limit, 1u);
+}
+
+TEST_F(Tiers, ExecutionsOnManyThreadsWhileVariantsArriveAndAreEvicted) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 60; ++i) {
+        const auto r = run(2 + (t * 61 + i * 7) % 90);
+        if (r.y != r.want) wrong.fetch_add(1);
+      }
+    });
+  }
+  std::thread evictor([&] {
+    while (!stop.load()) {
+      kernel_cache().clear();
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  stop = true;
+  evictor.join();
+  wait_for_specializations();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(backend_.generic_runs.load() + backend_.specialized_runs.load(), 6 * 60);
+  EXPECT_GT(backend_.builds.load(), 0);
+}
+
+}  // namespace
+}  // namespace unicache::testing
