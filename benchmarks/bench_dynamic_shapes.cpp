@@ -45,7 +45,9 @@
 //   bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]
 //       [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]
 //       [--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace]
-//       [--quiet] [--demo]
+//       [--quiet] [--demo] [--shapes-out FILE]
+// --shapes-out writes the trace's rows per request to FILE and exits (what
+// scripts/torch_dynamic_shapes.py replays with torch.matmul).
 // --record-trace also writes <out>/trace_<device>.csv from mode 2 (what the
 // per-shape kernel cache and the constant cache saw, with measured costs)
 // for bench_policy --trace.
@@ -102,6 +104,7 @@ struct options {
   std::string out = ".";
   bool record_trace = false;
   bool quiet = false;
+  std::string shapes_out;  // --shapes-out: write the trace's rows per request there and stop
   // Child only.
   std::string mode;
   std::string trace_path;
@@ -324,10 +327,10 @@ void report_latencies(const std::vector<double>& latency, double wall_ms, int re
   double sum = 0;
   for (double v : latency) sum += v;
   std::printf("RESULT requests_run=%zu requests_total=%d wall_ms=%.3f first_request_ms=%.3f p50_ms=%.4f p99_ms=%.4f "
-              "mean_ms=%.4f peak_rss_mb=%.1f\n",
+              "mean_ms=%.4f max_ms=%.4f peak_rss_mb=%.1f\n",
               latency.size(), requests_total, wall_ms, latency.empty() ? 0.0 : latency[0],
               percentile(latency, 50), percentile(latency, 99), latency.empty() ? 0.0 : sum / latency.size(),
-              peak_rss_mb());
+              latency.empty() ? 0.0 : *std::max_element(latency.begin(), latency.end()), peak_rss_mb());
 }
 
 void progress(std::size_t done, std::size_t total) {
@@ -773,6 +776,8 @@ int main(int argc, char** argv) {
         o.budget_s = 10;
         o.modes = {"1", "2", "3", "4", "5"};
         o.out = (fs::temp_directory_path() / "unicache_demo").string();
+      } else if (a == "--shapes-out") {
+        o.shapes_out = next();
       } else if (a == "--mode") {
         o.mode = next();
       } else if (a == "--trace-out") {
@@ -791,7 +796,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "bench_dynamic_shapes: %s\nusage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] "
                  "[--seed S] [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S] "
-                 "[--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo]\n",
+                 "[--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo] "
+                 "[--shapes-out FILE]\n",
                  e.what());
     return 2;
   }
@@ -800,6 +806,13 @@ int main(int argc, char** argv) {
       if (o.mode == "dnnl") return child_onednn(o, false);
       if (o.mode == "dnnl_rt") return child_onednn(o, true);
       return child_unicache(o);
+    }
+    if (!o.shapes_out.empty()) {
+      // The trace for another framework's replay (scripts/torch_dynamic_shapes.py).
+      std::ofstream shapes(o.shapes_out);
+      shapes << "# bench_dynamic_shapes trace: " << o.trace_args() << "\n# rows (M) per request\n";
+      for (const request& r : make_trace(o)) shapes << r.rows() << "\n";
+      return shapes ? 0 : 1;
     }
     fs::create_directories(o.out);
     int status = 0;

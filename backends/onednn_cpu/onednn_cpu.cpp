@@ -640,7 +640,7 @@ class onednn_cpu_backend final : public backend {
   }
 
   shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
-                                   const engine& /*e*/) const override {
+                                   const std::vector<logical_tensor>& /*out*/, const engine& /*e*/) const override {
     const std::int64_t m = chunkable_rows(p, in);
     if (m < (std::int64_t{1} << kSmallestChunkBits)) return {};
     const int bits = std::bit_width(static_cast<std::uint64_t>(m));

@@ -107,10 +107,11 @@ class backend {
   // In tiered mode compile() builds the generic, shape-agnostic kernel; these
   // two give the specialized tier. The default: no specialized kernels.
   //
-  // The class of `in` (concrete shapes) for `p` on `e`. Called when a shape
+  // The class of `in` (concrete shapes; `out` the outputs at them) for `p`
+  // on `e`. Called when a shape
   // is first compiled; must be cheap (no build).
   virtual shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
-                                           const engine& e) const;
+                                           const std::vector<logical_tensor>& out, const engine& e) const;
   // Builds the specialized kernel of the class of `in` (`out` are the
   // outputs at these shapes). Its execute() must run every shape of the
   // class: it reads the sizes from the tensors' descriptors. Runs on a

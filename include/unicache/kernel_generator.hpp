@@ -21,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "unicache/backend.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
@@ -114,6 +115,10 @@ struct gemm_problem {
   // hold (M, N or K above 2^31 - 1).
   gemm_problem(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
                const gemm_tiles& tiles, kernel_shapes mode);
+  // The same problem with `rows` rows (M), for a kernel of a shape class
+  // that serves every M of the class. Only for one matrix (batch 1, no
+  // batch strides).
+  gemm_problem with_rows(long rows) const;
   // The work-items (global) and work-group (local) of the launch.
   std::array<std::size_t, 3> global() const;
   std::array<std::size_t, 3> local() const;
@@ -125,6 +130,27 @@ struct gemm_problem {
   std::size_t packed_bytes() const;
   std::array<std::size_t, 3> pack_global(int work_group) const;
 };
+
+// --- Tiered GEMMs ------------------------------------------------------------------
+// What the GPU backends share for kernel_shapes::tiered: a GEMM's shape
+// class is M's power-of-two range [2^(b-1), 2^b) with N and K (and the
+// configuration: transposes, packing, chain); its specialized kernel is the
+// GEMM with the tiles that ran fastest for the class among a few candidates.
+
+// The class of `g`; an empty key for a batched problem (batch > 1), which
+// stays on the generic kernel.
+shape_class gemm_shape_class(const gemm_problem& g);
+// Tiles worth timing for `g`'s class: small-M tiles for a few rows, larger
+// ones for many, and always `generic` (the backend's plan), so the choice is
+// never worse than the generic kernel as timed. Each is valid for gemm_source.
+std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic);
+// The persistent store's key of the tiles chosen for `g`'s class by
+// `backend` (the device identity is the store's own part of the key).
+std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g);
+// A tuning choice as the store keeps it, and back: nullopt for bytes that
+// are not one of `allowed` (a stored value never chooses a kernel of its own).
+byte_vector encode_tiles(const gemm_tiles& t);
+std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_tiles>& allowed);
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.
 struct binary_problem {

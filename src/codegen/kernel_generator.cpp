@@ -4,6 +4,7 @@
 #include "unicache/kernel_generator.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <string>
 
@@ -512,6 +513,68 @@ gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>
     packed_k = static_cast<long>(round_up(k, tiles.bk));
     packed_n = static_cast<long>(round_up(n, tiles.bn));
   }
+}
+
+gemm_problem gemm_problem::with_rows(long rows) const {
+  gemm_problem out = *this;
+  out.m = rows;
+  if (config.fixed_mnk) (*out.config.fixed_mnk)[0] = rows;
+  return out;
+}
+
+shape_class gemm_shape_class(const gemm_problem& g) {
+  if (g.batch != 1 || g.sa != 0 || g.m < 1) return {};
+  const int bits = std::bit_width(static_cast<unsigned long>(g.m));
+  cache_key key;
+  key.add("gemm-class/1").add(bits).add(g.n).add(g.k).add(g.lda).add(g.ldb);
+  key.add(g.config.transpose_a).add(g.config.transpose_b).add(g.config.packed_b);
+  for (op_kind k : g.config.chain) key.add(static_cast<std::uint8_t>(k));
+  for (const gemm_problem::post& p : g.posts) key.add(p.batch_stride).add(p.row_stride).add(p.column_stride);
+  const long low = 1L << (bits - 1), high = (1L << bits) - 1;
+  return {std::string(key.bytes()),
+          "GEMM M " + std::to_string(low) + ".." + std::to_string(high) + " N " + std::to_string(g.n) + " K " +
+              std::to_string(g.k),
+          false};
+}
+
+std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic) {
+  // bm, bn, bk, rm, rn; work-items (bn/rn) x (bm/rm).
+  static const gemm_tiles small_m[] = {{16, 64, 16, 4, 4}, {32, 64, 16, 4, 4}, {32, 128, 16, 4, 8}};
+  static const gemm_tiles medium_m[] = {{32, 64, 16, 4, 4}, {64, 64, 16, 4, 4}, {32, 128, 16, 4, 8}, {64, 128, 16, 8, 8}};
+  static const gemm_tiles large_m[] = {{64, 64, 16, 4, 4}, {64, 128, 16, 8, 8}};
+  std::vector<gemm_tiles> out;
+  auto add = [&](const gemm_tiles& t) {
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  };
+  if (g.m <= 32) {
+    for (const gemm_tiles& t : small_m) add(t);
+  } else if (g.m <= 256) {
+    for (const gemm_tiles& t : medium_m) add(t);
+  } else {
+    for (const gemm_tiles& t : large_m) add(t);
+  }
+  add(generic);
+  return out;
+}
+
+std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g) {
+  cache_key key;
+  key.add("gemm-tuning/1").add(backend).add(gemm_shape_class(g).key);
+  return std::string(key.bytes());
+}
+
+byte_vector encode_tiles(const gemm_tiles& t) {
+  cache_key out;
+  out.add("tiles/1").add(t.bm).add(t.bn).add(t.bk).add(t.rm).add(t.rn);
+  return byte_vector(out.bytes().begin(), out.bytes().end());
+}
+
+std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_tiles>& allowed) {
+  for (const gemm_tiles& t : allowed) {
+    const byte_vector want = encode_tiles(t);
+    if (stored.size() == want.size() && std::equal(want.begin(), want.end(), stored.begin())) return t;
+  }
+  return std::nullopt;
 }
 
 std::array<std::size_t, 3> gemm_problem::global() const {

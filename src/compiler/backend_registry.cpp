@@ -31,7 +31,7 @@ std::string backend::kernel_configuration(const partition& /*p*/,
 }
 
 shape_class backend::specialization_class(const partition& /*p*/, const std::vector<logical_tensor>& /*in*/,
-                                          const engine& /*e*/) const {
+                                          const std::vector<logical_tensor>& /*out*/, const engine& /*e*/) const {
   return {};
 }
 

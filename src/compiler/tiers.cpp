@@ -272,22 +272,23 @@ void drop_unnoticed_evictions(tier_family& f, const engine& e) {
 }  // namespace
 
 tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
-                  const std::vector<logical_tensor>& in, std::uint64_t generic_build_ns) {
+                  const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+                  std::uint64_t generic_build_ns) {
   if (current_kernel_shapes() != kernel_shapes::tiered || !e.owner()) return {};
-  shape_class sc = e.owner()->specialization_class(p, in, e);
+  shape_class sc = e.owner()->specialization_class(p, in, out, e);
   if (sc.key.empty()) return {};
   cache_key scoped;
   scoped.add(static_cast<std::uint8_t>(e.scope().kind)).add(e.scope().device_id).add(e.scope().context_id);
   scoped.add(family_key);
   const std::string key(scoped.bytes());
 
-  tier_ref out;
+  tier_ref ref;
   registry& r = the_registry();
   {
     scoped_lock lock(&r.mu);
     std::weak_ptr<tier_family>& slot = r.families[key];
-    out.family = slot.lock();
-    if (!out.family) {
+    ref.family = slot.lock();
+    if (!ref.family) {
       auto f = std::make_shared<tier_family>();
       f->p = p;
       f->key = family_key;
@@ -297,7 +298,7 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
       if (!cost) cost = std::make_unique<build_cost>();
       f->cost = cost.get();
       slot = f;
-      out.family = std::move(f);
+      ref.family = std::move(f);
       // Families of compiled partitions that are gone leave expired entries: sweep now and then.
       if (++r.inserts_since_sweep >= 256) {
         r.inserts_since_sweep = 0;
@@ -305,7 +306,7 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
       }
     }
   }
-  tier_family& f = *out.family;
+  tier_family& f = *ref.family;
   scoped_lock lock(&f.mu);
   std::shared_ptr<tier_class>& c = f.classes[sc.key];
   if (!c) {
@@ -315,8 +316,8 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
     c->ready_to_load = sc.ready_to_load;
     stats_counters().classes.fetch_add(1, std::memory_order_relaxed);
   }
-  out.cls = c;
-  return out;
+  ref.cls = c;
+  return ref;
 }
 
 bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,

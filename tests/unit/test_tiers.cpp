@@ -56,7 +56,7 @@ class loop_backend final : public backend {
     return std::make_shared<loop_kernel>(&generic_runs, p.ops().size() > 1);
   }
   shape_class specialization_class(const partition&, const std::vector<logical_tensor>& in,
-                                   const engine&) const override {
+                                   const std::vector<logical_tensor>&, const engine&) const override {
     const auto m = static_cast<std::uint64_t>(in[0].shape[0]);
     if (m < 2) return {};
     const int bits = std::bit_width(m);

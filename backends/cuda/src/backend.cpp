@@ -105,11 +105,18 @@ struct device_reader {
 
 // MatMul -> (Add|Multiply)* -> eltwise*: one tiled GEMM with the chain in
 // its epilogue; a constant rank-2 B packed once per contents and context.
+// A specialized kernel of a shape class (tiered) has its own tiles and runs
+// every M of the class: it reads M from the tensors.
 class gemm_kernel final : public compiled_kernel {
  public:
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
               const engine& e, const std::vector<kernel_binary>& preloaded)
-      : problem_(p, in, out, state_of(e).plan.gemm, current_kernel_shapes()),
+      : gemm_kernel(p, in, out, e, preloaded, state_of(e).plan.gemm, false) {}
+  gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+              const engine& e, const std::vector<kernel_binary>& preloaded, const kernels::gemm_tiles& tiles,
+              bool any_rows)
+      : problem_(p, in, out, tiles, current_kernel_shapes()),
+        any_rows_(any_rows),
         launch_(shape_of(problem_.global(), problem_.local(), "the GEMM")) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
     if (problem_.config.packed_b) {
@@ -121,25 +128,36 @@ class gemm_kernel final : public compiled_kernel {
   }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
-    const kernels::gemm_problem& g = problem_;
     context_guard guard(s.native<stream_state>().context);
     std::shared_ptr<packed_buffer> packed;
     CUdeviceptr b = pointer_of(inputs[1].data);
-    long ldb = g.ldb;
     if (pack_) {
       packed = packed_weight(s, inputs[1]);
       b = packed->memory;
-      ldb = g.packed_n;
     }
-    kernel_args args;
-    args.add(pointer_of(inputs[0].data)).add(b).add(pointer_of(outputs[0].data));
-    args.add(static_cast<int>(g.m)).add(static_cast<int>(g.n)).add(static_cast<int>(g.k));
-    args.add(g.lda).add(ldb).add(g.n).add(g.sa).add(pack_ ? 0L : g.sb).add(g.m * g.n);
-    for (const kernels::gemm_problem::post& post : g.posts) {
-      args.add(pointer_of(inputs[post.input].data)).add(post.batch_stride).add(post.row_stride).add(post.column_stride);
-    }
-    launch(*gemm_, s, args, launch_);
+    std::vector<CUdeviceptr> posts;
+    for (const kernels::gemm_problem::post& post : problem_.posts) posts.push_back(pointer_of(inputs[post.input].data));
+    const std::vector<std::int64_t>& a = inputs[0].desc.shape;
+    run_gemm(s, pointer_of(inputs[0].data), b, pointer_of(outputs[0].data), posts, any_rows_ ? a[a.size() - 2] : 0);
   }
+
+  // Launches the GEMM on `b` as the kernel reads it (packed, if it packs),
+  // for `rows` rows (0: the rows it was compiled for).
+  void run_gemm(const stream& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, const std::vector<CUdeviceptr>& posts,
+                long rows) const {
+    const kernels::gemm_problem g = rows ? problem_.with_rows(rows) : problem_;
+    const launch_shape shape = rows ? shape_of(g.global(), g.local(), "the GEMM") : launch_;
+    kernel_args args;
+    args.add(a).add(b).add(c);
+    args.add(static_cast<int>(g.m)).add(static_cast<int>(g.n)).add(static_cast<int>(g.k));
+    args.add(g.lda).add(pack_ ? g.packed_n : g.ldb).add(g.n).add(g.sa).add(pack_ ? 0L : g.sb).add(g.m * g.n);
+    for (std::size_t i = 0; i < g.posts.size(); ++i) {
+      const kernels::gemm_problem::post& post = g.posts[i];
+      args.add(posts[i]).add(post.batch_stride).add(post.row_stride).add(post.column_stride);
+    }
+    launch(*gemm_, s, args, shape);
+  }
+  const kernels::gemm_problem& problem() const { return problem_; }
 
   std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
 
@@ -166,6 +184,7 @@ class gemm_kernel final : public compiled_kernel {
   }
 
   kernels::gemm_problem problem_;
+  bool any_rows_ = false;
   launch_shape launch_, pack_launch_{};
   std::shared_ptr<const kernel> gemm_, pack_;
   std::shared_ptr<weight_registry::slot> slot_;
@@ -278,6 +297,93 @@ class cuda_backend final : public backend {
   }
 
   device_identity identity(const engine& e) const override { return state_of(e).identity; }
+
+  shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                   const std::vector<logical_tensor>& out, const engine& e) const override {
+    if (p.pattern() != partition::kind::fused_matmul) return {};
+    try {
+      const kernels::gemm_problem g(p, in, out, state_of(e).plan.gemm, kernel_shapes::tiered);
+      shape_class c = kernels::gemm_shape_class(g);
+      if (!c.key.empty()) {
+        const std::optional<byte_vector> stored =
+            kernel_store::instance().get(state_of(e).identity, kernels::gemm_tuning_key(name(), g));
+        c.ready_to_load = stored && kernels::decode_tiles(*stored, kernels::gemm_candidates(g, state_of(e).plan.gemm));
+      }
+      return c;
+    } catch (const compile_error&) {
+      return {};
+    }
+  }
+
+  // The class's GEMM: the stored choice of tiles if the store has one, else
+  // each candidate timed on a stream of its own with scratch buffers (a
+  // warm-up launch, then the best of three), the fastest stored for the next
+  // process.
+  std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
+                                                    const std::vector<logical_tensor>& out, const engine& e) override {
+    const engine_state& es = state_of(e);
+    context_guard guard(es.context);
+    const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
+    const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
+    const std::string tuning_key = kernels::gemm_tuning_key(name(), g);
+    if (const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, tuning_key)) {
+      if (const auto tiles = kernels::decode_tiles(*stored, candidates)) {
+        return std::make_shared<gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, *tiles, true);
+      }
+    }
+    struct scratch {
+      CUdeviceptr memory = 0;
+      ~scratch() {
+        if (memory) api().cuMemFree(memory);
+      }
+    };
+    auto make = [&](std::size_t floats) {
+      auto buffer = std::make_unique<scratch>();
+      buffer->memory = allocate(e, std::max<std::size_t>(floats, 1) * sizeof(float), "tuning scratch");
+      check(api().cuMemsetD8(buffer->memory, 0, std::max<std::size_t>(floats, 1) * sizeof(float)), "cuMemsetD8(tuning scratch)");
+      return buffer;
+    };
+    std::size_t b_floats = static_cast<std::size_t>(kernels::elements(in[1].shape));
+    for (const kernels::gemm_tiles& t : candidates) {
+      b_floats = std::max(b_floats, kernels::round_up(g.k, t.bk) * kernels::round_up(g.n, t.bn));
+    }
+    const auto a = make(static_cast<std::size_t>(kernels::elements(in[0].shape)));
+    const auto b = make(b_floats);
+    const auto c = make(static_cast<std::size_t>(kernels::elements(out[0].shape)));
+    std::vector<std::unique_ptr<scratch>> post_buffers;
+    std::vector<CUdeviceptr> posts;
+    for (const kernels::gemm_problem::post& post : g.posts) {
+      post_buffers.push_back(make(static_cast<std::size_t>(kernels::elements(in[post.input].shape))));
+      posts.push_back(post_buffers.back()->memory);
+    }
+    const stream own = make_stream(e);
+    std::shared_ptr<const gemm_kernel> best;
+    double best_ns = 0;
+    std::string errors;
+    for (const kernels::gemm_tiles& t : candidates) {
+      try {
+        auto k = std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
+        k->run_gemm(own, a->memory, b->memory, c->memory, posts, g.m);  // warm-up: the driver's first launch
+        double ns = 0;
+        for (int rep = 0; rep < 3; ++rep) {
+          const auto start = std::chrono::steady_clock::now();
+          k->run_gemm(own, a->memory, b->memory, c->memory, posts, g.m);
+          const double took = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+          ns = rep == 0 ? took : std::min(ns, took);
+        }
+        if (!best || ns < best_ns) {
+          best = std::move(k);
+          best_ns = ns;
+        }
+      } catch (const error& err) {
+        errors += std::string(errors.empty() ? "" : "; ") + err.what();
+      }
+    }
+    if (!best) throw compile_error("cuda: no GEMM candidate ran for " + kernels::gemm_shape_class(g).description + ": " + errors);
+    const kernels::gemm_tiles chosen = best->problem().config.tiles;
+    kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
+    return best;
+  }
 
   // Shape-agnostic kernels depend on the ranks only; specialized ones on every size.
   std::string kernel_configuration(const partition& /*p*/, const std::vector<std::vector<std::int64_t>>& input_shapes,

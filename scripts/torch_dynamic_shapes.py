@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""bench_dynamic_shapes' workload through torch on the first CUDA device: the
+baseline its GPU modes are compared against in docs/benchmarks.md.
+
+Replays a trace written by `bench_dynamic_shapes --shapes-out FILE` (the rows
+M of each request): per request, the BERT layer's six matmuls with bias (Q, K,
+V and output projections H x H, FFN H -> F with GELU(erf), F -> H), fp32 with
+TF32 off, each one synchronized as bench_dynamic_shapes' executions are.
+Latency per request is host wall time, like bench_dynamic_shapes'.
+
+    python3 scripts/torch_dynamic_shapes.py FILE [--hidden 768] [--ffn 3072] [--json OUT]
+"""
+import argparse
+import json
+import time
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trace")
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--ffn", type=int, default=3072)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rows = [int(line) for line in open(args.trace) if line.strip() and not line.startswith("#")]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    h, f = args.hidden, args.ffn
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    steps = [(h, h, -1, False), (h, h, -1, False), (h, h, -1, False), (h, h, 2, False), (h, f, 3, True), (f, h, 4, False)]
+    weights = [(torch.rand(k, n, device="cuda", generator=gen) * 0.1 - 0.05,
+                torch.rand(n, device="cuda", generator=gen) * 0.1 - 0.05) for k, n, _, _ in steps]
+    x_all = torch.rand(max(rows), h, device="cuda", generator=gen)
+    torch.cuda.synchronize()
+    latency = []
+    for m in rows:
+        start = time.perf_counter()
+        x = x_all[:m]
+        outs = []
+        for (k, n, source, gelu), (w, b) in zip(steps, weights):
+            y = torch.addmm(b, x if source < 0 else outs[source], w)
+            if gelu:
+                y = torch.nn.functional.gelu(y)
+            torch.cuda.synchronize()
+            outs.append(y)
+        latency.append((time.perf_counter() - start) * 1e3)
+    ordered = sorted(latency)
+    result = {
+        "benchmark": "torch_dynamic_shapes",
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "requests": len(rows),
+        "first_request_ms": latency[0],
+        "p50_ms": ordered[len(ordered) // 2],
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "mean_ms": sum(latency) / len(latency),
+        "max_ms": ordered[-1],
+    }
+    print(json.dumps(result))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
