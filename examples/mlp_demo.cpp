@@ -20,6 +20,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
+#include "unicache/tiers.hpp"
 
 int main() {
   using namespace unicache;
@@ -90,7 +91,15 @@ int main() {
               static_cast<unsigned long long>(backend.primitives_created),
               static_cast<unsigned long long>(backend.weights_packed),
               std::string(to_string(current_kernel_shapes())).c_str());
-  if (current_kernel_shapes() == kernel_shapes::agnostic && backend.weights_packed == 0) {
+  if (current_kernel_shapes() == kernel_shapes::tiered) {
+    wait_for_specializations();
+    const tier_stats tiers = tiered_kernel_stats();
+    std::printf("tiered kernels: %llu shape classes, %llu specialized in the background, %llu runs on them\n",
+                static_cast<unsigned long long>(tiers.classes), static_cast<unsigned long long>(tiers.ready),
+                static_cast<unsigned long long>(tiers.specialized_executions));
+    std::printf("(every batch size runs at once on one runtime-dims matmul per partition; a size class used\n"
+                " enough to repay a build gets primitives of its own, which pack the weights once)\n");
+  } else if (current_kernel_shapes() == kernel_shapes::agnostic && backend.weights_packed == 0) {
     std::printf("(four distinct batch sizes; a repeated size costs a lookup. One runtime-dims matmul per\n"
                 " partition serves every batch and reads the weights in the layout given, so nothing is\n"
                 " packed; UNICACHE_KERNEL_SHAPES=specialized builds per-batch primitives that pack them)\n");
