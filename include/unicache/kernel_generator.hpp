@@ -15,7 +15,9 @@
 // tiles it cannot use. Thread safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -23,6 +25,7 @@
 
 #include "unicache/backend.hpp"
 #include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/kernel_path.hpp"
@@ -64,6 +67,9 @@ struct gemm_config {
   std::optional<std::array<long, 3>> fixed_mnk;
 };
 kernel_source gemm_source(dialect d, const gemm_config& c);
+// gemm_source(d, c).config without generating the source: what the kernel
+// cache knows the GEMM by.
+std::string gemm_kernel_config(dialect d, const gemm_config& c);
 
 // Packs B (K x N, or N x K if transposed) into the layout gemm expects with
 // packed_b (the padding is the caller's: Kp, Np).
@@ -151,6 +157,39 @@ std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g);
 // are not one of `allowed` (a stored value never chooses a kernel of its own).
 byte_vector encode_tiles(const gemm_tiles& t);
 std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_tiles>& allowed);
+
+// The fastest of `candidates`: `make(tiles)` builds a candidate and returns a
+// callable that runs it once and waits for it; each is run once to warm up
+// (the driver's first launch) and then timed three times, the best counting.
+// A candidate whose build or run throws error is skipped; compile_error if
+// none ran, naming `what`.
+template <typename Make>
+gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, const std::string& what) {
+  std::optional<gemm_tiles> best;
+  double best_ns = 0;
+  std::string errors;
+  for (const gemm_tiles& t : candidates) {
+    try {
+      auto run = make(t);
+      run();
+      double ns = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto start = std::chrono::steady_clock::now();
+        run();
+        const double took = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+        ns = rep == 0 ? took : std::min(ns, took);
+      }
+      if (!best || ns < best_ns) {
+        best = t;
+        best_ns = ns;
+      }
+    } catch (const error& err) {
+      errors += std::string(errors.empty() ? "" : "; ") + err.what();
+    }
+  }
+  if (!best) throw compile_error("no GEMM candidate ran for " + what + ": " + errors);
+  return *best;
+}
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.
 struct binary_problem {

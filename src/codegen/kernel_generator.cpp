@@ -380,20 +380,29 @@ void check_tiles(const gemm_tiles& t) {
   }
 }
 
-}  // namespace
-
-kernel_source gemm_source(dialect d, const gemm_config& c) {
+// The GEMM's configuration bytes (its kernel-cache key).
+cache_key gemm_key(dialect d, const gemm_config& c) {
   const gemm_tiles& t = c.tiles;
-  check_tiles(t);
   cache_key key = config_key(d, "gemm");
   key.add(c.transpose_a).add(c.transpose_b).add(c.packed_b);
   key.add(t.bm).add(t.bn).add(t.bk).add(t.rm).add(t.rn).add(static_cast<std::uint64_t>(c.chain.size()));
   key.add(c.fixed_mnk.has_value());
   if (c.fixed_mnk) key.add((*c.fixed_mnk)[0]).add((*c.fixed_mnk)[1]).add((*c.fixed_mnk)[2]);
+  for (op_kind k : c.chain) key.add(k);
+  return key;
+}
+
+}  // namespace
+
+std::string gemm_kernel_config(dialect d, const gemm_config& c) { return std::string(gemm_key(d, c).bytes()); }
+
+kernel_source gemm_source(dialect d, const gemm_config& c) {
+  const gemm_tiles& t = c.tiles;
+  check_tiles(t);
+  const cache_key key = gemm_key(d, c);
   std::string params, code;
   int binary_index = 0;
   for (op_kind k : c.chain) {
-    key.add(k);
     if (is_binary(k)) {
       const std::string p = "P" + std::to_string(binary_index++);
       params += ", GLOBAL const float* RESTRICT " + p + ", const long " + p + "b, const long " + p + "m, const long " +

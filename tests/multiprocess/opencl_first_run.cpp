@@ -1,18 +1,29 @@
 // One process's first run of a fused MatMul+bias+GELU partition on the
 // default OpenCL device: prints how its kernels were obtained and how far
 // the result is from the reference. test_opencl_processes runs it twice
-// against one store directory.
+// against one store directory. With --tiered it runs the partition twice in
+// tiered mode with a class hot at its first use (waiting for the background
+// in between), and prints what the tiers did as well.
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "mlp_partition.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/opencl.hpp"
+#include "unicache/tiers.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace unicache;
+  const bool tiered = argc > 1 && std::string(argv[1]) == "--tiered";
   try {
+    if (tiered) {
+      set_kernel_shapes(kernel_shapes::tiered);
+      specialize_settings eager = current_specialize_settings();
+      eager.threshold = 0;
+      set_specialize_settings(eager);
+    }
     const std::int64_t m = 33, k = 64, n = 48;
     graph g = testing::mlp_graph(k, n, /*constant_weight=*/true);
     engine eng = opencl::make_engine();
@@ -21,7 +32,10 @@ int main() {
     cl_mem xb = opencl::make_buffer(eng, xv.size() * 4, xv.data()), wb = opencl::make_buffer(eng, wv.size() * 4, wv.data());
     cl_mem bb = opencl::make_buffer(eng, bv.size() * 4, bv.data()), yb = opencl::make_buffer(eng, m * n * 4);
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
-    cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
+    for (int run = 0; run < (tiered ? 2 : 1); ++run) {
+      cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
+      wait_for_specializations();
+    }
     std::vector<float> got(static_cast<std::size_t>(m * n));
     opencl::read_buffer(strm, yb, got.data(), got.size() * 4);
     const auto want = testing::mlp_reference(xv, wv, bv, m, k, n);
@@ -35,6 +49,11 @@ int main() {
                 static_cast<unsigned long long>(st.programs_from_binary),
                 static_cast<unsigned long long>(st.binaries_stored),
                 static_cast<unsigned long long>(st.binaries_rejected), max_error);
+    if (tiered) {
+      const tier_stats t = tiered_kernel_stats();
+      std::printf("tiers ready=%llu specialized_executions=%llu failed=%llu\n", static_cast<unsigned long long>(t.ready),
+                  static_cast<unsigned long long>(t.specialized_executions), static_cast<unsigned long long>(t.failed));
+    }
     return 0;
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

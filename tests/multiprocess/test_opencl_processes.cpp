@@ -11,9 +11,9 @@
 
 namespace {
 
-std::string run_first_run(const std::string& environment) {
+std::string run_first_run(const std::string& environment, const std::string& args = "") {
   const std::string command = "env -u UNICACHE_PERSISTENT_CACHE -u UNICACHE_OPENCL_DEVICE " + environment + " " +
-                              UNICACHE_OPENCL_FIRST_RUN + " 2>&1";
+                              UNICACHE_OPENCL_FIRST_RUN + " " + args + " 2>&1";
   std::string out;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return "popen failed";
@@ -39,6 +39,22 @@ TEST_F(OpenclProcesses, TheSecondProcessLoadsEveryKernelFromTheStore) {
       << "the probe, the GEMM and the weight packer, built; the kernels stored\n" << first;
   const std::string second = run_first_run(with_store());
   EXPECT_NE(second.find("probes=0 from_source=0 from_binary=2 stored=0 rejected=0"), std::string::npos) << second;
+  for (const std::string* out : {&first, &second}) {
+    const auto at = out->find("max_error=");
+    ASSERT_NE(at, std::string::npos) << *out;
+    EXPECT_LT(std::stod(out->substr(at + 10)), 1e-4) << *out;
+  }
+}
+
+// Tiered: the first process times the GEMM candidates of the class and
+// stores the choice and the binaries; the second builds nothing, and its
+// class is specialized at its first use from what the store holds.
+TEST_F(OpenclProcesses, TheSecondProcessStartsSpecializedFromTheStore) {
+  const std::string first = run_first_run(with_store(), "--tiered");
+  EXPECT_NE(first.find("tiers ready=1 specialized_executions=1 failed=0"), std::string::npos) << first;
+  const std::string second = run_first_run(with_store(), "--tiered");
+  EXPECT_NE(second.find("probes=0 from_source=0"), std::string::npos) << "nothing built\n" << second;
+  EXPECT_NE(second.find("tiers ready=1 specialized_executions=1 failed=0"), std::string::npos) << second;
   for (const std::string* out : {&first, &second}) {
     const auto at = out->find("max_error=");
     ASSERT_NE(at, std::string::npos) << *out;

@@ -20,6 +20,7 @@
 #include "backend_numerics.hpp"
 #include "cuda_internal.hpp"
 #include "mlp_partition.hpp"
+#include "tiered_gemm_numerics.hpp"
 #include "unicache/cuda.hpp"
 #include "unicache/kernel_generator.hpp"
 
@@ -221,6 +222,11 @@ struct gpu : ::testing::Test, cuda_device {
   // goes to the store (or blob), as a new process would.
   static void forget_kernels() { kernel_cache().clear(); }
 };
+
+// Tiered: every GEMM tile candidate, chosen through the store, on odd sizes.
+TEST_F(gpu, EveryTileCandidateMatchesTheReferenceAndAStoredChoiceIsUsed) {
+  check_every_candidate(*this, eng.native<cuda::detail::engine_state>().plan.gemm, "cuda");
+}
 
 TEST_F(gpu, EveryShapeOfAPartitionRunsOneKernelAndTheEngineNamesThePhysicalDevice) {
   const std::int64_t k = 33, n = 17;

@@ -1,6 +1,7 @@
 // The CUDA backend: the kernel path's builder (NVRTC, module loads),
 // compiled kernels for each partition kind, constant weights packed on the
 // device, and the backend object itself.
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <string>
@@ -157,7 +158,6 @@ class gemm_kernel final : public compiled_kernel {
     }
     launch(*gemm_, s, args, shape);
   }
-  const kernels::gemm_problem& problem() const { return problem_; }
 
   std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
 
@@ -298,16 +298,26 @@ class cuda_backend final : public backend {
 
   device_identity identity(const engine& e) const override { return state_of(e).identity; }
 
+  // A GEMM's class (kernels::gemm_shape_class). Its kernel is cheap to make,
+  // a load and some timing, when the store has its tiles or every candidate
+  // is compiled already (another class of the configuration was tuned).
   shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
                                    const std::vector<logical_tensor>& out, const engine& e) const override {
     if (p.pattern() != partition::kind::fused_matmul) return {};
     try {
-      const kernels::gemm_problem g(p, in, out, state_of(e).plan.gemm, kernel_shapes::tiered);
+      const engine_state& es = state_of(e);
+      const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
       shape_class c = kernels::gemm_shape_class(g);
-      if (!c.key.empty()) {
-        const std::optional<byte_vector> stored =
-            kernel_store::instance().get(state_of(e).identity, kernels::gemm_tuning_key(name(), g));
-        c.ready_to_load = stored && kernels::decode_tiles(*stored, kernels::gemm_candidates(g, state_of(e).plan.gemm));
+      if (c.key.empty()) return c;
+      const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
+      c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const kernels::gemm_tiles& t) {
+        kernels::gemm_config config = g.config;
+        config.tiles = t;
+        return kernel_cache().contains(e.scope(), backend_id_value, kernels::gemm_kernel_config(kDialect, config));
+      });
+      if (!c.ready_to_load) {
+        const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, kernels::gemm_tuning_key(name(), g));
+        c.ready_to_load = stored && kernels::decode_tiles(*stored, candidates);
       }
       return c;
     } catch (const compile_error&) {
@@ -316,9 +326,8 @@ class cuda_backend final : public backend {
   }
 
   // The class's GEMM: the stored choice of tiles if the store has one, else
-  // each candidate timed on a stream of its own with scratch buffers (a
-  // warm-up launch, then the best of three), the fastest stored for the next
-  // process.
+  // the fastest candidate, timed on a stream of the backend's own with
+  // zeroed scratch buffers, and stored for the next process.
   std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
                                                     const std::vector<logical_tensor>& out, const engine& e) override {
     const engine_state& es = state_of(e);
@@ -326,63 +335,44 @@ class cuda_backend final : public backend {
     const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
     const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
     const std::string tuning_key = kernels::gemm_tuning_key(name(), g);
+    auto kernel_with = [&](const kernels::gemm_tiles& t) {
+      return std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
+    };
     if (const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, tuning_key)) {
-      if (const auto tiles = kernels::decode_tiles(*stored, candidates)) {
-        return std::make_shared<gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, *tiles, true);
-      }
+      if (const auto tiles = kernels::decode_tiles(*stored, candidates)) return kernel_with(*tiles);
     }
     struct scratch {
       CUdeviceptr memory = 0;
-      ~scratch() {
-        if (memory) api().cuMemFree(memory);
+      scratch(const engine& e, std::int64_t floats) {
+        const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(floats, 1)) * sizeof(float);
+        memory = allocate(e, bytes, "tuning scratch");
+        check(api().cuMemsetD8(memory, 0, bytes), "cuMemsetD8(tuning scratch)");
       }
+      scratch(const scratch&) = delete;
+      scratch& operator=(const scratch&) = delete;
+      ~scratch() { api().cuMemFree(memory); }
     };
-    auto make = [&](std::size_t floats) {
-      auto buffer = std::make_unique<scratch>();
-      buffer->memory = allocate(e, std::max<std::size_t>(floats, 1) * sizeof(float), "tuning scratch");
-      check(api().cuMemsetD8(buffer->memory, 0, std::max<std::size_t>(floats, 1) * sizeof(float)), "cuMemsetD8(tuning scratch)");
-      return buffer;
-    };
-    std::size_t b_floats = static_cast<std::size_t>(kernels::elements(in[1].shape));
+    std::int64_t b_floats = kernels::elements(in[1].shape);
     for (const kernels::gemm_tiles& t : candidates) {
-      b_floats = std::max(b_floats, kernels::round_up(g.k, t.bk) * kernels::round_up(g.n, t.bn));
+      b_floats = std::max<std::int64_t>(b_floats, static_cast<std::int64_t>(kernels::round_up(g.k, t.bk) *
+                                                                              kernels::round_up(g.n, t.bn)));
     }
-    const auto a = make(static_cast<std::size_t>(kernels::elements(in[0].shape)));
-    const auto b = make(b_floats);
-    const auto c = make(static_cast<std::size_t>(kernels::elements(out[0].shape)));
+    const scratch a(e, kernels::elements(in[0].shape)), b(e, b_floats), c(e, kernels::elements(out[0].shape));
     std::vector<std::unique_ptr<scratch>> post_buffers;
     std::vector<CUdeviceptr> posts;
     for (const kernels::gemm_problem::post& post : g.posts) {
-      post_buffers.push_back(make(static_cast<std::size_t>(kernels::elements(in[post.input].shape))));
+      post_buffers.push_back(std::make_unique<scratch>(e, kernels::elements(in[post.input].shape)));
       posts.push_back(post_buffers.back()->memory);
     }
     const stream own = make_stream(e);
-    std::shared_ptr<const gemm_kernel> best;
-    double best_ns = 0;
-    std::string errors;
-    for (const kernels::gemm_tiles& t : candidates) {
-      try {
-        auto k = std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
-        k->run_gemm(own, a->memory, b->memory, c->memory, posts, g.m);  // warm-up: the driver's first launch
-        double ns = 0;
-        for (int rep = 0; rep < 3; ++rep) {
-          const auto start = std::chrono::steady_clock::now();
-          k->run_gemm(own, a->memory, b->memory, c->memory, posts, g.m);
-          const double took = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-          ns = rep == 0 ? took : std::min(ns, took);
-        }
-        if (!best || ns < best_ns) {
-          best = std::move(k);
-          best_ns = ns;
-        }
-      } catch (const error& err) {
-        errors += std::string(errors.empty() ? "" : "; ") + err.what();
-      }
-    }
-    if (!best) throw compile_error("cuda: no GEMM candidate ran for " + kernels::gemm_shape_class(g).description + ": " + errors);
-    const kernels::gemm_tiles chosen = best->problem().config.tiles;
+    const kernels::gemm_tiles chosen = kernels::fastest_tiles(
+        candidates,
+        [&](const kernels::gemm_tiles& t) {
+          return [k = kernel_with(t), &own, &a, &b, &c, &posts, &g] { k->run_gemm(own, a.memory, b.memory, c.memory, posts, g.m); };
+        },
+        "cuda " + kernels::gemm_shape_class(g).description);
     kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
-    return best;
+    return kernel_with(chosen);
   }
 
   // Shape-agnostic kernels depend on the ranks only; specialized ones on every size.

@@ -67,11 +67,17 @@ constexpr kernels::dialect kDialect = kernels::dialect::opencl_c;
 // MatMul -> (Add|Multiply)* -> eltwise*: one tiled GEMM with the chain in
 // its epilogue. A constant rank-2 B is packed once (transposes resolved,
 // zero-padded to the tile) so that the GEMM reads it without bounds checks.
+// A specialized kernel of a shape class (tiered) has its own tiles and runs
+// every M of the class: it reads M from the tensors.
 class gemm_kernel final : public compiled_kernel {
  public:
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
               const engine& e, const std::vector<kernel_binary>& preloaded)
-      : problem_(p, in, out, e.native<engine_state>().plan.gemm, current_kernel_shapes()) {
+      : gemm_kernel(p, in, out, e, preloaded, e.native<engine_state>().plan.gemm, false) {}
+  gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+              const engine& e, const std::vector<kernel_binary>& preloaded, const kernels::gemm_tiles& tiles,
+              bool any_rows)
+      : problem_(p, in, out, tiles, current_kernel_shapes()), any_rows_(any_rows) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
     if (problem_.config.packed_b) {
       pack_work_group_ = e.native<engine_state>().plan.vector_work_group;
@@ -81,16 +87,22 @@ class gemm_kernel final : public compiled_kernel {
   }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
-    const kernels::gemm_problem& g = problem_;
     std::shared_ptr<packed_buffer> packed;
     cl_mem b = buffer_of(inputs[1]);
-    long ldb = g.ldb;
     if (pack_) {
       packed = packed_weight(s, inputs[1]);
       b = packed->mem;
-      ldb = g.packed_n;
     }
-    const cl_mem a = buffer_of(inputs[0]), c = buffer_of(outputs[0]);
+    std::vector<cl_mem> posts;
+    for (const kernels::gemm_problem::post& p : problem_.posts) posts.push_back(buffer_of(inputs[p.input]));
+    const std::vector<std::int64_t>& a = inputs[0].desc.shape;
+    run_gemm(s, buffer_of(inputs[0]), b, buffer_of(outputs[0]), posts, any_rows_ ? a[a.size() - 2] : 0);
+  }
+
+  // Launches the GEMM on `b` as the kernel reads it (packed, if it packs),
+  // for `rows` rows (0: the rows it was compiled for), and waits.
+  void run_gemm(const stream& s, cl_mem a, cl_mem b, cl_mem c, const std::vector<cl_mem>& posts, long rows) const {
+    const kernels::gemm_problem g = rows ? problem_.with_rows(rows) : problem_;
     const std::array<std::size_t, 3> global = g.global(), local = g.local();
     launch(
         *gemm_, s,
@@ -103,16 +115,16 @@ class gemm_kernel final : public compiled_kernel {
           set_arg(k, i++, static_cast<cl_int>(g.n));
           set_arg(k, i++, static_cast<cl_int>(g.k));
           set_arg(k, i++, static_cast<cl_long>(g.lda));
-          set_arg(k, i++, static_cast<cl_long>(ldb));
+          set_arg(k, i++, static_cast<cl_long>(pack_ ? g.packed_n : g.ldb));
           set_arg(k, i++, static_cast<cl_long>(g.n));
           set_arg(k, i++, static_cast<cl_long>(g.sa));
           set_arg(k, i++, static_cast<cl_long>(pack_ ? 0 : g.sb));
           set_arg(k, i++, static_cast<cl_long>(g.m * g.n));
-          for (const kernels::gemm_problem::post& p : g.posts) {
-            set_arg(k, i++, buffer_of(inputs[p.input]));
-            set_arg(k, i++, static_cast<cl_long>(p.batch_stride));
-            set_arg(k, i++, static_cast<cl_long>(p.row_stride));
-            set_arg(k, i++, static_cast<cl_long>(p.column_stride));
+          for (std::size_t j = 0; j < g.posts.size(); ++j) {
+            set_arg(k, i++, posts[j]);
+            set_arg(k, i++, static_cast<cl_long>(g.posts[j].batch_stride));
+            set_arg(k, i++, static_cast<cl_long>(g.posts[j].row_stride));
+            set_arg(k, i++, static_cast<cl_long>(g.posts[j].column_stride));
           }
         },
         3, global.data(), local.data());
@@ -155,6 +167,7 @@ class gemm_kernel final : public compiled_kernel {
   }
 
   kernels::gemm_problem problem_;
+  bool any_rows_ = false;
   std::shared_ptr<const kernel> gemm_, pack_;
   int pack_work_group_ = 1;
   std::shared_ptr<weight_registry::slot> slot_;
@@ -265,6 +278,87 @@ class opencl_backend final : public backend {
   }
 
   device_identity identity(const engine& e) const override { return e.native<engine_state>().identity; }
+
+  // A GEMM's class (kernels::gemm_shape_class). Its kernel is cheap to make,
+  // a load and some timing, when the store has its tiles or every candidate
+  // is built already (another class of the configuration was tuned).
+  shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                   const std::vector<logical_tensor>& out, const engine& e) const override {
+    if (p.pattern() != partition::kind::fused_matmul) return {};
+    try {
+      const engine_state& es = e.native<engine_state>();
+      const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
+      shape_class c = kernels::gemm_shape_class(g);
+      if (c.key.empty()) return c;
+      const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
+      c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const kernels::gemm_tiles& t) {
+        kernels::gemm_config config = g.config;
+        config.tiles = t;
+        return kernel_cache().contains(e.scope(), backend_id_value, kernels::gemm_kernel_config(kDialect, config));
+      });
+      if (!c.ready_to_load) {
+        const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, kernels::gemm_tuning_key(name(), g));
+        c.ready_to_load = stored && kernels::decode_tiles(*stored, candidates);
+      }
+      return c;
+    } catch (const compile_error&) {
+      return {};
+    }
+  }
+
+  // The class's GEMM: the stored choice of tiles if the store has one, else
+  // the fastest candidate, timed on a queue of the backend's own with zeroed
+  // scratch buffers, and stored for the next process.
+  std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
+                                                    const std::vector<logical_tensor>& out, const engine& e) override {
+    const engine_state& es = e.native<engine_state>();
+    const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
+    const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
+    const std::string tuning_key = kernels::gemm_tuning_key(name(), g);
+    auto kernel_with = [&](const kernels::gemm_tiles& t) {
+      return std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
+    };
+    if (const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, tuning_key)) {
+      if (const auto tiles = kernels::decode_tiles(*stored, candidates)) return kernel_with(*tiles);
+    }
+    const stream own = make_stream(e);
+    struct scratch {
+      cl_mem mem = nullptr;
+      scratch(const engine_state& es, const stream& s, std::int64_t floats) {
+        const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(floats, 1)) * sizeof(float);
+        cl_int err = CL_SUCCESS;
+        mem = clCreateBuffer(es.context, CL_MEM_READ_WRITE, bytes, nullptr, &err);
+        check(err, "clCreateBuffer(tuning scratch, " + std::to_string(bytes) + " bytes)");
+        const cl_float zero = 0;
+        const cl_command_queue q = s.native<stream_state>().queue;
+        check(clEnqueueFillBuffer(q, mem, &zero, sizeof zero, 0, bytes, 0, nullptr, nullptr), "clEnqueueFillBuffer");
+        check(clFinish(q), "clFinish(tuning scratch)");
+      }
+      scratch(const scratch&) = delete;
+      scratch& operator=(const scratch&) = delete;
+      ~scratch() { clReleaseMemObject(mem); }
+    };
+    std::int64_t b_floats = elements(in[1].shape);
+    for (const kernels::gemm_tiles& t : candidates) {
+      b_floats = std::max<std::int64_t>(b_floats, static_cast<std::int64_t>(kernels::round_up(g.k, t.bk) *
+                                                                              kernels::round_up(g.n, t.bn)));
+    }
+    const scratch a(es, own, elements(in[0].shape)), b(es, own, b_floats), c(es, own, elements(out[0].shape));
+    std::vector<std::unique_ptr<scratch>> post_buffers;
+    std::vector<cl_mem> posts;
+    for (const kernels::gemm_problem::post& post : g.posts) {
+      post_buffers.push_back(std::make_unique<scratch>(es, own, elements(in[post.input].shape)));
+      posts.push_back(post_buffers.back()->mem);
+    }
+    const kernels::gemm_tiles chosen = kernels::fastest_tiles(
+        candidates,
+        [&](const kernels::gemm_tiles& t) {
+          return [k = kernel_with(t), &own, &a, &b, &c, &posts, &g] { k->run_gemm(own, a.mem, b.mem, c.mem, posts, g.m); };
+        },
+        "opencl " + kernels::gemm_shape_class(g).description);
+    kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
+    return kernel_with(chosen);
+  }
 
   // Shape-agnostic kernels depend on the ranks only (sizes and strides are
   // arguments); specialized ones on every size.

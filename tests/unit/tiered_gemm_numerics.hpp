@@ -1,0 +1,71 @@
+// Tiered GEMMs of the GPU backends: every tile candidate a class may choose,
+// on odd sizes, against the double-precision-accumulated reference. Each
+// candidate is forced as the class's choice through the persistent store
+// (the tuning record the next process would read), so this also checks that
+// a stored choice is used: the class is specialized at its first use, and
+// the kernel that runs is the stored one.
+//
+//   check_every_candidate(device, plan_tiles, "opencl", kernels::dialect::opencl_c);
+//
+// `device` has `engine eng` and `run(graph&, shapes, data, version)` (the
+// numerics suite's Device). The store must be enabled.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "backend_numerics.hpp"
+#include "mlp_partition.hpp"
+#include "scoped_settings.hpp"
+#include "unicache/kernel_generator.hpp"
+#include "unicache/store.hpp"
+#include "unicache/tiers.hpp"
+
+namespace unicache::testing {
+
+template <typename Device>
+void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, const std::string& backend_name) {
+  scoped_kernel_shapes mode(kernel_shapes::tiered);
+  const specialize_settings saved = current_specialize_settings();
+  specialize_settings eager = saved;
+  eager.threshold = 0;
+  set_specialize_settings(eager);
+  ASSERT_TRUE(kernel_store::instance().enabled());
+  const device_identity identity = device.eng.owner()->identity(device.eng);
+  constexpr std::int64_t k = 67, n = 45;  // multiples of no tile
+  for (std::int64_t m : {1, 7, 33, 1000}) {
+    graph g = mlp_graph(k, n, /*constant_weight=*/true);
+    g.finalize();
+    const partition& p = g.partitions()[0];
+    std::vector<logical_tensor> in = p.inputs();
+    in[0].shape = {m, k};
+    std::vector<logical_tensor> out = p.outputs();
+    out[0].shape = {m, n};
+    const kernels::gemm_problem problem(p, in, out, plan, kernel_shapes::tiered);
+    const std::string tuning_key = kernels::gemm_tuning_key(backend_name, problem);
+    auto x = random_data({m, k}, static_cast<unsigned>(m) + 3), w = random_data({k, n}, 70), b = random_data({n}, 71);
+    const auto want = mlp_reference(x, w, b, m, k, n);
+    for (const kernels::gemm_tiles& t : kernels::gemm_candidates(problem, plan)) {
+      const std::string what = "M=" + std::to_string(m) + " tiles " + std::to_string(t.bm) + "x" +
+                               std::to_string(t.bn) + "x" + std::to_string(t.bk) + "/" + std::to_string(t.rm) + "x" +
+                               std::to_string(t.rn);
+      ASSERT_TRUE(kernel_store::instance().put(identity, tuning_key, kernels::encode_tiles(t))) << what;
+      kernel_cache().clear();  // the class's variant of the previous candidate goes
+      const tier_stats before = tiered_kernel_stats();
+      // The first run queues the class (a load: its choice is stored), the
+      // second runs the candidate.
+      for (int round = 0; round < 2; ++round) {
+        expect_close(device.run(g, {{m, k}, {k, n}, {n}}, {&x, &w, &b}, 0), want, matmul_atol(k), 1e-5,
+                     what + " round " + std::to_string(round));
+        wait_for_specializations();
+      }
+      const tier_stats after = tiered_kernel_stats();
+      EXPECT_EQ(after.ready - before.ready, 1u) << what;
+      EXPECT_EQ(after.specialized_executions - before.specialized_executions, 1u) << what;
+      EXPECT_EQ(after.failed, before.failed) << what;
+    }
+    kernel_store::instance().remove(identity, tuning_key);
+  }
+  set_specialize_settings(saved);
+}
+
+}  // namespace unicache::testing
