@@ -84,11 +84,15 @@ struct cached_primitive {
   dnnl::memory::desc weights_md;  // matmul: the layout the primitive wants B in
 };
 
+// The primitive under `key`, made by `make` on a miss; `*built` (if given)
+// tells whether this call made it.
 template <typename MakePrimitive>
-std::shared_ptr<const cached_primitive> primitive_for(const engine& e, const cache_key& key, MakePrimitive make) {
+std::shared_ptr<const cached_primitive> primitive_for(const engine& e, const cache_key& key, MakePrimitive make,
+                                                      bool* built = nullptr) {
   return kernel_cache()
       .get_or_build<const cached_primitive>(e.scope(), backend_id_value, key.bytes(), kPrimitiveBytesEstimate,
                                             [&] {
+                                              if (built) *built = true;
                                               const auto start = std::chrono::steady_clock::now();
                                               auto made = std::make_shared<const cached_primitive>(make());
                                               counters& c = stats_counters();
@@ -186,11 +190,16 @@ class matmul_kernel final : public compiled_kernel {
     }
     // Try everything fused (shape-agnostic first, when asked); fall back to
     // the plain matmul plus steps.
-    if (shape_agnostic(current_kernel_shapes())) {
+    const kernel_shapes mode = current_kernel_shapes();
+    if (shape_agnostic(mode)) {
       try {
-        prim_ = make_runtime_matmul(e, posts);
+        bool built = false;
+        prim_ = make_runtime_matmul(e, posts, &built);
         fused_ = posts;
-        return;
+        // Tiered: the first shape of a configuration runs on a primitive of
+        // its own, what is ready soonest (a runtime-dims primitive is slow on
+        // its first executions); later shapes take the runtime-dims one.
+        if (!(mode == kernel_shapes::tiered && built)) return;
       } catch (const dnnl::error&) {
         // This configuration needs its shapes: build for them below.
       }
@@ -254,7 +263,8 @@ class matmul_kernel final : public compiled_kernel {
 
   // The same matmul with every dim but K (of A) and N (of C) a runtime dim,
   // and a post-op operand's dims runtime wherever they follow C's.
-  std::shared_ptr<const cached_primitive> make_runtime_matmul(const engine& e, const std::vector<post>& posts) {
+  std::shared_ptr<const cached_primitive> make_runtime_matmul(const engine& e, const std::vector<post>& posts,
+                                                              bool* built) {
     const int rank = dst_md_.data.ndims;
     auto runtime = [rank](const dnnl::memory::desc& md, int keep, const dnnl::memory::dims& follows) {
       dims d = md.dims();
@@ -272,12 +282,13 @@ class matmul_kernel final : public compiled_kernel {
       post_mds.push_back(is_binary(x.kind) ? dnnl::memory::desc(runtime(x.md, rank - 1, dst_md_.dims()), dt::f32, plain)
                                            : x.md);
     }
-    return make_matmul(e, a, c, posts, post_mds);
+    return make_matmul(e, a, c, posts, post_mds, built);
   }
 
   std::shared_ptr<const cached_primitive> make_matmul(const engine& e, const dnnl::memory::desc& a_md,
                                                       const dnnl::memory::desc& dst_md, const std::vector<post>& posts,
-                                                      const std::vector<dnnl::memory::desc>& post_mds) {
+                                                      const std::vector<dnnl::memory::desc>& post_mds,
+                                                      bool* built = nullptr) {
     const dnnl::memory::desc b_any(b_user_md_.dims(), dt::f32, tag::any);
     const dnnl::memory::desc& b_md = constant_b_ ? b_any : b_user_md_;
     cache_key key;
@@ -304,7 +315,7 @@ class matmul_kernel final : public compiled_kernel {
       const dnnl::engine& eng = e.native<engine_state>().eng;
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, dst_md), attr, eng);
       return cached_primitive{dnnl::matmul(pd), pd.weights_desc()};
-    });
+    }, built);
   }
 
   step make_step(const engine& e, const post& x) {
@@ -342,16 +353,24 @@ class matmul_kernel final : public compiled_kernel {
 // --- The specialized tier (kernel_shapes::tiered) ----------------------------------
 //
 // A class is a fused MatMul of a plain row-major A (rank 2, or rank 3 with a
-// batch of 1) with a constant rank-2 weight, whose M lies in [2^(b-1), 2^b)
-// for some b >= 5 (M >= 16). Its kernel has one primitive per power of two
-// 16, 32, ... 2^(b-1) rows, each created for its size with the weight in the
-// layout it picks (packed once, in the constant tensor cache), and runs any
-// M of the class as chunks of those sizes (M's binary digits, largest first:
-// rows of a row-major A and C are contiguous), the last M mod 16 rows on the
-// generic runtime-dims primitive. A post-op operand with M rows is offset
-// with the chunk; one broadcast over rows is passed as is.
+// batch of 1) with a constant rank-2 weight and M >= 16, with M in
+// [q g, (q + 1) g) where the granularity g is 1/16 of M's power of two (at
+// least 16 rows): eight classes per octave of M, M rounded down by less than
+// an eighth. Its kernel is one primitive created for exactly q g rows, with
+// the weight in the layout it picks (oneDNN's brgemm kernels, weights packed
+// once into the constant tensor cache); any M of the class runs its first
+// q g rows there and the rest (fewer than g) on the generic runtime-dims
+// primitive (rows of a row-major A and C are contiguous). A post-op operand
+// with M rows is offset with the rows; one broadcast over rows is passed as is.
 
-constexpr int kSmallestChunkBits = 4;  // chunks of at least 16 rows
+constexpr std::int64_t kSmallestGranularity = 16;
+
+// The rows of M's class's primitive (q g above).
+std::int64_t class_rows(std::int64_t m) {
+  const int bits = std::bit_width(static_cast<std::uint64_t>(m));
+  const std::int64_t g = std::max<std::int64_t>(kSmallestGranularity, std::int64_t{1} << std::max(0, bits - 4));
+  return m / g * g;
+}
 
 // A tensor of rank <= 3 seen as rows x columns (a leading batch must be 1).
 std::array<std::int64_t, 2> rows_columns(const std::vector<std::int64_t>& shape) {
@@ -395,23 +414,15 @@ class chunked_matmul_kernel final : public compiled_kernel {
       posts_.push_back(x);
     }
     generic_ = {0, make(e, DNNL_RUNTIME_DIM_VAL), weights().make_slot()};
-    const int bits = std::bit_width(static_cast<std::uint64_t>(m));
-    for (int j = bits - 1; j >= kSmallestChunkBits; --j) {
-      chunks_.push_back({std::int64_t{1} << j, make(e, std::int64_t{1} << j), weights().make_slot()});
-    }
+    const std::int64_t rows = class_rows(m);
+    fixed_ = {rows, make(e, rows), weights().make_slot()};
   }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
     const std::vector<std::int64_t>& a = inputs[0].desc.shape;
     const std::int64_t m = a[a.size() - 2];
-    std::int64_t row = 0;
-    for (const chunk& c : chunks_) {
-      if (m & c.rows) {
-        run(s, inputs, outputs, c, row, c.rows);
-        row += c.rows;
-      }
-    }
-    if (row < m) run(s, inputs, outputs, generic_, row, m - row);
+    run(s, inputs, outputs, fixed_, 0, fixed_.rows);
+    if (fixed_.rows < m) run(s, inputs, outputs, generic_, fixed_.rows, m - fixed_.rows);
     s.native<stream_state>().strm.wait();
   }
 
@@ -423,7 +434,7 @@ class chunked_matmul_kernel final : public compiled_kernel {
     std::int64_t columns = 1;
   };
   struct chunk {
-    std::int64_t rows;  // 0: any (the runtime-dims primitive)
+    std::int64_t rows = 0;  // 0: any (the runtime-dims primitive)
     std::shared_ptr<const cached_primitive> prim;
     weight_slot slot;  // per primitive: each may want its own layout
   };
@@ -492,7 +503,7 @@ class chunked_matmul_kernel final : public compiled_kernel {
   dnnl::memory::desc b_user_md_;
   std::vector<post> posts_;
   chunk generic_;
-  std::vector<chunk> chunks_;  // largest first
+  chunk fixed_;  // the class's rows
 };
 
 // Add / Multiply with numpy broadcasting. oneDNN broadcasts its second
@@ -642,13 +653,14 @@ class onednn_cpu_backend final : public backend {
   shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
                                    const std::vector<logical_tensor>& /*out*/, const engine& /*e*/) const override {
     const std::int64_t m = chunkable_rows(p, in);
-    if (m < (std::int64_t{1} << kSmallestChunkBits)) return {};
+    if (m < kSmallestGranularity) return {};
+    const std::int64_t rows = class_rows(m);
     const int bits = std::bit_width(static_cast<std::uint64_t>(m));
-    // Everything but M decides the kernel: the other dims of every input.
+    const std::int64_t g = std::max<std::int64_t>(kSmallestGranularity, std::int64_t{1} << std::max(0, bits - 4));
+    // The class's rows and everything but M decide the kernel.
     cache_key key;
-    key.add("chunks").add(bits);
-    std::string description = "M " + std::to_string(std::int64_t{1} << (bits - 1)) + ".." +
-                              std::to_string((std::int64_t{1} << bits) - 1);
+    key.add("rows").add(rows).add(g);
+    std::string description = "M " + std::to_string(rows) + ".." + std::to_string(rows + g - 1);
     for (std::size_t i = 0; i < in.size(); ++i) {
       auto shape = i == 1 ? std::array<std::int64_t, 2>{in[1].shape[0], in[1].shape[1]} : rows_columns(in[i].shape);
       if (i != 1 && shape[0] != 1) shape[0] = -1;  // M rows

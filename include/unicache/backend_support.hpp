@@ -29,6 +29,11 @@ void warn(std::string_view message) noexcept;
 // the whole process (a missing driver, a compiler older than the GPU).
 void warn_once(std::string_view topic, std::string_view message) noexcept;
 
+// Whether UNICACHE_VERBOSE=1 asked for verbose lines, and one such line
+// (the caller formats it: "unicache_verbose,<topic>,..."), written whole.
+bool verbose();
+void verbose_line(std::string_view line) noexcept;
+
 // The one warning for an environment setting the backend cannot use, in the
 // library's format:
 //   unicache: ignoring NAME="value": bad token "token": <reason>; keeping <what>

@@ -9,7 +9,7 @@
 //   UNICACHE_KERNEL_CACHE=0|1
 //   UNICACHE_VERBOSE=0|1
 //   UNICACHE_KERNEL_SHAPES=tiered|agnostic|specialized
-//   UNICACHE_SPECIALIZE_THREADS=1, UNICACHE_SPECIALIZE_MAX=8
+//   UNICACHE_SPECIALIZE_THREADS=1, UNICACHE_SPECIALIZE_MAX=32, UNICACHE_SPECIALIZE_THRESHOLD=1
 //
 // A capacity is in MB and is the budget of each device of that engine kind;
 // the policy is optional and names are case-insensitive. A malformed value is
@@ -139,20 +139,21 @@ struct specialize_settings {
   unsigned threads = 1;
   // At most this many specialized variants (shape classes) per compiled
   // partition; classes beyond it stay on the generic kernel. Up to 1024.
-  unsigned max_variants = 8;
+  unsigned max_variants = 32;
   // The rent-or-buy factor above: larger waits longer; 0 specializes a
-  // class at its first use (tests).
+  // class at its first use (a warm-up phase, tests). Up to 1e6.
   double threshold = 1.0;
   double expected_saving = 0.5;
 };
 // The settings: set_specialize_settings() if called, else the defaults with
-// UNICACHE_SPECIALIZE_THREADS and UNICACHE_SPECIALIZE_MAX applied (read once;
+// UNICACHE_SPECIALIZE_THREADS, UNICACHE_SPECIALIZE_MAX and
+// UNICACHE_SPECIALIZE_THRESHOLD applied (read once;
 // a malformed value gets one warning and its default). The thread count is
 // taken when the first specialization starts; later changes of it are
 // ignored. Thread-safe.
 specialize_settings current_specialize_settings();
-// Throws std::invalid_argument for threads > 64, max_variants > 1024, or a
-// negative or non-finite threshold or saving (or a saving above 1).
+// Throws std::invalid_argument for threads > 64, max_variants > 1024, a
+// threshold outside [0, 1e6] or a saving outside [0, 1].
 void set_specialize_settings(const specialize_settings& settings);
 
 // How a backend makes sure a packed constant (a weight) still matches the

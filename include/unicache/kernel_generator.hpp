@@ -162,13 +162,17 @@ std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_
 // callable that runs it once and waits for it; each is run once to warm up
 // (the driver's first launch) and then timed three times, the best counting.
 // A candidate whose build or run throws error is skipped; compile_error if
-// none ran, naming `what`.
+// none ran, naming `what`. `report` (if given) gets each candidate's time,
+// "BMxBNxBK/RMxRN=<us>" separated by spaces, or "=failed".
 template <typename Make>
-gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, const std::string& what) {
+gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, const std::string& what,
+                         std::string* report = nullptr) {
   std::optional<gemm_tiles> best;
   double best_ns = 0;
   std::string errors;
   for (const gemm_tiles& t : candidates) {
+    const std::string name = std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + "/" +
+                             std::to_string(t.rm) + "x" + std::to_string(t.rn);
     try {
       auto run = make(t);
       run();
@@ -183,8 +187,10 @@ gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, c
         best = t;
         best_ns = ns;
       }
+      if (report) *report += (report->empty() ? "" : " ") + name + "=" + std::to_string(static_cast<long>(ns / 1e3));
     } catch (const error& err) {
       errors += std::string(errors.empty() ? "" : "; ") + err.what();
+      if (report) *report += (report->empty() ? "" : " ") + name + "=failed";
     }
   }
   if (!best) throw compile_error("no GEMM candidate ran for " + what + ": " + errors);

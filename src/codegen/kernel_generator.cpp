@@ -547,17 +547,19 @@ shape_class gemm_shape_class(const gemm_problem& g) {
 }
 
 std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic) {
-  // bm, bn, bk, rm, rn; work-items (bn/rn) x (bm/rm).
-  static const gemm_tiles small_m[] = {{16, 64, 16, 4, 4}, {32, 64, 16, 4, 4}, {32, 128, 16, 4, 8}};
-  static const gemm_tiles medium_m[] = {{32, 64, 16, 4, 4}, {64, 64, 16, 4, 4}, {32, 128, 16, 4, 8}, {64, 128, 16, 8, 8}};
-  static const gemm_tiles large_m[] = {{64, 64, 16, 4, 4}, {64, 128, 16, 8, 8}};
+  // bm, bn, bk, rm, rn; work-items (bn/rn) x (bm/rm). Few rows: narrow tiles
+  // so that the device has blocks to run; many: larger register blocks.
+  static const gemm_tiles small_m[] = {{16, 64, 16, 4, 4}, {32, 64, 16, 4, 4}, {32, 64, 16, 4, 8}, {32, 128, 16, 4, 8}};
+  static const gemm_tiles medium_m[] = {{32, 64, 16, 4, 8}, {64, 64, 16, 4, 4}, {64, 64, 16, 8, 8},
+                                        {32, 128, 16, 4, 8}, {64, 128, 16, 8, 8}};
+  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}};
   std::vector<gemm_tiles> out;
   auto add = [&](const gemm_tiles& t) {
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   };
   if (g.m <= 32) {
     for (const gemm_tiles& t : small_m) add(t);
-  } else if (g.m <= 256) {
+  } else if (g.m <= 512) {
     for (const gemm_tiles& t : medium_m) add(t);
   } else {
     for (const gemm_tiles& t : large_m) add(t);

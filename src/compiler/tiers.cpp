@@ -1,6 +1,9 @@
 #include "compiler/tiers.hpp"
 
 #include <oneapi/tbb/task_arena.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -190,6 +193,21 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
   trace("ready", *f, *c, e, ns);
 }
 
+// Background builds yield the cores to the callers' threads: on Linux each
+// worker of the arena moves itself to SCHED_IDLE once (it runs only on a
+// core no other thread wants), and where that is refused, to nice 19.
+void lower_this_thread_priority() {
+  thread_local bool lowered = false;
+  if (lowered) return;
+  lowered = true;
+#ifdef __linux__
+  const sched_param param{};
+  if (::sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  }
+#endif
+}
+
 void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engine e, std::vector<logical_tensor> in,
              std::vector<logical_tensor> out, unsigned threads) {
   specializer& sp = the_specializer();
@@ -222,6 +240,7 @@ void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engi
       }
       ++s.running;
     }
+    lower_this_thread_priority();
     specialize_now(j->f, j->c, j->e, j->in, j->out);
     *j = job{};  // free what the task holds before it says it is done
     scoped_lock l(&s.mu);

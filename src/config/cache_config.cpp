@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -237,6 +238,28 @@ unsigned count_from_environment(const char* name, unsigned fallback, unsigned ma
   return fallback;
 }
 
+// A non-negative decimal factor (digits with at most one point, up to 1e6)
+// from the environment variable `name`, else (one warning) `fallback`.
+double threshold_from_environment(const char* name, double fallback) {
+  const std::optional<std::string> value = detail::environment_variable(name);
+  if (!value) return fallback;
+  const std::string_view text = detail::trim(*value);
+  const std::size_t point = text.find('.');
+  const std::string_view whole = text.substr(0, point);
+  const std::string_view fraction = point == std::string_view::npos ? std::string_view() : text.substr(point + 1);
+  const auto digits = [](std::string_view t) {
+    return t.size() <= 7 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!text.empty() && text != "." && digits(whole) && digits(fraction) &&
+      (point == std::string_view::npos || fraction.find('.') == std::string_view::npos)) {
+    const double parsed = std::strtod(std::string(text).c_str(), nullptr);
+    if (parsed <= 1e6) return parsed;
+  }
+  detail::warn_ignored_setting(name, *value, *value, "expected a number from 0 to 1000000 (e.g. 0.5)",
+                               std::to_string(fallback));
+  return fallback;
+}
+
 constexpr unsigned kMaxSpecializeThreads = 64;
 constexpr unsigned kMaxSpecializeVariants = 1024;
 
@@ -248,7 +271,8 @@ specialize_setting& specialize_setting_instance() {
   static specialize_setting* const setting = [] {
     auto* s = new specialize_setting();
     s->value.threads = count_from_environment("UNICACHE_SPECIALIZE_THREADS", 1, kMaxSpecializeThreads);
-    s->value.max_variants = count_from_environment("UNICACHE_SPECIALIZE_MAX", 8, kMaxSpecializeVariants);
+    s->value.max_variants = count_from_environment("UNICACHE_SPECIALIZE_MAX", 32, kMaxSpecializeVariants);
+    s->value.threshold = threshold_from_environment("UNICACHE_SPECIALIZE_THRESHOLD", s->value.threshold);
     return s;
   }();
   return *setting;
@@ -271,8 +295,8 @@ void set_specialize_settings(const specialize_settings& settings) {
     throw std::invalid_argument("specialize_settings: max_variants " + std::to_string(settings.max_variants) +
                                 " (at most " + std::to_string(kMaxSpecializeVariants) + ")");
   }
-  if (!std::isfinite(settings.threshold) || settings.threshold < 0) {
-    throw std::invalid_argument("specialize_settings: threshold must be finite and not negative");
+  if (!std::isfinite(settings.threshold) || settings.threshold < 0 || settings.threshold > 1e6) {
+    throw std::invalid_argument("specialize_settings: threshold must be in [0, 1e6]");
   }
   if (!std::isfinite(settings.expected_saving) || settings.expected_saving < 0 || settings.expected_saving > 1) {
     throw std::invalid_argument("specialize_settings: expected_saving must be in [0, 1]");

@@ -29,6 +29,10 @@ void warn_once(std::string_view topic, std::string_view message) noexcept {
   detail::warn(message);
 }
 
+bool verbose() { return detail::verbose_lines(); }
+
+void verbose_line(std::string_view line) noexcept { detail::write_line(line); }
+
 void warn_ignored_setting(std::string_view name, std::string_view value, std::string_view bad_token,
                           std::string_view reason, std::string_view keeping) noexcept {
   detail::warn_ignored_setting(name, value, bad_token, reason, keeping);

@@ -16,7 +16,7 @@ struct run_result {
 run_result run_probe(const std::string& environment) {
   const std::string command = "env -u ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY "
                               "-u ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE -u UNICACHE_VERBOSE "
-                              "-u UNICACHE_KERNEL_CACHE_CAPACITY -u UNICACHE_KERNEL_CACHE -u UNICACHE_KERNEL_SHAPES -u UNICACHE_SPECIALIZE_THREADS -u UNICACHE_SPECIALIZE_MAX " +
+                              "-u UNICACHE_KERNEL_CACHE_CAPACITY -u UNICACHE_KERNEL_CACHE -u UNICACHE_KERNEL_SHAPES -u UNICACHE_SPECIALIZE_THREADS -u UNICACHE_SPECIALIZE_MAX -u UNICACHE_SPECIALIZE_THRESHOLD " +
                               environment + " " + UNICACHE_ENV_PROBE + " 2>&1";
   run_result r;
   FILE* pipe = popen(command.c_str(), "r");
@@ -38,12 +38,14 @@ TEST(DefaultCaches, KernelShapesDefaultToTieredAndFollowTheEnvironment) {
   run_result r = run_probe("");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("kernel_shapes=tiered"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("specialize threads=1 max=8"), std::string::npos) << r.out;
-  r = run_probe("UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_SPECIALIZE_THREADS=4 UNICACHE_SPECIALIZE_MAX=0");
+  EXPECT_NE(r.out.find("specialize threads=1 max=32 threshold=1\n"), std::string::npos) << r.out;
+  r = run_probe("UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_SPECIALIZE_THREADS=4 UNICACHE_SPECIALIZE_MAX=0 "
+                "UNICACHE_SPECIALIZE_THRESHOLD=0.25");
   EXPECT_NE(r.out.find("kernel_shapes=agnostic"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("specialize threads=4 max=0"), std::string::npos) << r.out;
-  r = run_probe("UNICACHE_SPECIALIZE_THREADS=-1 UNICACHE_SPECIALIZE_MAX=100000");
-  EXPECT_NE(r.out.find("specialize threads=1 max=8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("specialize threads=4 max=0 threshold=0.25"), std::string::npos) << r.out;
+  r = run_probe("UNICACHE_SPECIALIZE_THREADS=-1 UNICACHE_SPECIALIZE_MAX=100000 UNICACHE_SPECIALIZE_THRESHOLD=1e3");
+  EXPECT_NE(r.out.find("specialize threads=1 max=32 threshold=1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ignoring UNICACHE_SPECIALIZE_THRESHOLD=\"1e3\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ignoring UNICACHE_SPECIALIZE_THREADS=\"-1\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ignoring UNICACHE_SPECIALIZE_MAX=\"100000\""), std::string::npos) << r.out;
   r = run_probe("UNICACHE_KERNEL_SHAPES=Specialized");

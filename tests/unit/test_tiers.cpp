@@ -198,7 +198,7 @@ TEST_F(Tiers, NoSpecializationWithZeroThreads) {
 
 TEST_F(Tiers, TheCostModelWaitsUntilGenericTimeRepaysABuild) {
   specialize_settings s = current_specialize_settings();
-  s.threshold = 1e12;  // a build would have to be repaid a trillion times over
+  s.threshold = 1e6;  // a build would have to be repaid a million times over
   set_specialize_settings(s);
   for (int i = 0; i < 5; ++i) run(20);
   wait_for_specializations();

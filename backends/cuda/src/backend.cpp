@@ -365,12 +365,20 @@ class cuda_backend final : public backend {
       posts.push_back(post_buffers.back()->memory);
     }
     const stream own = make_stream(e);
+    std::string report;
     const kernels::gemm_tiles chosen = kernels::fastest_tiles(
         candidates,
         [&](const kernels::gemm_tiles& t) {
           return [k = kernel_with(t), &own, &a, &b, &c, &posts, &g] { k->run_gemm(own, a.memory, b.memory, c.memory, posts, g.m); };
         },
-        "cuda " + kernels::gemm_shape_class(g).description);
+        "cuda " + kernels::gemm_shape_class(g).description, &report);
+    if (support::verbose()) {
+      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN,us="<candidate>=<us> ..."
+      support::verbose_line("unicache_verbose,tuning,cuda,class=" + support::quoted(kernels::gemm_shape_class(g).description, 96) +
+                            ",chosen=" + std::to_string(chosen.bm) + "x" + std::to_string(chosen.bn) + "x" +
+                            std::to_string(chosen.bk) + "/" + std::to_string(chosen.rm) + "x" + std::to_string(chosen.rn) +
+                            ",us=" + support::quoted(report, 400));
+    }
     kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
     return kernel_with(chosen);
   }

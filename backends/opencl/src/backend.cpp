@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "opencl_internal.hpp"
+#include "unicache/backend_support.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/constant_registry.hpp"
 
@@ -350,12 +351,20 @@ class opencl_backend final : public backend {
       post_buffers.push_back(std::make_unique<scratch>(es, own, elements(in[post.input].shape)));
       posts.push_back(post_buffers.back()->mem);
     }
+    std::string report;
     const kernels::gemm_tiles chosen = kernels::fastest_tiles(
         candidates,
         [&](const kernels::gemm_tiles& t) {
           return [k = kernel_with(t), &own, &a, &b, &c, &posts, &g] { k->run_gemm(own, a.mem, b.mem, c.mem, posts, g.m); };
         },
-        "opencl " + kernels::gemm_shape_class(g).description);
+        "opencl " + kernels::gemm_shape_class(g).description, &report);
+    if (support::verbose()) {
+      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN,us="<candidate>=<us> ..."
+      support::verbose_line("unicache_verbose,tuning,opencl,class=" + support::quoted(kernels::gemm_shape_class(g).description, 96) +
+                            ",chosen=" + std::to_string(chosen.bm) + "x" + std::to_string(chosen.bn) + "x" +
+                            std::to_string(chosen.bk) + "/" + std::to_string(chosen.rm) + "x" + std::to_string(chosen.rn) +
+                            ",us=" + support::quoted(report, 400));
+    }
     kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
     return kernel_with(chosen);
   }
