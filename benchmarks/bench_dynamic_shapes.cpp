@@ -24,9 +24,10 @@
 //   4+driver (GPU)      4 with the driver's own cache on and warm as well
 //   5 tiered            the default: every shape on the generic kernel at once,
 //                       hot shape classes specialized in the background
-//   5w tiered, warm     5 in a process started after another one ran the
-//                       trace in mode 5 with the store on (its specialized
-//                       kernels and tuning choices are in the store)
+//   5w tiered, warm     5 in a process started after a warm-up one ran the
+//                       trace in mode 5 with the store on and every class
+//                       specialized at first use (UNICACHE_SPECIALIZE_THRESHOLD=0):
+//                       the tuning choices and binaries are in the store
 // Baselines (CPU): oneDNN directly, one primitive per shape through its
 // primitive cache, and one primitive per configuration with M as
 // DNNL_RUNTIME_DIM_VAL. Driver caches are off in every mode but 4+driver
@@ -556,7 +557,7 @@ std::vector<mode_spec> all_modes(const std::string& store, const std::string& dr
        driver_on + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1", true},
       {"5", "tiered", "generic kernel at once, hot shape classes specialized in the background (the default)",
        off + "UNICACHE_KERNEL_SHAPES=tiered UNICACHE_PERSISTENT_CACHE=0"},
-      {"5w", "tiered, warm store", "5 + the persistent store, filled by an earlier process that ran the trace",
+      {"5w", "tiered, warm store", "5 + the persistent store, filled by a warm-up process that specialized every class",
        off + "UNICACHE_KERNEL_SHAPES=tiered UNICACHE_PERSISTENT_CACHE=1"},
       {"dnnl", "oneDNN per shape", "oneDNN primitive per shape through its primitive cache", "", false, true},
       {"dnnl_rt", "oneDNN runtime dims", "one oneDNN primitive per configuration, M = DNNL_RUNTIME_DIM_VAL", "",
@@ -634,9 +635,10 @@ int run_device(const options& o, const std::string& dev) {
       run_child(m.environment, "--mode 3 --device " + dev + " " + fill.trace_args() + " --quiet");
     }
     if (m.id == "5w") {
-      // The store gets what a tiered process builds over the trace: the
-      // generic kernels, and the specialized ones of the classes it found hot.
-      run_child(m.environment, "--mode 5 " + base + " --quiet");
+      // A warm-up process (a deployment's, or CI's) runs the trace with
+      // every class specialized at its first use and waits for the builds:
+      // the store gets the generic kernels, and every class's tiles and binary.
+      run_child("UNICACHE_SPECIALIZE_THRESHOLD=0 " + m.environment, "--mode 5 " + base + " --quiet");
     }
     std::string args = "--mode " + m.id + " " + base;
     if (m.id == "2" && o.record_trace) args += " --trace-out " + (fs::path(o.out) / ("trace_" + dev + ".csv")).string();

@@ -125,8 +125,8 @@ inline bool shape_agnostic(kernel_shapes mode) { return mode != kernel_shapes::s
 // is specialized once
 //     generic time spent in the class x expected_saving >= threshold x build cost
 // where the build cost is the mean measured time of the backend's
-// specializations so far in this process (before the first, the measured
-// build time of the generic kernel), and expected_saving is the fraction of
+// specializations so far in this process (before the first, the longest
+// measured build of one of its generic kernels), and expected_saving is the fraction of
 // the generic kernel's time a specialized one is expected to save. With the
 // defaults a class is specialized once the time its generic runs would have
 // saved equals what building costs: a rent-or-buy rule that never spends more

@@ -150,6 +150,13 @@ shape_class gemm_shape_class(const gemm_problem& g);
 // ones for many, and always `generic` (the backend's plan), so the choice is
 // never worse than the generic kernel as timed. Each is valid for gemm_source.
 std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic);
+// Device memory that timing `candidates` for `g` takes (scratch A, the
+// largest padded B, C and the post-op operands), and the most a backend
+// spends on it: a class that would need more keeps the generic kernel (its
+// backend gives it no class), so tuning never takes memory a workload of
+// large weights needs.
+std::size_t gemm_tuning_bytes(const gemm_problem& g, const std::vector<gemm_tiles>& candidates);
+inline constexpr std::size_t max_gemm_tuning_bytes = std::size_t{256} << 20;
 // The persistent store's key of the tiles chosen for `g`'s class by
 // `backend` (the device identity is the store's own part of the key).
 std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g);

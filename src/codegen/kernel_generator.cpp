@@ -552,7 +552,7 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   static const gemm_tiles small_m[] = {{16, 64, 16, 4, 4}, {32, 64, 16, 4, 4}, {32, 64, 16, 4, 8}, {32, 128, 16, 4, 8}};
   static const gemm_tiles medium_m[] = {{32, 64, 16, 4, 8}, {64, 64, 16, 4, 4}, {64, 64, 16, 8, 8},
                                         {32, 128, 16, 4, 8}, {64, 128, 16, 8, 8}};
-  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}};
+  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}, {128, 128, 8, 8, 8}};
   std::vector<gemm_tiles> out;
   auto add = [&](const gemm_tiles& t) {
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
@@ -566,6 +566,14 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   }
   add(generic);
   return out;
+}
+
+std::size_t gemm_tuning_bytes(const gemm_problem& g, const std::vector<gemm_tiles>& candidates) {
+  std::size_t b = static_cast<std::size_t>(g.k * g.n);
+  for (const gemm_tiles& t : candidates) b = std::max(b, round_up(g.k, t.bk) * round_up(g.n, t.bn));
+  std::size_t floats = static_cast<std::size_t>(g.m * g.k) + b + static_cast<std::size_t>(g.m * g.n);
+  floats += g.posts.size() * static_cast<std::size_t>(g.m * g.n);  // at most C's size each
+  return floats * sizeof(float);
 }
 
 std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g) {

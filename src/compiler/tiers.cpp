@@ -1,7 +1,6 @@
 #include "compiler/tiers.hpp"
 
 #include <oneapi/tbb/task_arena.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,6 +49,9 @@ struct tier_class {
 // The measured cost of one backend's specializations (the cost model's estimate).
 struct build_cost {
   std::atomic<std::uint64_t> count{0}, total_ns{0};
+  // The longest generic build of the backend's families: the first estimate
+  // (a family whose generic kernel was a cache hit measured no build).
+  std::atomic<std::uint64_t> generic_build_ns{0};
 };
 
 struct tier_family {
@@ -194,17 +196,15 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
 }
 
 // Background builds yield the cores to the callers' threads: on Linux each
-// worker of the arena moves itself to SCHED_IDLE once (it runs only on a
-// core no other thread wants), and where that is refused, to nice 19.
+// worker of the arena lowers its own priority to nice 19 once. (Not
+// SCHED_IDLE: a build that holds a lock a caller needs, such as a library's
+// JIT lock, must still run soon, or the caller waits behind it.)
 void lower_this_thread_priority() {
   thread_local bool lowered = false;
   if (lowered) return;
   lowered = true;
 #ifdef __linux__
-  const sched_param param{};
-  if (::sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-  }
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
 #endif
 }
 
@@ -256,7 +256,7 @@ bool hot(const tier_family& f, const tier_class& c, std::uint64_t generic_ns, co
   if (c.ready_to_load) return true;
   const std::uint64_t builds = f.cost->count.load(std::memory_order_relaxed);
   const double build_ns = builds ? static_cast<double>(f.cost->total_ns.load(std::memory_order_relaxed)) / builds
-                                 : static_cast<double>(f.generic_build_ns);
+                                 : static_cast<double>(f.cost->generic_build_ns.load(std::memory_order_relaxed));
   return static_cast<double>(generic_ns) * s.expected_saving >= s.threshold * build_ns;
 }
 
@@ -316,6 +316,10 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
       std::unique_ptr<build_cost>& cost = r.costs[e.owner()];
       if (!cost) cost = std::make_unique<build_cost>();
       f->cost = cost.get();
+      std::uint64_t longest = f->cost->generic_build_ns.load(std::memory_order_relaxed);
+      while (generic_build_ns > longest &&
+             !f->cost->generic_build_ns.compare_exchange_weak(longest, generic_build_ns, std::memory_order_relaxed)) {
+      }
       slot = f;
       ref.family = std::move(f);
       // Families of compiled partitions that are gone leave expired entries: sweep now and then.
@@ -364,8 +368,10 @@ void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const 
                     const std::vector<logical_tensor>& out) {
   tier_class& c = *t.cls;
   stats_counters().generic_executions.fetch_add(1, std::memory_order_relaxed);
-  c.generic_uses.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t total = c.generic_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
+  // A class's first execution carries one-time work (a driver's or JIT's
+  // first launch, packing a weight): it is counted, not timed.
+  const bool first = c.generic_uses.fetch_add(1, std::memory_order_relaxed) == 0;
+  const std::uint64_t total = c.generic_ns.fetch_add(first ? 0 : ns, std::memory_order_relaxed) + (first ? 0 : ns);
   if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
   const specialize_settings settings = current_specialize_settings();
   if (settings.threads == 0 || !hot(*t.family, c, total, settings)) return;

@@ -310,6 +310,7 @@ class cuda_backend final : public backend {
       shape_class c = kernels::gemm_shape_class(g);
       if (c.key.empty()) return c;
       const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
+      if (kernels::gemm_tuning_bytes(g, candidates) > kernels::max_gemm_tuning_bytes) return {};
       c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const kernels::gemm_tiles& t) {
         kernels::gemm_config config = g.config;
         config.tiles = t;
@@ -343,25 +344,32 @@ class cuda_backend final : public backend {
     }
     struct scratch {
       CUdeviceptr memory = 0;
-      scratch(const engine& e, std::int64_t floats) {
+      // Not through allocate(): tuning never evicts a workload's packed
+      // weights to make room; out of memory, the class stays generic.
+      explicit scratch(std::int64_t floats) {
         const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(floats, 1)) * sizeof(float);
-        memory = allocate(e, bytes, "tuning scratch");
-        check(api().cuMemsetD8(memory, 0, bytes), "cuMemsetD8(tuning scratch)");
+        check(api().cuMemAlloc(&memory, bytes), "cuMemAlloc(tuning scratch, " + std::to_string(bytes) + " bytes)");
+        if (const CUresult r = api().cuMemsetD8(memory, 0, bytes); r != CUDA_SUCCESS) {
+          api().cuMemFree(memory);
+          check(r, "cuMemsetD8(tuning scratch)");
+        }
       }
       scratch(const scratch&) = delete;
       scratch& operator=(const scratch&) = delete;
-      ~scratch() { api().cuMemFree(memory); }
+      ~scratch() {
+        if (memory) api().cuMemFree(memory);
+      }
     };
     std::int64_t b_floats = kernels::elements(in[1].shape);
     for (const kernels::gemm_tiles& t : candidates) {
       b_floats = std::max<std::int64_t>(b_floats, static_cast<std::int64_t>(kernels::round_up(g.k, t.bk) *
                                                                               kernels::round_up(g.n, t.bn)));
     }
-    const scratch a(e, kernels::elements(in[0].shape)), b(e, b_floats), c(e, kernels::elements(out[0].shape));
+    const scratch a(kernels::elements(in[0].shape)), b(b_floats), c(kernels::elements(out[0].shape));
     std::vector<std::unique_ptr<scratch>> post_buffers;
     std::vector<CUdeviceptr> posts;
     for (const kernels::gemm_problem::post& post : g.posts) {
-      post_buffers.push_back(std::make_unique<scratch>(e, kernels::elements(in[post.input].shape)));
+      post_buffers.push_back(std::make_unique<scratch>(kernels::elements(in[post.input].shape)));
       posts.push_back(post_buffers.back()->memory);
     }
     const stream own = make_stream(e);

@@ -292,6 +292,7 @@ class opencl_backend final : public backend {
       shape_class c = kernels::gemm_shape_class(g);
       if (c.key.empty()) return c;
       const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
+      if (kernels::gemm_tuning_bytes(g, candidates) > kernels::max_gemm_tuning_bytes) return {};
       c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const kernels::gemm_tiles& t) {
         kernels::gemm_config config = g.config;
         config.tiles = t;
@@ -332,8 +333,12 @@ class opencl_backend final : public backend {
         check(err, "clCreateBuffer(tuning scratch, " + std::to_string(bytes) + " bytes)");
         const cl_float zero = 0;
         const cl_command_queue q = s.native<stream_state>().queue;
-        check(clEnqueueFillBuffer(q, mem, &zero, sizeof zero, 0, bytes, 0, nullptr, nullptr), "clEnqueueFillBuffer");
-        check(clFinish(q), "clFinish(tuning scratch)");
+        cl_int r = clEnqueueFillBuffer(q, mem, &zero, sizeof zero, 0, bytes, 0, nullptr, nullptr);
+        if (r == CL_SUCCESS) r = clFinish(q);
+        if (r != CL_SUCCESS) {
+          clReleaseMemObject(mem);
+          check(r, "clEnqueueFillBuffer(tuning scratch)");
+        }
       }
       scratch(const scratch&) = delete;
       scratch& operator=(const scratch&) = delete;

@@ -304,7 +304,7 @@ kernel_plan plan_for(const device_info& info) {
   const std::uint32_t wg = std::min(info.kernel_work_group_size, info.max_work_group_size);
   kernel_plan plan;
   if (info.is_gpu && wg >= 256 && info.local_memory_bytes >= 32 * 1024) {
-    plan.gemm = {128, 128, 8, 8, 8};  // 16x16 work-items, 8x8 each: 64 FMAs per 4 vector loads; 16 KB of tiles
+    plan.gemm = {64, 128, 16, 8, 8};  // 16x8 work-items, 8x8 each: 64 FMAs per 4 vector loads; 24 KB of tiles
   } else if (wg >= 256) {
     plan.gemm = {64, 64, 16, 4, 4};  // 16x16 work-items
   } else if (wg >= 64) {
