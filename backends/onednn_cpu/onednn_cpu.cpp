@@ -1,7 +1,5 @@
 #include "unicache/onednn_cpu.hpp"
 
-#include <dlfcn.h>
-
 #include <array>
 #include <atomic>
 #include <bit>
@@ -616,20 +614,6 @@ class unary_kernel final : public compiled_kernel {
   std::shared_ptr<const cached_primitive> prim_;
 };
 
-// Background builds run on a thread of the tiers' arena. oneDNN's OpenMP
-// gives every thread that enters a parallel region a team as large as the
-// machine: a background build would start a second team beside the
-// callers', competing with their work for every core. Its thread gets a
-// team of one instead (OpenMP's per-thread setting, found at run time in the
-// OpenMP runtime oneDNN loaded, if any).
-void one_openmp_thread_here() {
-  thread_local bool done = false;
-  if (done) return;
-  done = true;
-  using set_threads = void (*)(int);
-  if (auto* set = reinterpret_cast<set_threads>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(1);
-}
-
 class onednn_cpu_backend final : public backend {
  public:
   const char* name() const override { return "onednn_cpu"; }
@@ -687,9 +671,11 @@ class onednn_cpu_backend final : public backend {
     return {std::string(key.bytes()), description, false};
   }
 
+  // Runs on a background thread of the tiers' arena, with the process's
+  // OpenMP settings: oneDNN bakes the thread count into a primitive when it
+  // creates it, so these primitives run on every core like the callers'.
   std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
                                                     const std::vector<logical_tensor>& out, const engine& e) override {
-    one_openmp_thread_here();
     try {
       return std::make_shared<chunked_matmul_kernel>(p, in, out, e);
     } catch (const dnnl::error& err) {

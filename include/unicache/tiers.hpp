@@ -9,14 +9,17 @@
 // entry of the kernel cache (with its measured build time as its cost): when
 // the cache evicts it, its class runs on the generic kernel again, and may be
 // specialized again later. A build that fails leaves its class on the generic
-// kernel for good, with one warning.
+// kernel for good, with one warning. After 8 timed executions (its first is
+// not timed) a specialized kernel is compared with the generic one it
+// replaced: one that ran slower is dropped and its class stays generic, and
+// the fraction saved or lost becomes the backend's expected saving.
 //
 // UNICACHE_VERBOSE=1 prints one line per event:
 //   unicache_verbose,tiers,<event>,backend=<name>,partition=<16 hex>,class="<description>",
 //       uses=<generic executions>,generic_ms=<their time>,build_ms=<time>
-// with event queue (the class became hot), ready, fail, evicted, limit
-// (UNICACHE_SPECIALIZE_MAX reached) or refused (the kernel cache would not
-// hold it).
+// with event queue (the class became hot), ready, fail, evicted, slower
+// (dropped, see above), limit (UNICACHE_SPECIALIZE_MAX reached) or refused
+// (the kernel cache would not hold it).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,7 @@ struct tier_stats {
   std::uint64_t over_limit = 0;     // hot classes left generic by specialize_settings::max_variants
   std::uint64_t refused = 0;        // built, but the kernel cache would not hold them
   std::uint64_t evicted = 0;        // specialized kernels the cache evicted (classes fell back)
+  std::uint64_t slower = 0;         // specialized kernels dropped for running slower than the generic one
   std::uint64_t generic_executions = 0;      // of partitions whose shapes have a class
   std::uint64_t specialized_executions = 0;
   std::uint64_t build_ns = 0;       // time the background spent building them

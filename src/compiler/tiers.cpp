@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -29,7 +30,7 @@ struct tier_variant {
   cache_handle<const compiled_kernel> kernel;
 };
 
-enum class class_status : std::uint8_t { cold, queued, ready, failed, refused };
+enum class class_status : std::uint8_t { cold, queued, ready, failed, refused, slower };
 
 struct tier_class {
   std::string key;
@@ -37,8 +38,12 @@ struct tier_class {
   bool ready_to_load = false;
   std::atomic<tier_variant*> variant{nullptr};
   std::atomic<class_status> status{class_status::cold};
-  // Generic executions since the class was last (re)started cold, and their time.
-  std::atomic<std::uint64_t> generic_uses{0}, generic_ns{0};
+  // Generic executions since the class was last (re)started cold; those timed
+  // (all but the first) and their time.
+  std::atomic<std::uint64_t> generic_uses{0}, generic_timed{0}, generic_ns{0};
+  // Executions of the specialized kernel, and the time of those timed (all
+  // but its first), for the check that it is faster.
+  std::atomic<std::uint64_t> variant_uses{0}, variant_ns{0};
   // The mean generic time when the class was specialized: what a specialized
   // execution is compared with.
   std::atomic<std::uint64_t> generic_mean_ns{0};
@@ -52,7 +57,15 @@ struct build_cost {
   // The longest generic build of the backend's families: the first estimate
   // (a family whose generic kernel was a cache hit measured no build).
   std::atomic<std::uint64_t> generic_build_ns{0};
+  // Specialized kernels checked against their generic ones, and the sum of
+  // the fractions of time they saved (in thousandths; negative: slower).
+  std::atomic<std::uint64_t> judged{0};
+  std::atomic<std::int64_t> saving_permille{0};
 };
+
+// Specialized executions timed before a specialized kernel is compared with
+// the generic one it replaced (its first is not timed).
+constexpr std::uint64_t kJudgeAfter = 8;
 
 struct tier_family {
   partition p;
@@ -80,7 +93,7 @@ std::uint64_t ns_since(clock_type::time_point start) {
 constexpr std::size_t kVariantBytes = 4096;
 
 struct counters {
-  std::atomic<std::uint64_t> classes{0}, queued{0}, ready{0}, failed{0}, over_limit{0}, refused{0}, evicted{0};
+  std::atomic<std::uint64_t> classes{0}, queued{0}, ready{0}, failed{0}, over_limit{0}, refused{0}, evicted{0}, slower{0};
   std::atomic<std::uint64_t> generic_executions{0}, specialized_executions{0}, build_ns{0};
   std::atomic<std::int64_t> saved_ns{0};
 };
@@ -187,8 +200,10 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
     trace("refused", *f, *c, e, ns);
     return;
   }
-  const std::uint64_t uses = c->generic_uses.load(std::memory_order_relaxed);
-  c->generic_mean_ns.store(uses ? c->generic_ns.load(std::memory_order_relaxed) / uses : 0, std::memory_order_relaxed);
+  const std::uint64_t timed = c->generic_timed.load(std::memory_order_relaxed);
+  c->generic_mean_ns.store(timed ? c->generic_ns.load(std::memory_order_relaxed) / timed : 0, std::memory_order_relaxed);
+  c->variant_uses.store(0, std::memory_order_relaxed);
+  c->variant_ns.store(0, std::memory_order_relaxed);
   c->variant.store(new tier_variant{std::move(built)}, std::memory_order_release);
   c->status.store(class_status::ready, std::memory_order_release);
   n.ready.fetch_add(1, std::memory_order_relaxed);
@@ -254,10 +269,17 @@ void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engi
 // executions, is worth building.
 bool hot(const tier_family& f, const tier_class& c, std::uint64_t generic_ns, const specialize_settings& s) {
   if (c.ready_to_load) return true;
+  // The saving to expect: what the backend's checked specializations saved
+  // (at least 5%, at most 90%), else the setting.
+  const std::uint64_t judged = f.cost->judged.load(std::memory_order_relaxed);
+  const double saving =
+      judged ? std::clamp(static_cast<double>(f.cost->saving_permille.load(std::memory_order_relaxed)) / 1000.0 / judged,
+                          0.05, 0.9)
+             : s.expected_saving;
   const std::uint64_t builds = f.cost->count.load(std::memory_order_relaxed);
   const double build_ns = builds ? static_cast<double>(f.cost->total_ns.load(std::memory_order_relaxed)) / builds
                                  : static_cast<double>(f.cost->generic_build_ns.load(std::memory_order_relaxed));
-  return static_cast<double>(generic_ns) * s.expected_saving >= s.threshold * build_ns;
+  return static_cast<double>(generic_ns) * saving >= s.threshold * build_ns;
 }
 
 // The class's variant `v`, which the cache evicted: back to the generic
@@ -265,6 +287,7 @@ bool hot(const tier_family& f, const tier_class& c, std::uint64_t generic_ns, co
 void drop_evicted(tier_family& f, tier_class& c, tier_variant* v, const engine& e) {
   if (!c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) return;
   c.generic_uses.store(0, std::memory_order_relaxed);
+  c.generic_timed.store(0, std::memory_order_relaxed);
   c.generic_ns.store(0, std::memory_order_relaxed);
   f.variants.fetch_sub(1, std::memory_order_relaxed);
   stats_counters().evicted.fetch_add(1, std::memory_order_relaxed);
@@ -361,6 +384,25 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
   n.specialized_executions.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t mean = c.generic_mean_ns.load(std::memory_order_relaxed);
   if (mean) n.saved_ns.fetch_add(static_cast<std::int64_t>(mean) - static_cast<std::int64_t>(ns), std::memory_order_relaxed);
+  // After kJudgeAfter timed executions, one check: a specialized kernel that
+  // runs slower than the generic one did is dropped for good, and what it
+  // saved or lost teaches the backend's expected saving.
+  const std::uint64_t use = c.variant_uses.fetch_add(1, std::memory_order_relaxed);
+  if (use == 0 || mean == 0) return true;
+  const std::uint64_t total = c.variant_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
+  if (use != kJudgeAfter) return true;
+  tier_family& f = *t.family;
+  const double variant_mean = static_cast<double>(total) / kJudgeAfter;
+  const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
+  f.cost->judged.fetch_add(1, std::memory_order_relaxed);
+  f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
+  if (saving < 0 && c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) {
+    c.status.store(class_status::slower, std::memory_order_release);
+    f.variants.fetch_sub(1, std::memory_order_relaxed);
+    n.slower.fetch_add(1, std::memory_order_relaxed);
+    trace("slower", f, c, s.get_engine(), 0);
+    epoch_domain::instance().retire(v, [](void* p) { delete static_cast<tier_variant*>(p); });
+  }
   return true;
 }
 
@@ -371,6 +413,7 @@ void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const 
   // A class's first execution carries one-time work (a driver's or JIT's
   // first launch, packing a weight): it is counted, not timed.
   const bool first = c.generic_uses.fetch_add(1, std::memory_order_relaxed) == 0;
+  if (!first) c.generic_timed.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t total = c.generic_ns.fetch_add(first ? 0 : ns, std::memory_order_relaxed) + (first ? 0 : ns);
   if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
   const specialize_settings settings = current_specialize_settings();
@@ -384,6 +427,7 @@ void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const 
     // Cold again: a variant of the partition may be evicted and free a place.
     c.status.store(class_status::cold, std::memory_order_release);
     c.generic_uses.store(0, std::memory_order_relaxed);
+    c.generic_timed.store(0, std::memory_order_relaxed);
     c.generic_ns.store(0, std::memory_order_relaxed);
     stats_counters().over_limit.fetch_add(1, std::memory_order_relaxed);
     if (!f.limit_reported.exchange(true)) trace("limit", f, c, s.get_engine(), 0);
@@ -408,6 +452,7 @@ tier_stats tiered_kernel_stats() {
   s.over_limit = n.over_limit.load();
   s.refused = n.refused.load();
   s.evicted = n.evicted.load();
+  s.slower = n.slower.load();
   s.generic_executions = n.generic_executions.load();
   s.specialized_executions = n.specialized_executions.load();
   s.build_ns = n.build_ns.load();

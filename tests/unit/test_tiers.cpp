@@ -22,7 +22,7 @@ using shape_t = std::vector<std::int64_t>;
 // values; the specialized one also counts its executions.
 class loop_kernel final : public compiled_kernel {
  public:
-  loop_kernel(std::atomic<int>* runs, bool bias) : runs_(runs), bias_(bias) {}
+  loop_kernel(std::atomic<int>* runs, bool bias, int repeats = 1) : runs_(runs), bias_(bias), repeats_(repeats) {}
   void execute(stream&, const std::vector<tensor>& in, const std::vector<tensor>& out) const override {
     const shape_t& a = in[0].desc.shape;
     const shape_t& b = in[1].desc.shape;
@@ -30,11 +30,13 @@ class loop_kernel final : public compiled_kernel {
     const auto* x = static_cast<const float*>(in[0].data);
     const auto* w = static_cast<const float*>(in[1].data);
     auto* y = static_cast<float*>(out[0].data);
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        float acc = bias_ ? static_cast<const float*>(in[2].data)[j] : 0.f;
-        for (std::int64_t l = 0; l < k; ++l) acc += x[i * k + l] * w[l * n + j];
-        y[i * n + j] = acc;
+    for (int r = 0; r < repeats_; ++r) {
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          float acc = bias_ ? static_cast<const float*>(in[2].data)[j] : 0.f;
+          for (std::int64_t l = 0; l < k; ++l) acc += x[i * k + l] * w[l * n + j];
+          y[i * n + j] = acc;
+        }
       }
     }
     runs_->fetch_add(1, std::memory_order_relaxed);
@@ -43,6 +45,7 @@ class loop_kernel final : public compiled_kernel {
  private:
   std::atomic<int>* runs_;
   bool bias_;
+  int repeats_;  // > 1: the same result, computed that many times (a slow kernel)
 };
 
 // Classes: M in [2^(b-1), 2^b), for M >= 2.
@@ -67,7 +70,7 @@ class loop_backend final : public backend {
                                                     const std::vector<logical_tensor>&, const engine&) override {
     builds.fetch_add(1);
     if (fail) throw compile_error("tiers_test: this build fails on purpose");
-    return std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1);
+    return std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1, slow ? 200 : 1);
   }
   // Sizes are read from the tensors: one generic kernel per rank.
   std::string kernel_configuration(const partition&, const std::vector<shape_t>& shapes, const engine&) const override {
@@ -77,7 +80,7 @@ class loop_backend final : public backend {
   device_identity identity(const engine&) const override { return {"test", "loops", "1", "1"}; }
 
   std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0};
-  std::atomic<bool> fail{false};
+  std::atomic<bool> fail{false}, slow{false};
 };
 
 class Tiers : public ::testing::Test {
@@ -240,6 +243,28 @@ TEST_F(Tiers, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
   EXPECT_EQ(r.y, r.want);
   EXPECT_EQ(backend_.specialized_runs.load(), 2);
   EXPECT_GE(tiered_kernel_stats().evicted - before.evicted + (backend_.builds.load() == 2 ? 1 : 0), 1u);
+}
+
+TEST_F(Tiers, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
+  backend_.slow = true;
+  specialize_settings s = current_specialize_settings();
+  s.threshold = 1e-9;  // hot at the first timed execution (the class's second)
+  set_specialize_settings(s);
+  const tier_stats before = tiered_kernel_stats();
+  run(50);
+  run(50);
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 1);
+  // Its first execution is not timed, the next eight are, then it is judged.
+  for (int i = 0; i < 12; ++i) {
+    const auto r = run(50);
+    EXPECT_EQ(r.y, r.want);
+  }
+  wait_for_specializations();
+  EXPECT_EQ(backend_.specialized_runs.load(), 9);
+  EXPECT_EQ(backend_.generic_runs.load(), 2 + 3);
+  EXPECT_EQ(backend_.builds.load(), 1) << "a class found slower is not built again";
+  EXPECT_EQ(tiered_kernel_stats().slower - before.slower, 1u);
 }
 
 TEST_F(Tiers, AtMostMaxVariantsPerPartition) {
