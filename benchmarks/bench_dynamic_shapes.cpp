@@ -411,10 +411,11 @@ int child_unicache(const options& o) {
     wait_for_specializations();
     const tier_stats t = tiered_kernel_stats();
     std::printf("RESULT tier_classes=%llu tier_ready=%llu tier_failed=%llu tier_generic_executions=%llu "
-                "tier_specialized_executions=%llu tier_build_ms=%.3f tier_saved_ms=%.3f\n",
+                "tier_specialized_executions=%llu tier_slower=%llu tier_build_ms=%.3f tier_saved_ms=%.3f\n",
                 static_cast<unsigned long long>(t.classes), static_cast<unsigned long long>(t.ready),
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.generic_executions),
-                static_cast<unsigned long long>(t.specialized_executions), t.build_ns / 1e6, t.saved_ns / 1e6);
+                static_cast<unsigned long long>(t.specialized_executions), static_cast<unsigned long long>(t.slower),
+                t.build_ns / 1e6, t.saved_ns / 1e6);
   }
   const cache_stats cs = constant_tensor_cache().total_stats();
   std::printf("RESULT constant_cache_entries=%llu constant_cache_bytes=%llu constant_cache_inserts=%llu\n",
