@@ -44,16 +44,26 @@ enum class dialect : std::uint8_t {
 struct gemm_tiles {
   int bm = 64, bn = 64, bk = 16;
   int rm = 4, rn = 4;
+  // Split-K: K's tiles shared out among this many parts (1 to 64), each
+  // part's sums written to a workspace and added by gemm_reduce, which
+  // applies the post-op chain (for few rows and a long K, where M x N alone
+  // has too few tiles to fill the device).
+  int split_k = 1;
   int local_x() const { return bn / rn; }
   int local_y() const { return bm / rm; }
   friend bool operator==(const gemm_tiles&, const gemm_tiles&) = default;
 };
 
+// "BMxBNxBK/RMxRN", then "/splitS" for split-K: for diagnostics.
+std::string to_string(const gemm_tiles& t);
+
 // C = A x B with the post-op chain applied in the epilogue (each binary
 // post-op reads one extra operand with its own strides).
 //   args: A, B, C, int M, N, K, long lda, ldb, ldc, long batch strides sa, sb, sc,
 //         then per binary post-op: buffer, long batch, row and column strides.
-//   global: (ceil(N/bn) * local_x, ceil(M/bm) * local_y, batch), local (local_x, local_y, 1).
+//   global: (ceil(N/bn) * local_x, ceil(M/bm) * local_y, batch * split_k), local (local_x, local_y, 1).
+// With tiles.split_k > 1, C is the workspace (split_k x M x N, ldc = N,
+// sc = M * N) and no post-op runs: gemm_reduce_source finishes.
 // With packed_b, B is the packed weight: K x N padded with zeros to
 // multiples of (bk, bn), row-major, leading dimension the padded N.
 struct gemm_config {
@@ -70,6 +80,12 @@ kernel_source gemm_source(dialect d, const gemm_config& c);
 // gemm_source(d, c).config without generating the source: what the kernel
 // cache knows the GEMM by.
 std::string gemm_kernel_config(dialect d, const gemm_config& c);
+
+// Split-K's second step for `c` (its tiles.split_k and chain): C = the sum
+// of the workspace's parts, with the post-op chain. One matrix (batch 1).
+//   args: W, C, int M, N, long ldc, then per binary post-op as gemm's.
+//   global: M * N rounded up to work_group, local (work_group).
+kernel_source gemm_reduce_source(dialect d, const gemm_config& c, int work_group);
 
 // Packs B (K x N, or N x K if transposed) into the layout gemm expects with
 // packed_b (the padding is the caller's: Kp, Np).
@@ -146,12 +162,14 @@ struct gemm_problem {
 // The class of `g`; an empty key for a batched problem (batch > 1), which
 // stays on the generic kernel.
 shape_class gemm_shape_class(const gemm_problem& g);
-// Tiles worth timing for `g`'s class: small-M tiles for a few rows, larger
-// ones for many, and always `generic` (the backend's plan), so the choice is
-// never worse than the generic kernel as timed. Each is valid for gemm_source.
+// Tiles worth timing for `g`'s class: small-M tiles for a few rows (split-K
+// ones where K is long), larger ones for many, and always `generic` (the
+// backend's plan), so the choice is never worse than the generic kernel as
+// timed. Each is valid for gemm_source.
 std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic);
 // Device memory that timing `candidates` for `g` takes (scratch A, the
-// largest padded B, C and the post-op operands), and the most a backend
+// largest padded B, C, the post-op operands and the largest split-K
+// workspace), and the most a backend
 // spends on it: a class that would need more keeps the generic kernel (its
 // backend gives it no class), so tuning never takes memory a workload of
 // large weights needs.
@@ -170,7 +188,7 @@ std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_
 // (the driver's first launch) and then timed three times, the best counting.
 // A candidate whose build or run throws error is skipped; compile_error if
 // none ran, naming `what`. `report` (if given) gets each candidate's time,
-// "BMxBNxBK/RMxRN=<us>" separated by spaces, or "=failed".
+// "<to_string(tiles)>=<us>" separated by spaces, or "=failed".
 template <typename Make>
 gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, const std::string& what,
                          std::string* report = nullptr) {
@@ -178,8 +196,7 @@ gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, c
   double best_ns = 0;
   std::string errors;
   for (const gemm_tiles& t : candidates) {
-    const std::string name = std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + "/" +
-                             std::to_string(t.rm) + "x" + std::to_string(t.rn);
+    const std::string name = to_string(t);
     try {
       auto run = make(t);
       run();

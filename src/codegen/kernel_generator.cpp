@@ -135,10 +135,22 @@ KERNEL(TX, TY) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT
   const int tx = LOCAL_X, ty = LOCAL_Y;
   const int tid = ty * TX + tx;
   const int bm = GROUP_Y * BM, bn = GROUP_X * BN;
+#if SPLIT_K > 1
+  /* Split-K: z is (batch, part); part p sums K's tiles [KB, KE) (whole
+     tiles of BK, so tile loads keep their bounds) into its own slice of the
+     workspace C, M x N with ldc = N, and gemm_reduce adds the parts. */
+  const long batch = GROUP_Z / SPLIT_K;
+  const int part = GROUP_Z % SPLIT_K;
+  const int KCH = ((K + SPLIT_K - 1) / SPLIT_K + BK - 1) / BK * BK;
+  const int KB = part * KCH, KE = KB + KCH < K ? KB + KCH : K;
+  C += (long)GROUP_Z * sc;
+#else
   const long batch = GROUP_Z;
+  const int KB = 0, KE = K;
+  C += batch * sc;
+#endif
   A += batch * sa;
   B += batch * sb;
-  C += batch * sc;
   /* Whether vector loads are aligned: the batch's base (a caller may pass any
      pointer) and every row. */
   const int a_vec = ALIGNED16(A) && (lda % 4 == 0);
@@ -157,13 +169,13 @@ KERNEL(TX, TY) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT
     B_LOAD(k0)                                                                                    \
   }
 
-  LOAD_TILES(0)
+  LOAD_TILES(KB)
   for (int l = 0; l < A_LOADS; ++l) store_a(As[0], ra[l], tid + l * NT);
   for (int l = 0; l < B_LOADS; ++l) store_b(Bs[0], rb[l], tid + l * NT);
   SYNC();
   int cur = 0;
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    const int more = k0 + BK < K;
+  for (int k0 = KB; k0 < KE; k0 += BK) {
+    const int more = k0 + BK < KE;
     if (more) LOAD_TILES(k0 + BK)
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
@@ -197,7 +209,10 @@ KERNEL(TX, TY) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT
       const int n = bn + (j / 4) * TX * 4 + tx * 4 + (j % 4);
       if (n >= N) continue;
       float v = acc[i][j];
-POST_CODE      C[m * ldc + n] = v;
+#if SPLIT_K == 1
+POST_CODE
+#endif
+      C[m * ldc + n] = v;
     }
   }
 }
@@ -277,6 +292,21 @@ DEVICE_FN void store_b(SHARED_PTR float (*Bs)[BN], VEC4 v, int e) {
   store4(&Bs[(e % (BK / 4)) * 4][e / (BK / 4)], BN, v);
 }
 #endif
+)SRC";
+
+// Split-K's second step: the parts' sums added, the post-op chain applied.
+constexpr const char* kGemmReduce = R"SRC(
+KERNEL(WG, 1) gemm_reduce(GLOBAL const float* RESTRICT W, GLOBAL float* RESTRICT C, const int M, const int N,
+                          const long ldc POST_PARAMS) {
+  const long i = GLOBAL_X;
+  if (i >= (long)M * N) return;
+  const long batch = 0;
+  const int m = (int)(i / N), n = (int)(i % N);
+  float v = 0.0f;
+  for (int p = 0; p < SPLIT_K; ++p) v += W[(long)p * M * N + i];
+POST_CODE
+  C[m * ldc + n] = v;
+}
 )SRC";
 
 constexpr const char* kPack = R"SRC(
@@ -368,15 +398,35 @@ kernel_source make(dialect d, const cache_key& config, const std::string& define
   return s;
 }
 
+// Fills a GEMM body's POST_PARAMS (each binary post-op's operand and its
+// strides) and POST_CODE (the chain applied to v at row m, column n).
+void post_chain(std::string& body, const std::vector<op_kind>& chain) {
+  std::string params, code;
+  int binary_index = 0;
+  for (op_kind k : chain) {
+    if (is_binary(k)) {
+      const std::string p = "P" + std::to_string(binary_index++);
+      params += ", GLOBAL const float* RESTRICT " + p + ", const long " + p + "b, const long " + p + "m, const long " +
+                p + "n";
+      code += "      v = v " + std::string(k == op_kind::add ? "+" : "*") + " " + p + "[batch * " + p + "b + m * " + p +
+              "m + n * " + p + "n];\n";
+    } else {
+      code += "      v = " + std::string(eltwise_function(k)) + "(v);\n";
+    }
+  }
+  replace(body, "POST_PARAMS", params);
+  replace(body, "POST_CODE", code);
+}
+
 void check_tiles(const gemm_tiles& t) {
   const int threads = t.local_x() * t.local_y();
   const bool ok = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.rm > 0 && t.rn > 0 && t.rm % 4 == 0 && t.rn % 4 == 0 &&
                   t.bm % t.rm == 0 && t.bn % t.rn == 0 && t.bk % 4 == 0 && (t.bm * t.bk) % (4 * threads) == 0 &&
-                  (t.bk * t.bn) % (4 * threads) == 0;
+                  (t.bk * t.bn) % (4 * threads) == 0 && t.split_k >= 1 && t.split_k <= 64;
   if (!ok) {
     throw compile_error("kernel generator: GEMM tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
                         std::to_string(t.bk) + " with register blocks " + std::to_string(t.rm) + "x" +
-                        std::to_string(t.rn) + " are not usable");
+                        std::to_string(t.rn) + " split " + std::to_string(t.split_k) + " ways are not usable");
   }
 }
 
@@ -389,6 +439,7 @@ cache_key gemm_key(dialect d, const gemm_config& c) {
   key.add(c.fixed_mnk.has_value());
   if (c.fixed_mnk) key.add((*c.fixed_mnk)[0]).add((*c.fixed_mnk)[1]).add((*c.fixed_mnk)[2]);
   for (op_kind k : c.chain) key.add(k);
+  if (t.split_k > 1) key.add("split").add(t.split_k);  // (absent for 1: the keys of earlier stores stay valid)
   return key;
 }
 
@@ -400,30 +451,25 @@ kernel_source gemm_source(dialect d, const gemm_config& c) {
   const gemm_tiles& t = c.tiles;
   check_tiles(t);
   const cache_key key = gemm_key(d, c);
-  std::string params, code;
-  int binary_index = 0;
-  for (op_kind k : c.chain) {
-    if (is_binary(k)) {
-      const std::string p = "P" + std::to_string(binary_index++);
-      params += ", GLOBAL const float* RESTRICT " + p + ", const long " + p + "b, const long " + p + "m, const long " +
-                p + "n";
-      code += "      v = v " + std::string(k == op_kind::add ? "+" : "*") + " " + p + "[batch * " + p + "b + m * " + p +
-              "m + n * " + p + "n];\n";
-    } else {
-      code += "      v = " + std::string(eltwise_function(k)) + "(v);\n";
-    }
-  }
   std::string body = kGemm;
-  replace(body, "POST_PARAMS", params);
-  replace(body, "POST_CODE", code);
+  post_chain(body, c.chain);
   std::string defines = define("BM", t.bm) + define("BN", t.bn) + define("BK", t.bk) + define("RM", t.rm) +
                         define("RN", t.rn) + define("TRANS_A", c.transpose_a) + define("TRANS_B", c.transpose_b) +
-                        define("PACKED_B", c.packed_b);
+                        define("PACKED_B", c.packed_b) + define("SPLIT_K", t.split_k);
   if (c.fixed_mnk) {
     defines += define("FIXED_M", (*c.fixed_mnk)[0]) + define("FIXED_N", (*c.fixed_mnk)[1]) +
                define("FIXED_K", (*c.fixed_mnk)[2]);
   }
   return make(d, key, defines, std::string(kGemmLoaders) + body, "gemm");
+}
+
+kernel_source gemm_reduce_source(dialect d, const gemm_config& c, int work_group) {
+  cache_key key = config_key(d, "gemm_reduce");
+  key.add(c.tiles.split_k).add(work_group).add(static_cast<std::uint64_t>(c.chain.size()));
+  for (op_kind k : c.chain) key.add(k);
+  std::string body = kGemmReduce;
+  post_chain(body, c.chain);
+  return make(d, key, define("WG", work_group) + define("SPLIT_K", c.tiles.split_k), body, "gemm_reduce");
 }
 
 kernel_source pack_source(dialect d, bool transpose_b, int work_group) {
@@ -524,6 +570,11 @@ gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>
   }
 }
 
+std::string to_string(const gemm_tiles& t) {
+  return std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + "/" + std::to_string(t.rm) +
+         "x" + std::to_string(t.rn) + (t.split_k > 1 ? "/split" + std::to_string(t.split_k) : "");
+}
+
 gemm_problem gemm_problem::with_rows(long rows) const {
   gemm_problem out = *this;
   out.m = rows;
@@ -557,12 +608,23 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   auto add = [&](const gemm_tiles& t) {
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   };
-  if (g.m <= 32) {
+  // The bounds are powers of two: every M of a class (a power-of-two range)
+  // gets the same candidates, so a stored choice is one of them.
+  if (g.m < 32) {
     for (const gemm_tiles& t : small_m) add(t);
-  } else if (g.m <= 512) {
+  } else if (g.m < 512) {
     for (const gemm_tiles& t : medium_m) add(t);
   } else {
     for (const gemm_tiles& t : large_m) add(t);
+  }
+  if (g.m < 256 && g.k >= 1024 && g.batch == 1) {
+    // Few rows, long K: narrow tiles with K shared out.
+    for (int split : {2, 4, 8}) {
+      if (g.k / split < 256) break;
+      gemm_tiles t = g.m < 32 ? gemm_tiles{16, 64, 16, 4, 4} : gemm_tiles{32, 64, 16, 4, 8};
+      t.split_k = split;
+      add(t);
+    }
   }
   add(generic);
   return out;
@@ -573,6 +635,9 @@ std::size_t gemm_tuning_bytes(const gemm_problem& g, const std::vector<gemm_tile
   for (const gemm_tiles& t : candidates) b = std::max(b, round_up(g.k, t.bk) * round_up(g.n, t.bn));
   std::size_t floats = static_cast<std::size_t>(g.m * g.k) + b + static_cast<std::size_t>(g.m * g.n);
   floats += g.posts.size() * static_cast<std::size_t>(g.m * g.n);  // at most C's size each
+  int split = 1;
+  for (const gemm_tiles& t : candidates) split = std::max(split, t.split_k);
+  if (split > 1) floats += static_cast<std::size_t>(split) * static_cast<std::size_t>(g.m * g.n);
   return floats * sizeof(float);
 }
 
@@ -584,7 +649,7 @@ std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g) {
 
 byte_vector encode_tiles(const gemm_tiles& t) {
   cache_key out;
-  out.add("tiles/1").add(t.bm).add(t.bn).add(t.bk).add(t.rm).add(t.rn);
+  out.add("tiles/2").add(t.bm).add(t.bn).add(t.bk).add(t.rm).add(t.rn).add(t.split_k);
   return byte_vector(out.bytes().begin(), out.bytes().end());
 }
 
@@ -598,7 +663,7 @@ std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_
 
 std::array<std::size_t, 3> gemm_problem::global() const {
   const gemm_tiles& t = config.tiles;
-  return {round_up(n, t.bn) / t.rn, round_up(m, t.bm) / t.rm, static_cast<std::size_t>(batch)};
+  return {round_up(n, t.bn) / t.rn, round_up(m, t.bm) / t.rm, static_cast<std::size_t>(batch * t.split_k)};
 }
 
 std::array<std::size_t, 3> gemm_problem::local() const {

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "backend_numerics.hpp"
 #include "mlp_partition.hpp"
 #include "scoped_settings.hpp"
@@ -31,8 +33,10 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
   set_specialize_settings(eager);
   ASSERT_TRUE(kernel_store::instance().enabled());
   const device_identity identity = device.eng.owner()->identity(device.eng);
-  constexpr std::int64_t k = 67, n = 45;  // multiples of no tile
-  for (std::int64_t m : {1, 7, 33, 1000}) {
+  constexpr std::int64_t n = 45;  // a multiple of no tile
+  // K = 67: a multiple of no tile; K = 1100: long enough for split-K candidates.
+  for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 67}, {7, 67}, {33, 67}, {1000, 67}, {20, 1100},
+                             {100, 1100}}) {
     graph g = mlp_graph(k, n, /*constant_weight=*/true);
     g.finalize();
     const partition& p = g.partitions()[0];
@@ -42,12 +46,10 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
     out[0].shape = {m, n};
     const kernels::gemm_problem problem(p, in, out, plan, kernel_shapes::tiered);
     const std::string tuning_key = kernels::gemm_tuning_key(backend_name, problem);
-    auto x = random_data({m, k}, static_cast<unsigned>(m) + 3), w = random_data({k, n}, 70), b = random_data({n}, 71);
+    auto x = random_data({m, k}, static_cast<unsigned>(m + k)), w = random_data({k, n}, 70), b = random_data({n}, 71);
     const auto want = mlp_reference(x, w, b, m, k, n);
     for (const kernels::gemm_tiles& t : kernels::gemm_candidates(problem, plan)) {
-      const std::string what = "M=" + std::to_string(m) + " tiles " + std::to_string(t.bm) + "x" +
-                               std::to_string(t.bn) + "x" + std::to_string(t.bk) + "/" + std::to_string(t.rm) + "x" +
-                               std::to_string(t.rn);
+      const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " tiles " + kernels::to_string(t);
       ASSERT_TRUE(kernel_store::instance().put(identity, tuning_key, kernels::encode_tiles(t))) << what;
       kernel_cache().clear();  // the class's variant of the previous candidate goes
       const tier_stats before = tiered_kernel_stats();

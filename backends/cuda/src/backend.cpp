@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -126,7 +127,23 @@ class gemm_kernel final : public compiled_kernel {
       pack_ = get_program(e, kernels::pack_source(kDialect, problem_.config.transpose_b, wg), preloaded);
       slot_ = weights().make_slot();
     }
+    if (problem_.config.tiles.split_k > 1) {
+      reduce_work_group_ = state_of(e).plan.vector_work_group;
+      reduce_ = get_program(e, kernels::gemm_reduce_source(kDialect, problem_.config, reduce_work_group_), preloaded);
+      engine_ = e.native_shared<const engine_state>();
+    }
   }
+  ~gemm_kernel() override {
+    if (!workspace_) return;
+    try {
+      context_guard guard(engine_->context);
+      api().cuMemFree(workspace_);
+    } catch (...) {
+      return;  // the context is gone: so is its memory
+    }
+  }
+  gemm_kernel(const gemm_kernel&) = delete;
+  gemm_kernel& operator=(const gemm_kernel&) = delete;
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
     context_guard guard(s.native<stream_state>().context);
@@ -148,8 +165,16 @@ class gemm_kernel final : public compiled_kernel {
                 long rows) const {
     const kernels::gemm_problem g = rows ? problem_.with_rows(rows) : problem_;
     const launch_shape shape = rows ? shape_of(g.global(), g.local(), "the GEMM") : launch_;
+    // Split-K: the parts go to the workspace (one per kernel: its executions
+    // take turns), then gemm_reduce writes C.
+    std::unique_lock<std::mutex> split_lock;
+    CUdeviceptr out = c;
+    if (reduce_) {
+      split_lock = std::unique_lock<std::mutex>(workspace_mu_);
+      out = workspace(s, static_cast<std::size_t>(g.config.tiles.split_k * g.m * g.n) * sizeof(float));
+    }
     kernel_args args;
-    args.add(a).add(b).add(c);
+    args.add(a).add(b).add(out);
     args.add(static_cast<int>(g.m)).add(static_cast<int>(g.n)).add(static_cast<int>(g.k));
     args.add(g.lda).add(pack_ ? g.packed_n : g.ldb).add(g.n).add(g.sa).add(pack_ ? 0L : g.sb).add(g.m * g.n);
     for (std::size_t i = 0; i < g.posts.size(); ++i) {
@@ -157,11 +182,36 @@ class gemm_kernel final : public compiled_kernel {
       args.add(posts[i]).add(post.batch_stride).add(post.row_stride).add(post.column_stride);
     }
     launch(*gemm_, s, args, shape);
+    if (!reduce_) return;
+    kernel_args reduce_args;
+    reduce_args.add(out).add(c).add(static_cast<int>(g.m)).add(static_cast<int>(g.n)).add(g.n);
+    for (std::size_t i = 0; i < g.posts.size(); ++i) {
+      const kernels::gemm_problem::post& post = g.posts[i];
+      reduce_args.add(posts[i]).add(post.batch_stride).add(post.row_stride).add(post.column_stride);
+    }
+    const auto wg = static_cast<std::size_t>(reduce_work_group_);
+    launch(*reduce_, s, reduce_args,
+           shape_of({kernels::round_up(g.m * g.n, reduce_work_group_), 1, 1}, {wg, 1, 1}, "the split-K sum"));
   }
 
-  std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
+  std::vector<kernel_binary> binaries() const override {
+    return binaries_of({gemm_.get(), pack_.get(), reduce_.get()});
+  }
 
  private:
+  // The split-K workspace, at least `bytes` (grown as needed); the caller
+  // holds workspace_mu_ and the context.
+  CUdeviceptr workspace(const stream& s, std::size_t bytes) const {
+    if (workspace_bytes_ < bytes) {
+      if (workspace_) api().cuMemFree(workspace_);
+      workspace_ = 0;
+      workspace_bytes_ = 0;
+      workspace_ = allocate(s.get_engine(), bytes, "split-K workspace");
+      workspace_bytes_ = bytes;
+    }
+    return workspace_;
+  }
+
   std::shared_ptr<packed_buffer> packed_weight(stream& s, const tensor& t) const {
     const kernels::gemm_problem& g = problem_;
     const engine& e = s.get_engine();
@@ -186,6 +236,12 @@ class gemm_kernel final : public compiled_kernel {
   kernels::gemm_problem problem_;
   bool any_rows_ = false;
   launch_shape launch_, pack_launch_{};
+  std::shared_ptr<const kernel> reduce_;
+  int reduce_work_group_ = 1;
+  std::shared_ptr<const engine_state> engine_;  // split-K: the workspace's context
+  mutable std::mutex workspace_mu_;
+  mutable CUdeviceptr workspace_ = 0;
+  mutable std::size_t workspace_bytes_ = 0;
   std::shared_ptr<const kernel> gemm_, pack_;
   std::shared_ptr<weight_registry::slot> slot_;
 };
@@ -381,11 +437,9 @@ class cuda_backend final : public backend {
         },
         "cuda " + kernels::gemm_shape_class(g).description, &report);
     if (support::verbose()) {
-      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN,us="<candidate>=<us> ..."
+      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN[/splitS],us="<candidate>=<us> ..."
       support::verbose_line("unicache_verbose,tuning,cuda,class=" + support::quoted(kernels::gemm_shape_class(g).description, 96) +
-                            ",chosen=" + std::to_string(chosen.bm) + "x" + std::to_string(chosen.bn) + "x" +
-                            std::to_string(chosen.bk) + "/" + std::to_string(chosen.rm) + "x" + std::to_string(chosen.rn) +
-                            ",us=" + support::quoted(report, 400));
+                            ",chosen=" + kernels::to_string(chosen) + ",us=" + support::quoted(report, 400));
     }
     kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
     return kernel_with(chosen);

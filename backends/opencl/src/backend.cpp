@@ -1,6 +1,7 @@
 // The OpenCL backend: compiled kernels for each partition kind, constant
 // weights packed on the device, and the backend object itself.
 #include <algorithm>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,17 @@ class gemm_kernel final : public compiled_kernel {
       pack_ = get_program(e, kernels::pack_source(kDialect, problem_.config.transpose_b, pack_work_group_), preloaded);
       slot_ = weights().make_slot();
     }
+    if (problem_.config.tiles.split_k > 1) {
+      reduce_work_group_ = e.native<engine_state>().plan.vector_work_group;
+      reduce_ = get_program(e, kernels::gemm_reduce_source(kDialect, problem_.config, reduce_work_group_), preloaded);
+      context_ = e.native<engine_state>().context;
+    }
   }
+  ~gemm_kernel() override {
+    if (workspace_) clReleaseMemObject(workspace_);
+  }
+  gemm_kernel(const gemm_kernel&) = delete;
+  gemm_kernel& operator=(const gemm_kernel&) = delete;
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
     std::shared_ptr<packed_buffer> packed;
@@ -105,13 +116,21 @@ class gemm_kernel final : public compiled_kernel {
   void run_gemm(const stream& s, cl_mem a, cl_mem b, cl_mem c, const std::vector<cl_mem>& posts, long rows) const {
     const kernels::gemm_problem g = rows ? problem_.with_rows(rows) : problem_;
     const std::array<std::size_t, 3> global = g.global(), local = g.local();
+    // Split-K: the parts go to the workspace (one per kernel: its executions
+    // take turns), then gemm_reduce writes C.
+    std::unique_lock<std::mutex> split_lock;
+    cl_mem out = c;
+    if (reduce_) {
+      split_lock = std::unique_lock<std::mutex>(workspace_mu_);
+      out = workspace(static_cast<std::size_t>(g.config.tiles.split_k * g.m * g.n) * sizeof(float));
+    }
     launch(
         *gemm_, s,
         [&](cl_kernel k) {
           cl_uint i = 0;
           set_arg(k, i++, a);
           set_arg(k, i++, b);
-          set_arg(k, i++, c);
+          set_arg(k, i++, out);
           set_arg(k, i++, static_cast<cl_int>(g.m));
           set_arg(k, i++, static_cast<cl_int>(g.n));
           set_arg(k, i++, static_cast<cl_int>(g.k));
@@ -129,11 +148,49 @@ class gemm_kernel final : public compiled_kernel {
           }
         },
         3, global.data(), local.data());
+    if (!reduce_) return;
+    const std::size_t reduce_local = static_cast<std::size_t>(reduce_work_group_);
+    const std::size_t reduce_global = kernels::round_up(g.m * g.n, reduce_work_group_);
+    if (reduce_global == 0) return;
+    launch(
+        *reduce_, s,
+        [&](cl_kernel k) {
+          cl_uint i = 0;
+          set_arg(k, i++, out);
+          set_arg(k, i++, c);
+          set_arg(k, i++, static_cast<cl_int>(g.m));
+          set_arg(k, i++, static_cast<cl_int>(g.n));
+          set_arg(k, i++, static_cast<cl_long>(g.n));
+          for (std::size_t j = 0; j < g.posts.size(); ++j) {
+            set_arg(k, i++, posts[j]);
+            set_arg(k, i++, static_cast<cl_long>(g.posts[j].batch_stride));
+            set_arg(k, i++, static_cast<cl_long>(g.posts[j].row_stride));
+            set_arg(k, i++, static_cast<cl_long>(g.posts[j].column_stride));
+          }
+        },
+        1, &reduce_global, &reduce_local);
   }
 
-  std::vector<kernel_binary> binaries() const override { return binaries_of({gemm_.get(), pack_.get()}); }
+  std::vector<kernel_binary> binaries() const override {
+    return binaries_of({gemm_.get(), pack_.get(), reduce_.get()});
+  }
 
  private:
+  // The split-K workspace, at least `bytes` (grown as needed); the caller
+  // holds workspace_mu_.
+  cl_mem workspace(std::size_t bytes) const {
+    if (workspace_bytes_ < bytes) {
+      if (workspace_) clReleaseMemObject(workspace_);
+      workspace_ = nullptr;
+      workspace_bytes_ = 0;
+      cl_int err = CL_SUCCESS;
+      workspace_ = clCreateBuffer(context_, CL_MEM_READ_WRITE, std::max<std::size_t>(bytes, 4), nullptr, &err);
+      check(err, "clCreateBuffer(split-K workspace, " + std::to_string(bytes) + " bytes)");
+      workspace_bytes_ = bytes;
+    }
+    return workspace_;
+  }
+
   std::shared_ptr<packed_buffer> packed_weight(stream& s, const tensor& t) const {
     const kernels::gemm_problem& g = problem_;
     const engine& e = s.get_engine();
@@ -169,7 +226,12 @@ class gemm_kernel final : public compiled_kernel {
 
   kernels::gemm_problem problem_;
   bool any_rows_ = false;
-  std::shared_ptr<const kernel> gemm_, pack_;
+  std::shared_ptr<const kernel> gemm_, pack_, reduce_;
+  int reduce_work_group_ = 1;
+  cl_context context_ = nullptr;  // the engine's; cached kernels keep it alive
+  mutable std::mutex workspace_mu_;
+  mutable cl_mem workspace_ = nullptr;
+  mutable std::size_t workspace_bytes_ = 0;
   int pack_work_group_ = 1;
   std::shared_ptr<weight_registry::slot> slot_;
 };
@@ -364,11 +426,9 @@ class opencl_backend final : public backend {
         },
         "opencl " + kernels::gemm_shape_class(g).description, &report);
     if (support::verbose()) {
-      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN,us="<candidate>=<us> ..."
+      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN[/splitS],us="<candidate>=<us> ..."
       support::verbose_line("unicache_verbose,tuning,opencl,class=" + support::quoted(kernels::gemm_shape_class(g).description, 96) +
-                            ",chosen=" + std::to_string(chosen.bm) + "x" + std::to_string(chosen.bn) + "x" +
-                            std::to_string(chosen.bk) + "/" + std::to_string(chosen.rm) + "x" + std::to_string(chosen.rn) +
-                            ",us=" + support::quoted(report, 400));
+                            ",chosen=" + kernels::to_string(chosen) + ",us=" + support::quoted(report, 400));
     }
     kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
     return kernel_with(chosen);
