@@ -24,11 +24,13 @@
 #include <vector>
 
 #include "unicache/backend.hpp"
+#include "unicache/backend_support.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/kernel_path.hpp"
+#include "unicache/store.hpp"
 
 namespace unicache::kernels {
 
@@ -183,6 +185,24 @@ std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g);
 byte_vector encode_tiles(const gemm_tiles& t);
 std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_tiles>& allowed);
 
+// The tiles the persistent store holds for `g`'s class on `device` (by
+// `backend`), if they are one of `candidates`.
+std::optional<gemm_tiles> stored_tiles(std::string_view backend, const device_identity& device, const gemm_problem& g,
+                                       const std::vector<gemm_tiles>& candidates);
+
+// What a GPU backend's backend::specialization_class returns, with `plan`
+// its generic tiles, `d` its dialect and `id` its cache entries' id: for a
+// MatMul partition the GEMM's class (none where tuning would need more than
+// max_gemm_tuning_bytes, or where the GEMM cannot run these shapes), cheap
+// to build (ready_to_load) when every candidate is in the kernel cache
+// already or the store holds the class's tiles; for other partitions none.
+shape_class gemm_specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                      const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
+                                      const engine& e, backend_id id, const device_identity& device);
+
+// The floats of a scratch B that every candidate can read (padded to its tiles).
+std::size_t gemm_scratch_b_floats(const gemm_problem& g, const std::vector<gemm_tiles>& candidates);
+
 // The fastest of `candidates`: `make(tiles)` builds a candidate and returns a
 // callable that runs it once and waits for it; each is run once to warm up
 // (the driver's first launch) and then timed three times, the best counting.
@@ -219,6 +239,24 @@ gemm_tiles fastest_tiles(const std::vector<gemm_tiles>& candidates, Make make, c
   }
   if (!best) throw compile_error("no GEMM candidate ran for " + what + ": " + errors);
   return *best;
+}
+
+// A GPU backend's tuning of `g`'s class: fastest_tiles, one verbose line
+//   unicache_verbose,tuning,<backend>,class="...",chosen=<tiles>,us="<tiles>=<us> ..."
+// and the choice put in the persistent store for the next process.
+template <typename Make>
+gemm_tiles tune_gemm(std::string_view backend, const device_identity& device, const gemm_problem& g,
+                     const std::vector<gemm_tiles>& candidates, Make make) {
+  const std::string description = gemm_shape_class(g).description;
+  std::string report;
+  const gemm_tiles chosen = fastest_tiles(candidates, make, std::string(backend) + " " + description, &report);
+  if (support::verbose()) {
+    support::verbose_line("unicache_verbose,tuning," + std::string(backend) + ",class=" +
+                          support::quoted(description, 96) + ",chosen=" + to_string(chosen) +
+                          ",us=" + support::quoted(report, 400));
+  }
+  kernel_store::instance().put(device, gemm_tuning_key(backend, g), encode_tiles(chosen));
+  return chosen;
 }
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.

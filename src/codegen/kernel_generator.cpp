@@ -10,6 +10,7 @@
 
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/store.hpp"
 
 namespace unicache::kernels {
 namespace {
@@ -630,10 +631,48 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   return out;
 }
 
-std::size_t gemm_tuning_bytes(const gemm_problem& g, const std::vector<gemm_tiles>& candidates) {
+std::optional<gemm_tiles> stored_tiles(std::string_view backend, const device_identity& device, const gemm_problem& g,
+                                       const std::vector<gemm_tiles>& candidates) {
+  const std::optional<byte_vector> stored = kernel_store::instance().get(device, gemm_tuning_key(backend, g));
+  if (!stored) return std::nullopt;
+  return decode_tiles(*stored, candidates);
+}
+
+shape_class gemm_specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                      const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
+                                      const engine& e, backend_id id, const device_identity& device) {
+  if (p.pattern() != partition::kind::fused_matmul || !e.owner()) return {};
+  std::optional<gemm_problem> problem;
+  try {
+    problem.emplace(p, in, out, plan, kernel_shapes::tiered);
+  } catch (const compile_error&) {
+    return {};
+  }
+  const gemm_problem& g = *problem;
+  const std::string_view backend = e.owner()->name();
+  const cache_scope scope = e.scope();
+  shape_class c = gemm_shape_class(g);
+  if (c.key.empty()) return c;
+  const std::vector<gemm_tiles> candidates = gemm_candidates(g, plan);
+  if (gemm_tuning_bytes(g, candidates) > max_gemm_tuning_bytes) return {};
+  c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const gemm_tiles& t) {
+    gemm_config config = g.config;
+    config.tiles = t;
+    return kernel_cache().contains(scope, id, gemm_kernel_config(d, config));
+  });
+  if (!c.ready_to_load) c.ready_to_load = stored_tiles(backend, device, g, candidates).has_value();
+  return c;
+}
+
+std::size_t gemm_scratch_b_floats(const gemm_problem& g, const std::vector<gemm_tiles>& candidates) {
   std::size_t b = static_cast<std::size_t>(g.k * g.n);
   for (const gemm_tiles& t : candidates) b = std::max(b, round_up(g.k, t.bk) * round_up(g.n, t.bn));
-  std::size_t floats = static_cast<std::size_t>(g.m * g.k) + b + static_cast<std::size_t>(g.m * g.n);
+  return b;
+}
+
+std::size_t gemm_tuning_bytes(const gemm_problem& g, const std::vector<gemm_tiles>& candidates) {
+  std::size_t floats = static_cast<std::size_t>(g.m * g.k) + gemm_scratch_b_floats(g, candidates) +
+                       static_cast<std::size_t>(g.m * g.n);
   floats += g.posts.size() * static_cast<std::size_t>(g.m * g.n);  // at most C's size each
   int split = 1;
   for (const gemm_tiles& t : candidates) split = std::max(split, t.split_k);

@@ -359,27 +359,8 @@ class cuda_backend final : public backend {
   // is compiled already (another class of the configuration was tuned).
   shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
                                    const std::vector<logical_tensor>& out, const engine& e) const override {
-    if (p.pattern() != partition::kind::fused_matmul) return {};
-    try {
-      const engine_state& es = state_of(e);
-      const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
-      shape_class c = kernels::gemm_shape_class(g);
-      if (c.key.empty()) return c;
-      const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
-      if (kernels::gemm_tuning_bytes(g, candidates) > kernels::max_gemm_tuning_bytes) return {};
-      c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const kernels::gemm_tiles& t) {
-        kernels::gemm_config config = g.config;
-        config.tiles = t;
-        return kernel_cache().contains(e.scope(), backend_id_value, kernels::gemm_kernel_config(kDialect, config));
-      });
-      if (!c.ready_to_load) {
-        const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, kernels::gemm_tuning_key(name(), g));
-        c.ready_to_load = stored && kernels::decode_tiles(*stored, candidates);
-      }
-      return c;
-    } catch (const compile_error&) {
-      return {};
-    }
+    const engine_state& es = state_of(e);
+    return kernels::gemm_specialization_class(p, in, out, es.plan.gemm, kDialect, e, backend_id_value, es.identity);
   }
 
   // The class's GEMM: the stored choice of tiles if the store has one, else
@@ -391,13 +372,10 @@ class cuda_backend final : public backend {
     context_guard guard(es.context);
     const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
     const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
-    const std::string tuning_key = kernels::gemm_tuning_key(name(), g);
     auto kernel_with = [&](const kernels::gemm_tiles& t) {
       return std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
     };
-    if (const std::optional<byte_vector> stored = kernel_store::instance().get(es.identity, tuning_key)) {
-      if (const auto tiles = kernels::decode_tiles(*stored, candidates)) return kernel_with(*tiles);
-    }
+    if (const auto tiles = kernels::stored_tiles(name(), es.identity, g, candidates)) return kernel_with(*tiles);
     struct scratch {
       CUdeviceptr memory = 0;
       // Not through allocate(): tuning never evicts a workload's packed
@@ -416,11 +394,7 @@ class cuda_backend final : public backend {
         if (memory) api().cuMemFree(memory);
       }
     };
-    std::int64_t b_floats = kernels::elements(in[1].shape);
-    for (const kernels::gemm_tiles& t : candidates) {
-      b_floats = std::max<std::int64_t>(b_floats, static_cast<std::int64_t>(kernels::round_up(g.k, t.bk) *
-                                                                              kernels::round_up(g.n, t.bn)));
-    }
+    const auto b_floats = static_cast<std::int64_t>(kernels::gemm_scratch_b_floats(g, candidates));
     const scratch a(kernels::elements(in[0].shape)), b(b_floats), c(kernels::elements(out[0].shape));
     std::vector<std::unique_ptr<scratch>> post_buffers;
     std::vector<CUdeviceptr> posts;
@@ -429,20 +403,9 @@ class cuda_backend final : public backend {
       posts.push_back(post_buffers.back()->memory);
     }
     const stream own = make_stream(e);
-    std::string report;
-    const kernels::gemm_tiles chosen = kernels::fastest_tiles(
-        candidates,
-        [&](const kernels::gemm_tiles& t) {
-          return [k = kernel_with(t), &own, &a, &b, &c, &posts, &g] { k->run_gemm(own, a.memory, b.memory, c.memory, posts, g.m); };
-        },
-        "cuda " + kernels::gemm_shape_class(g).description, &report);
-    if (support::verbose()) {
-      // unicache_verbose,tuning,<backend>,class="...",chosen=BMxBNxBK/RMxRN[/splitS],us="<candidate>=<us> ..."
-      support::verbose_line("unicache_verbose,tuning,cuda,class=" + support::quoted(kernels::gemm_shape_class(g).description, 96) +
-                            ",chosen=" + kernels::to_string(chosen) + ",us=" + support::quoted(report, 400));
-    }
-    kernel_store::instance().put(es.identity, tuning_key, kernels::encode_tiles(chosen));
-    return kernel_with(chosen);
+    return kernel_with(kernels::tune_gemm(name(), es.identity, g, candidates, [&](const kernels::gemm_tiles& t) {
+      return [k = kernel_with(t), &own, &a, &b, &c, &posts, &g] { k->run_gemm(own, a.memory, b.memory, c.memory, posts, g.m); };
+    }));
   }
 
   // Shape-agnostic kernels depend on the ranks only; specialized ones on every size.
