@@ -161,8 +161,8 @@ struct gemm_problem {
 // configuration: transposes, packing, chain); its specialized kernel is the
 // GEMM with the tiles that ran fastest for the class among a few candidates.
 
-// The class of `g`; an empty key for a batched problem (batch > 1), which
-// stays on the generic kernel.
+// The class of `g`; an empty key for a batched problem (batch > 1) or a
+// transposed A (its leading dimension is M), which stay on the generic kernel.
 shape_class gemm_shape_class(const gemm_problem& g);
 // Tiles worth timing for `g`'s class: small-M tiles for a few rows (split-K
 // ones where K is long), larger ones for many, and always `generic` (the

@@ -584,7 +584,8 @@ gemm_problem gemm_problem::with_rows(long rows) const {
 }
 
 shape_class gemm_shape_class(const gemm_problem& g) {
-  if (g.batch != 1 || g.sa != 0 || g.m < 1) return {};
+  // A transposed A's leading dimension is M: a kernel of one M only.
+  if (g.batch != 1 || g.sa != 0 || g.m < 1 || g.config.transpose_a) return {};
   const int bits = std::bit_width(static_cast<unsigned long>(g.m));
   cache_key key;
   key.add("gemm-class/1").add(bits).add(g.n).add(g.k).add(g.lda).add(g.ldb);

@@ -1,8 +1,6 @@
 #include "compiler/tiers.hpp"
 
 #include <oneapi/tbb/task_arena.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -204,23 +202,12 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
   c->generic_mean_ns.store(timed ? c->generic_ns.load(std::memory_order_relaxed) / timed : 0, std::memory_order_relaxed);
   c->variant_uses.store(0, std::memory_order_relaxed);
   c->variant_ns.store(0, std::memory_order_relaxed);
-  c->variant.store(new tier_variant{std::move(built)}, std::memory_order_release);
+  // Ready first, then the variant: an eviction noticed once it is published
+  // puts the class back to cold after this, never before.
   c->status.store(class_status::ready, std::memory_order_release);
+  c->variant.store(new tier_variant{std::move(built)}, std::memory_order_release);
   n.ready.fetch_add(1, std::memory_order_relaxed);
   trace("ready", *f, *c, e, ns);
-}
-
-// Background builds yield the cores to the callers' threads: on Linux each
-// worker of the arena lowers its own priority to nice 19 once. (Not
-// SCHED_IDLE: a build that holds a lock a caller needs, such as a library's
-// JIT lock, must still run soon, or the caller waits behind it.)
-void lower_this_thread_priority() {
-  thread_local bool lowered = false;
-  if (lowered) return;
-  lowered = true;
-#ifdef __linux__
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-#endif
 }
 
 void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engine e, std::vector<logical_tensor> in,
@@ -249,13 +236,17 @@ void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engi
     {
       scoped_lock l(&s.mu);
       if (s.stopping) {
+        // The process is exiting: the job's engine, kernels and driver
+        // objects are left to the exit rather than destroyed on a worker
+        // while the drivers are torn down.
+        static auto* const left = new std::vector<std::shared_ptr<job>>();
+        left->push_back(j);
         --s.pending;
         s.idle.notify_all();
         return;
       }
       ++s.running;
     }
-    lower_this_thread_priority();
     specialize_now(j->f, j->c, j->e, j->in, j->out);
     *j = job{};  // free what the task holds before it says it is done
     scoped_lock l(&s.mu);
@@ -370,15 +361,23 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
                      const std::vector<tensor>& outputs) {
   tier_class& c = *t.cls;
   if (c.status.load(std::memory_order_acquire) != class_status::ready) return false;
-  epoch_guard guard;
-  tier_variant* v = c.variant.load(std::memory_order_acquire);
-  if (v == nullptr) return false;
-  if (!v->kernel.valid()) {
-    drop_evicted(*t.family, c, v, s.get_engine());
-    return false;
+  // The guard covers reading the variant, not running it: a reference to the
+  // kernel is taken, so memory retired meanwhile (an evicted weight the
+  // kernel's own allocation retries after) is not held up by an execution.
+  std::shared_ptr<const compiled_kernel> kernel;
+  tier_variant* v = nullptr;
+  {
+    epoch_guard guard;
+    v = c.variant.load(std::memory_order_acquire);
+    if (v == nullptr) return false;
+    if (!v->kernel.valid()) {
+      drop_evicted(*t.family, c, v, s.get_engine());
+      return false;
+    }
+    kernel = v->kernel.value();
   }
   const auto start = clock_type::now();
-  v->kernel->execute(s, inputs, outputs);
+  kernel->execute(s, inputs, outputs);
   const std::uint64_t ns = ns_since(start);
   counters& n = stats_counters();
   n.specialized_executions.fetch_add(1, std::memory_order_relaxed);
@@ -396,7 +395,9 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
   const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
   f.cost->judged.fetch_add(1, std::memory_order_relaxed);
   f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
-  if (saving < 0 && c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) {
+  epoch_guard guard;  // `v` is compared again: it must not have been freed and reused meanwhile
+  if (saving < 0 && c.variant.load(std::memory_order_acquire) == v && v->kernel.get() == kernel.get() &&
+      c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) {
     c.status.store(class_status::slower, std::memory_order_release);
     f.variants.fetch_sub(1, std::memory_order_relaxed);
     n.slower.fetch_add(1, std::memory_order_relaxed);

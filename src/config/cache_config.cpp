@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "unicache/config.hpp"
 #include "util/env.hpp"
@@ -263,16 +265,25 @@ double threshold_from_environment(const char* name, double fallback) {
 constexpr unsigned kMaxSpecializeThreads = 64;
 constexpr unsigned kMaxSpecializeVariants = 1024;
 
+// The settings as immutable snapshots behind an atomic pointer: read with
+// no lock on every generic execution of a cold class. A set publishes a new
+// snapshot; the old ones stay (reachable, a few bytes each) because a reader
+// may still hold one.
 struct specialize_setting {
+  std::atomic<const specialize_settings*> current{nullptr};
   detail::mutex mu;
-  specialize_settings value ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<const specialize_settings>> all ABSL_GUARDED_BY(mu);
 };
 specialize_setting& specialize_setting_instance() {
   static specialize_setting* const setting = [] {
     auto* s = new specialize_setting();
-    s->value.threads = count_from_environment("UNICACHE_SPECIALIZE_THREADS", 1, kMaxSpecializeThreads);
-    s->value.max_variants = count_from_environment("UNICACHE_SPECIALIZE_MAX", 32, kMaxSpecializeVariants);
-    s->value.threshold = threshold_from_environment("UNICACHE_SPECIALIZE_THRESHOLD", s->value.threshold);
+    auto initial = std::make_unique<specialize_settings>();
+    initial->threads = count_from_environment("UNICACHE_SPECIALIZE_THREADS", 1, kMaxSpecializeThreads);
+    initial->max_variants = count_from_environment("UNICACHE_SPECIALIZE_MAX", 32, kMaxSpecializeVariants);
+    initial->threshold = threshold_from_environment("UNICACHE_SPECIALIZE_THRESHOLD", initial->threshold);
+    s->current.store(initial.get(), std::memory_order_release);
+    detail::scoped_lock lock(&s->mu);
+    s->all.push_back(std::move(initial));
     return s;
   }();
   return *setting;
@@ -281,9 +292,7 @@ specialize_setting& specialize_setting_instance() {
 }  // namespace
 
 specialize_settings current_specialize_settings() {
-  specialize_setting& s = specialize_setting_instance();
-  detail::scoped_lock lock(&s.mu);
-  return s.value;
+  return *specialize_setting_instance().current.load(std::memory_order_acquire);
 }
 
 void set_specialize_settings(const specialize_settings& settings) {
@@ -302,8 +311,10 @@ void set_specialize_settings(const specialize_settings& settings) {
     throw std::invalid_argument("specialize_settings: expected_saving must be in [0, 1]");
   }
   specialize_setting& s = specialize_setting_instance();
+  auto snapshot = std::make_unique<const specialize_settings>(settings);
   detail::scoped_lock lock(&s.mu);
-  s.value = settings;
+  s.current.store(snapshot.get(), std::memory_order_release);
+  s.all.push_back(std::move(snapshot));
 }
 
 kernel_shapes current_kernel_shapes() { return kernel_shapes_setting().load(std::memory_order_relaxed); }

@@ -117,7 +117,9 @@ class gemm_kernel final : public compiled_kernel {
   gemm_kernel(const partition& p, const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
               const engine& e, const std::vector<kernel_binary>& preloaded, const kernels::gemm_tiles& tiles,
               bool any_rows)
-      : problem_(p, in, out, tiles, current_kernel_shapes()),
+      // A class's kernel (any_rows) takes its sizes as arguments whatever the
+      // mode is when it is built in the background.
+      : problem_(p, in, out, tiles, any_rows ? kernel_shapes::tiered : current_kernel_shapes()),
         any_rows_(any_rows),
         launch_(shape_of(problem_.global(), problem_.local(), "the GEMM")) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
@@ -155,8 +157,9 @@ class gemm_kernel final : public compiled_kernel {
     }
     std::vector<CUdeviceptr> posts;
     for (const kernels::gemm_problem::post& post : problem_.posts) posts.push_back(pointer_of(inputs[post.input].data));
-    const std::vector<std::int64_t>& a = inputs[0].desc.shape;
-    run_gemm(s, pointer_of(inputs[0].data), b, pointer_of(outputs[0].data), posts, any_rows_ ? a[a.size() - 2] : 0);
+    // M is C's rows (A's are K when A is transposed).
+    const std::vector<std::int64_t>& c = outputs[0].desc.shape;
+    run_gemm(s, pointer_of(inputs[0].data), b, pointer_of(outputs[0].data), posts, any_rows_ ? c[c.size() - 2] : 0);
   }
 
   // Launches the GEMM on `b` as the kernel reads it (packed, if it packs),
