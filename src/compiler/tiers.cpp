@@ -69,7 +69,6 @@ struct tier_family {
   partition p;
   std::string key;
   cache_scope scope;
-  std::uint64_t generic_build_ns = 0;
   build_cost* cost = nullptr;  // of the family's backend; lives for the process
   std::atomic<unsigned> variants{0};  // classes queued, being built or ready
   std::atomic<bool> limit_reported{false};
@@ -326,7 +325,6 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
       f->p = p;
       f->key = family_key;
       f->scope = e.scope();
-      f->generic_build_ns = generic_build_ns;
       std::unique_ptr<build_cost>& cost = r.costs[e.owner()];
       if (!cost) cost = std::make_unique<build_cost>();
       f->cost = cost.get();

@@ -36,7 +36,8 @@ struct tier_ref {
 // The tier of `in` (concrete shapes; `out` at them) of `p` on `e`, in the family that
 // `family_key` names (the shape-agnostic compiled-partition key).
 // `generic_build_ns` is the measured build time of the shape's generic
-// kernel: the cost model's first estimate of a build. Thread-safe.
+// kernel: the longest of these per backend is the cost model's first
+// estimate of a build. Thread-safe.
 tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
                   const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
                   std::uint64_t generic_build_ns);
