@@ -1,6 +1,7 @@
 #include "compiler/tiers.hpp"
 
 #include <oneapi/tbb/task_arena.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -128,12 +129,35 @@ specializer* const the_specializer_instance = new specializer();
 specializer& the_specializer() { return *the_specializer_instance; }
 
 // At exit: queued tasks are dropped; running builds end on their own, and a
-// worker that oneTBB already stopped never will, hence the bound.
+// worker that oneTBB already stopped never will, hence the bound. Calling it
+// again is harmless.
 void stop_specializing() {
   specializer& sp = the_specializer();
   scoped_lock lock(&sp.mu);
   sp.stopping = true;
   sp.mu.wait_for(sp.idle, std::chrono::seconds(30), [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return sp.running == 0; });
+}
+
+// A running build must end before the static objects it uses are destroyed.
+// An atexit function runs only before the objects constructed before it was
+// registered; a build creates some of its own later (a compiler's
+// function-local statics, first reached in a background build: PoCL's clang
+// then crashes at exit). The thread that calls exit() destroys its
+// thread_local objects before any static object and any atexit function, so
+// each thread that queues a build holds this guard, and the process's initial
+// thread (where main returns) stops the background from it. The atexit
+// registration stays for an exit() called from another thread.
+struct exit_guard {
+  exit_guard() = default;
+  exit_guard(const exit_guard&) = delete;
+  exit_guard& operator=(const exit_guard&) = delete;
+  ~exit_guard() {
+    if (::gettid() == ::getpid()) stop_specializing();
+  }
+};
+void hold_exit_guard() {
+  static thread_local exit_guard guard;
+  (void)guard;
 }
 
 // unicache_verbose,tiers,<event>,backend=<name>,partition=<16 hex>,class="<description>",uses=..,generic_ms=..,build_ms=..
@@ -222,6 +246,7 @@ void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engi
     sp.stop_registered = true;
     std::atexit(&stop_specializing);
   }
+  hold_exit_guard();
   ++sp.pending;
   struct job {
     std::shared_ptr<tier_family> f;

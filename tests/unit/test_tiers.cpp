@@ -7,6 +7,9 @@
 
 #include <atomic>
 #include <bit>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "scoped_settings.hpp"
@@ -69,6 +72,7 @@ class loop_backend final : public backend {
   std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>&,
                                                     const std::vector<logical_tensor>&, const engine&) override {
     builds.fetch_add(1);
+    if (hold_ms > 0) hold_a_static(hold_ms);
     if (fail) throw compile_error("tiers_test: this build fails on purpose");
     return std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1, slow ? 200 : 1);
   }
@@ -79,7 +83,23 @@ class loop_backend final : public backend {
   stream make_stream(const engine& e) override { return stream(e, nullptr); }
   device_identity identity(const engine&) const override { return {"test", "loops", "1", "1"}; }
 
-  std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0};
+  // What a compiler does on its first build: it constructs a function-local
+  // static (whose destructor is registered then, after anything of ours),
+  // works for a while, and uses the static again.
+  static void hold_a_static(int ms) {
+    struct compiler_state {
+      ~compiler_state() { alive = false; }
+      std::atomic<bool> alive{true};
+    };
+    static compiler_state state;
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    if (!state.alive.load()) {
+      std::fputs("tiers_test: a build used a static object destroyed by exit\n", stderr);
+      std::_Exit(3);
+    }
+  }
+
+  std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0};
   std::atomic<bool> fail{false}, slow{false};
 };
 
@@ -308,6 +328,20 @@ TEST_F(Tiers, ExecutionsOnManyThreadsWhileVariantsArriveAndAreEvicted) {
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(backend_.generic_runs.load() + backend_.specialized_runs.load(), 6 * 60);
   EXPECT_GT(backend_.builds.load(), 0);
+}
+
+// The process exits (main returns) while a build runs: the build finishes
+// before exit destroys what it uses, including statics it constructed itself.
+TEST_F(Tiers, ABuildRunningAtExitEndsBeforeStaticObjectsAreDestroyed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: oneTBB does not survive fork()
+  EXPECT_EXIT(
+      {
+        backend_.hold_ms = 300;
+        run(6);
+        while (backend_.builds.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
