@@ -200,6 +200,7 @@ class matmul_kernel final : public compiled_kernel {
         // its own, what is ready soonest (a runtime-dims primitive is slow on
         // its first executions); later shapes take the runtime-dims one.
         if (!(mode == kernel_shapes::tiered && built)) return;
+        own_shapes_ = true;
       } catch (const dnnl::error&) {
         // This configuration needs its shapes: build for them below.
       }
@@ -212,6 +213,10 @@ class matmul_kernel final : public compiled_kernel {
       for (const post& x : posts) steps_.push_back(make_step(e, x));
     }
   }
+
+  // Tiered mode's first shape of a configuration: a primitive for exactly
+  // that shape, which no class's kernel would beat.
+  bool built_for_its_shapes() const override { return own_shapes_; }
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override {
     const engine& e = s.get_engine();
@@ -344,6 +349,7 @@ class matmul_kernel final : public compiled_kernel {
 
   dnnl::memory::desc a_md_, b_user_md_, dst_md_;
   bool constant_b_ = false, transpose_a_ = false;
+  bool own_shapes_ = false;  // tiered, a configuration's first shape: a primitive for it alone
   std::shared_ptr<const cached_primitive> prim_;
   std::vector<post> fused_;
   std::vector<step> steps_;

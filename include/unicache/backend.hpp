@@ -54,6 +54,12 @@ class compiled_kernel {
   // The device binaries this kernel runs (for compiled-partition cache
   // blobs); empty for a backend whose kernels have none (oneDNN on the CPU).
   virtual std::vector<kernel_binary> binaries() const { return {}; }
+  // True: this kernel was built for exactly the shapes it was compiled for,
+  // although the mode is shape-agnostic (a backend may build the first shape
+  // of a configuration that way, because it is ready soonest). Tiered
+  // dispatch then leaves these shapes alone: their executions count towards
+  // no class and never run another class's specialized kernel.
+  virtual bool built_for_its_shapes() const { return false; }
 };
 
 // A shape class (kernel_shapes::tiered): the shapes one specialized kernel

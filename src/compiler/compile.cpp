@@ -182,7 +182,7 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
         }
         const auto build_ns = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-        s->tier = detail::tier_for(p, configuration, e, s->inputs, s->outputs, build_ns);
+        s->tier = detail::tier_for(p, configuration, e, s->inputs, s->outputs, *s->kernel, build_ns);
         s->identity = e.owner()->identity(e);
         s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));

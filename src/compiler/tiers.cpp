@@ -326,12 +326,30 @@ void drop_unnoticed_evictions(tier_family& f, const engine& e) {
   }
 }
 
+// Keeps the longest generic build of `b`; returns its build cost record.
+build_cost* record_generic_build(registry& r, const backend& b, std::uint64_t generic_build_ns)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
+  std::unique_ptr<build_cost>& cost = r.costs[&b];
+  if (!cost) cost = std::make_unique<build_cost>();
+  std::uint64_t longest = cost->generic_build_ns.load(std::memory_order_relaxed);
+  while (generic_build_ns > longest &&
+         !cost->generic_build_ns.compare_exchange_weak(longest, generic_build_ns, std::memory_order_relaxed)) {
+  }
+  return cost.get();
+}
+
 }  // namespace
 
 tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
                   const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
-                  std::uint64_t generic_build_ns) {
+                  const compiled_kernel& generic, std::uint64_t generic_build_ns) {
   if (current_kernel_shapes() != kernel_shapes::tiered || !e.owner()) return {};
+  registry& r = the_registry();
+  if (generic.built_for_its_shapes()) {
+    scoped_lock lock(&r.mu);
+    record_generic_build(r, *e.owner(), generic_build_ns);
+    return {};
+  }
   shape_class sc = e.owner()->specialization_class(p, in, out, e);
   if (sc.key.empty()) return {};
   cache_key scoped;
@@ -340,7 +358,6 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
   const std::string key(scoped.bytes());
 
   tier_ref ref;
-  registry& r = the_registry();
   {
     scoped_lock lock(&r.mu);
     std::weak_ptr<tier_family>& slot = r.families[key];
@@ -350,13 +367,7 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
       f->p = p;
       f->key = family_key;
       f->scope = e.scope();
-      std::unique_ptr<build_cost>& cost = r.costs[e.owner()];
-      if (!cost) cost = std::make_unique<build_cost>();
-      f->cost = cost.get();
-      std::uint64_t longest = f->cost->generic_build_ns.load(std::memory_order_relaxed);
-      while (generic_build_ns > longest &&
-             !f->cost->generic_build_ns.compare_exchange_weak(longest, generic_build_ns, std::memory_order_relaxed)) {
-      }
+      f->cost = record_generic_build(r, *e.owner(), generic_build_ns);
       slot = f;
       ref.family = std::move(f);
       // Families of compiled partitions that are gone leave expired entries: sweep now and then.

@@ -37,10 +37,12 @@ struct tier_ref {
 // `family_key` names (the shape-agnostic compiled-partition key).
 // `generic_build_ns` is the measured build time of the shape's generic
 // kernel: the longest of these per backend is the cost model's first
-// estimate of a build. Thread-safe.
+// estimate of a build. A kernel built for exactly its shapes
+// (compiled_kernel::built_for_its_shapes) gets no class: only its build time
+// is recorded. Thread-safe.
 tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
                   const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
-                  std::uint64_t generic_build_ns);
+                  const compiled_kernel& generic, std::uint64_t generic_build_ns);
 
 // Runs the class's specialized kernel if one is ready and cached, and
 // returns true; returns false (having run nothing) otherwise. Lock-free.

@@ -25,7 +25,9 @@ using shape_t = std::vector<std::int64_t>;
 // values; the specialized one also counts its executions.
 class loop_kernel final : public compiled_kernel {
  public:
-  loop_kernel(std::atomic<int>* runs, bool bias, int repeats = 1) : runs_(runs), bias_(bias), repeats_(repeats) {}
+  loop_kernel(std::atomic<int>* runs, bool bias, int repeats = 1, bool own_shapes = false)
+      : runs_(runs), bias_(bias), repeats_(repeats), own_shapes_(own_shapes) {}
+  bool built_for_its_shapes() const override { return own_shapes_; }
   void execute(stream&, const std::vector<tensor>& in, const std::vector<tensor>& out) const override {
     const shape_t& a = in[0].desc.shape;
     const shape_t& b = in[1].desc.shape;
@@ -49,6 +51,7 @@ class loop_kernel final : public compiled_kernel {
   std::atomic<int>* runs_;
   bool bias_;
   int repeats_;  // > 1: the same result, computed that many times (a slow kernel)
+  bool own_shapes_;
 };
 
 // Classes: M in [2^(b-1), 2^b), for M >= 2.
@@ -59,7 +62,9 @@ class loop_backend final : public backend {
   std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>&,
                                                  const std::vector<logical_tensor>&, const engine&,
                                                  const std::vector<kernel_binary>&) override {
-    return std::make_shared<loop_kernel>(&generic_runs, p.ops().size() > 1);
+    // own_first_shape: the first compile is for its shapes alone (as the
+    // oneDNN backend builds a configuration's first shape).
+    return std::make_shared<loop_kernel>(&generic_runs, p.ops().size() > 1, 1, own_first_shape.exchange(false));
   }
   shape_class specialization_class(const partition&, const std::vector<logical_tensor>& in,
                                    const std::vector<logical_tensor>&, const engine&) const override {
@@ -100,7 +105,7 @@ class loop_backend final : public backend {
   }
 
   std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0};
-  std::atomic<bool> fail{false}, slow{false};
+  std::atomic<bool> fail{false}, slow{false}, own_first_shape{false};
 };
 
 class Tiers : public ::testing::Test {
@@ -206,6 +211,24 @@ TEST_F(Tiers, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel) {
   EXPECT_EQ(backend_.builds.load(), 0);
   EXPECT_EQ(backend_.generic_runs.load(), 3);
   EXPECT_EQ(tiered_kernel_stats().classes, before.classes);
+}
+
+TEST_F(Tiers, AKernelBuiltForItsOwnShapesIsLeftAlone) {
+  backend_.own_first_shape = true;
+  const tier_stats before = tiered_kernel_stats();
+  for (int i = 0; i < 3; ++i) run(5);  // M 4..7, but its kernel is M = 5's own
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 0);
+  EXPECT_EQ(tiered_kernel_stats().generic_executions, before.generic_executions);
+  run(6);  // the same class, on the generic kernel: hot
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 1);
+  auto r = run(5);
+  EXPECT_EQ(r.y, r.want);
+  r = run(6);
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 1) << "M = 5 keeps its own kernel";
+  EXPECT_EQ(backend_.generic_runs.load(), 5);
 }
 
 TEST_F(Tiers, NoSpecializationWithZeroThreads) {
