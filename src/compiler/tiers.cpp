@@ -200,8 +200,13 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
   }
   const std::uint64_t ns = ns_since(start);
   n.build_ns.fetch_add(ns, std::memory_order_relaxed);
-  f->cost->count.fetch_add(1, std::memory_order_relaxed);
-  f->cost->total_ns.fetch_add(ns, std::memory_order_relaxed);
+  if (!c->ready_to_load) {
+    // A load (the store held the choice, or the candidates were built) says
+    // nothing of what building a cold class costs: milliseconds against
+    // seconds on PoCL, which would make every class look worth it.
+    f->cost->count.fetch_add(1, std::memory_order_relaxed);
+    f->cost->total_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
   if (!failure.empty()) {
     c->status.store(class_status::failed, std::memory_order_release);
     f->variants.fetch_sub(1, std::memory_order_relaxed);

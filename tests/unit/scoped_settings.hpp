@@ -20,4 +20,22 @@ class scoped_setting {
 using scoped_kernel_shapes = scoped_setting<kernel_shapes, &current_kernel_shapes, &set_kernel_shapes>;
 using scoped_constant_check = scoped_setting<constant_check, &current_constant_check, &set_constant_check>;
 
+// No background specialization (specialize_settings::threads = 0) for a
+// scope: for tests that count the kernel path's builds and stored binaries
+// exactly, which a class turning hot would add to.
+class scoped_no_specialization {
+ public:
+  scoped_no_specialization() : saved_(current_specialize_settings()) {
+    specialize_settings s = saved_;
+    s.threads = 0;
+    set_specialize_settings(s);
+  }
+  ~scoped_no_specialization() { set_specialize_settings(saved_); }
+  scoped_no_specialization(const scoped_no_specialization&) = delete;
+  scoped_no_specialization& operator=(const scoped_no_specialization&) = delete;
+
+ private:
+  specialize_settings saved_;
+};
+
 }  // namespace unicache::testing

@@ -221,6 +221,7 @@ struct gpu : ::testing::Test, cuda_device {
   // Forgets every kernel this process holds in memory: the next compile
   // goes to the store (or blob), as a new process would.
   static void forget_kernels() { kernel_cache().clear(); }
+  scoped_no_specialization no_background;  // the kernel path's counts are exact
 };
 
 // Tiered: every GEMM tile candidate, chosen through the store, on odd sizes.

@@ -107,7 +107,10 @@ struct fresh_context {
   ~fresh_context() { clReleaseContext(context); }
 };
 
-struct fixture : ::testing::Test, opencl_device {};
+// The kernel path's counts are exact: no class turns hot in the background.
+struct fixture : ::testing::Test, opencl_device {
+  scoped_no_specialization no_background;
+};
 
 // --- Kernels: one per configuration -------------------------------------------------
 

@@ -30,6 +30,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
   const specialize_settings saved = current_specialize_settings();
   specialize_settings eager = saved;
   eager.threshold = 0;
+  eager.threads = 1;  // whatever the caller's fixture turned off
   set_specialize_settings(eager);
   ASSERT_TRUE(kernel_store::instance().enabled());
   const device_identity identity = device.eng.owner()->identity(device.eng);
