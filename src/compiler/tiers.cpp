@@ -396,6 +396,28 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
   return ref;
 }
 
+namespace {
+
+// Unlinks the class's variant `v` (which ran `kernel`) for good, with
+// `status` (slower or failed); true for the one caller that did.
+bool drop_variant(tier_family& f, tier_class& c, tier_variant* v, const compiled_kernel* kernel, class_status status,
+                  const engine& e) {
+  epoch_guard guard;  // `v` is compared again: it must not have been freed and reused meanwhile
+  if (c.variant.load(std::memory_order_acquire) != v || v->kernel.get() != kernel ||
+      !c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) {
+    return false;
+  }
+  c.status.store(status, std::memory_order_release);
+  f.variants.fetch_sub(1, std::memory_order_relaxed);
+  counters& n = stats_counters();
+  (status == class_status::slower ? n.slower : n.failed).fetch_add(1, std::memory_order_relaxed);
+  trace(status == class_status::slower ? "slower" : "fail", f, c, e, 0);
+  epoch_domain::instance().retire(v, [](void* p) { delete static_cast<tier_variant*>(p); });
+  return true;
+}
+
+}  // namespace
+
 bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
                      const std::vector<tensor>& outputs) {
   tier_class& c = *t.cls;
@@ -416,7 +438,18 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
     kernel = v->kernel.value();
   }
   const auto start = clock_type::now();
-  kernel->execute(s, inputs, outputs);
+  try {
+    kernel->execute(s, inputs, outputs);
+  } catch (const std::exception& err) {
+    // The outputs are written again by the generic kernel, which the caller
+    // runs when this returns false; the class stays generic from now on.
+    if (drop_variant(*t.family, c, v, kernel.get(), class_status::failed, s.get_engine())) {
+      warn(std::string("tiered kernels: the specialized kernel of partition ") + t.family->p.fingerprint() + " (" +
+           quoted(c.description, 96) + ") failed to execute: " + err.what() +
+           "; those shapes run on the generic kernel from now on");
+    }
+    return false;
+  }
   const std::uint64_t ns = ns_since(start);
   counters& n = stats_counters();
   n.specialized_executions.fetch_add(1, std::memory_order_relaxed);
@@ -434,15 +467,7 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
   const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
   f.cost->judged.fetch_add(1, std::memory_order_relaxed);
   f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
-  epoch_guard guard;  // `v` is compared again: it must not have been freed and reused meanwhile
-  if (saving < 0 && c.variant.load(std::memory_order_acquire) == v && v->kernel.get() == kernel.get() &&
-      c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) {
-    c.status.store(class_status::slower, std::memory_order_release);
-    f.variants.fetch_sub(1, std::memory_order_relaxed);
-    n.slower.fetch_add(1, std::memory_order_relaxed);
-    trace("slower", f, c, s.get_engine(), 0);
-    epoch_domain::instance().retire(v, [](void* p) { delete static_cast<tier_variant*>(p); });
-  }
+  if (saving < 0) drop_variant(f, c, v, kernel.get(), class_status::slower, s.get_engine());
   return true;
 }
 

@@ -45,7 +45,9 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
                   const compiled_kernel& generic, std::uint64_t generic_build_ns);
 
 // Runs the class's specialized kernel if one is ready and cached, and
-// returns true; returns false (having run nothing) otherwise. Lock-free.
+// returns true; returns false otherwise, having run nothing or a kernel that
+// threw (then dropped for good, its class failed, warned once): the caller
+// runs the generic kernel, which writes the outputs again. Lock-free.
 bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
                      const std::vector<tensor>& outputs);
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,10 @@ class loop_kernel final : public compiled_kernel {
     const auto* x = static_cast<const float*>(in[0].data);
     const auto* w = static_cast<const float*>(in[1].data);
     auto* y = static_cast<float*>(out[0].data);
+    if (throws_ && throws_->load()) {
+      std::fill_n(static_cast<float*>(out[0].data), out[0].desc.shape[0] * b[1], -7.f);  // half-written output
+      throw execute_error("tiers_test: this kernel fails on purpose");
+    }
     for (int r = 0; r < repeats_; ++r) {
       for (std::int64_t i = 0; i < m; ++i) {
         for (std::int64_t j = 0; j < n; ++j) {
@@ -52,6 +57,9 @@ class loop_kernel final : public compiled_kernel {
   bool bias_;
   int repeats_;  // > 1: the same result, computed that many times (a slow kernel)
   bool own_shapes_;
+
+ public:
+  const std::atomic<bool>* throws_ = nullptr;  // set: execute() throws while it is true
 };
 
 // Classes: M in [2^(b-1), 2^b), for M >= 2.
@@ -79,7 +87,9 @@ class loop_backend final : public backend {
     builds.fetch_add(1);
     if (hold_ms > 0) hold_a_static(hold_ms);
     if (fail) throw compile_error("tiers_test: this build fails on purpose");
-    return std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1, slow ? 200 : 1);
+    auto kernel = std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1, slow ? 200 : 1);
+    kernel->throws_ = &specialized_throws;
+    return kernel;
   }
   // Sizes are read from the tensors: one generic kernel per rank.
   std::string kernel_configuration(const partition&, const std::vector<shape_t>& shapes, const engine&) const override {
@@ -105,7 +115,7 @@ class loop_backend final : public backend {
   }
 
   std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0};
-  std::atomic<bool> fail{false}, slow{false}, own_first_shape{false};
+  std::atomic<bool> fail{false}, slow{false}, own_first_shape{false}, specialized_throws{false};
 };
 
 class Tiers : public ::testing::Test {
@@ -268,6 +278,27 @@ TEST_F(Tiers, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
   ASSERT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("this build fails on purpose", first + 1), std::string::npos) << err;
   EXPECT_NE(err.find("keep running on the generic kernel"), std::string::npos) << err;
+}
+
+TEST_F(Tiers, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAnswers) {
+  run(30);
+  wait_for_specializations();
+  backend_.specialized_throws = true;
+  const tier_stats before = tiered_kernel_stats();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    const auto r = run(30);
+    EXPECT_EQ(r.y, r.want) << "the generic kernel writes every output again";
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(backend_.generic_runs.load(), 1 + 3);
+  EXPECT_EQ(backend_.specialized_runs.load(), 0);
+  EXPECT_EQ(tiered_kernel_stats().failed - before.failed, 1u);
+  const auto first = err.find("this kernel fails on purpose");
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("this kernel fails on purpose", first + 1), std::string::npos) << err;
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 1) << "a failed class is not built again";
 }
 
 TEST_F(Tiers, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
