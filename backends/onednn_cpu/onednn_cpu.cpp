@@ -674,7 +674,7 @@ class onednn_cpu_backend final : public backend {
     }
     description += " K " + std::to_string(in[0].shape.back()) + " N " +
                    std::to_string(in[1].shape[p.ops().front().transpose_b ? 0 : 1]);
-    return {std::string(key.bytes()), description, false};
+    return {std::string(key.bytes()), description};
   }
 
   // Runs on a background thread of the tiers' arena, with the process's

@@ -71,10 +71,6 @@ struct shape_class {
   std::string key;
   // For verbose lines and statistics ("M 257..512 N 768 K 768").
   std::string description;
-  // The backend already has what the class's kernel needs (e.g. the
-  // persistent store holds its tuning choice and binary): building it is a
-  // load, so the class is specialized at its first use.
-  bool ready_to_load = false;
 };
 
 class backend {
@@ -114,10 +110,17 @@ class backend {
   // two give the specialized tier. The default: no specialized kernels.
   //
   // The class of `in` (concrete shapes; `out` the outputs at them) for `p`
-  // on `e`. Called when a shape
-  // is first compiled; must be cheap (no build).
+  // on `e`. Called when a shape is first compiled; must be cheap (no build,
+  // no I/O).
   virtual shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
                                            const std::vector<logical_tensor>& out, const engine& e) const;
+  // Whether the backend already has what the kernel of the class of `in`
+  // needs (e.g. the persistent store holds its tuning choice and binary):
+  // building it is then a load, and the class is specialized at its first
+  // use. Asked once per class, when its first shape is compiled, outside the
+  // tiers' locks; may read the store. The default: false.
+  virtual bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
+                                    const std::vector<logical_tensor>& out, const engine& e) const;
   // Builds the specialized kernel of the class of `in` (`out` are the
   // outputs at these shapes). Its execute() must run every shape of the
   // class: it reads the sizes from the tensors' descriptors. Runs on a

@@ -191,14 +191,19 @@ std::optional<gemm_tiles> stored_tiles(std::string_view backend, const device_id
                                        const std::vector<gemm_tiles>& candidates);
 
 // What a GPU backend's backend::specialization_class returns, with `plan`
-// its generic tiles, `d` its dialect and `id` its cache entries' id: for a
-// MatMul partition the GEMM's class (none where tuning would need more than
-// max_gemm_tuning_bytes, or where the GEMM cannot run these shapes), cheap
-// to build (ready_to_load) when every candidate is in the kernel cache
-// already or the store holds the class's tiles; for other partitions none.
+// its generic tiles: for a MatMul partition the GEMM's class (none where
+// tuning would need more than max_gemm_tuning_bytes, or where the GEMM
+// cannot run these shapes); for other partitions none. No I/O.
 shape_class gemm_specialization_class(const partition& p, const std::vector<logical_tensor>& in,
-                                      const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
-                                      const engine& e, backend_id id, const device_identity& device);
+                                      const std::vector<logical_tensor>& out, const gemm_tiles& plan);
+
+// What its backend::specialization_ready returns, with `d` its dialect and
+// `id` its cache entries' id: true when every candidate of the class is in
+// the kernel cache already or the store holds the class's tiles (one store
+// read).
+bool gemm_specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
+                               const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
+                               const engine& e, backend_id id, const device_identity& device);
 
 // The floats of a scratch B that every candidate can read (padded to its tiles).
 std::size_t gemm_scratch_b_floats(const gemm_problem& g, const std::vector<gemm_tiles>& candidates);

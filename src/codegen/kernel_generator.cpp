@@ -595,8 +595,7 @@ shape_class gemm_shape_class(const gemm_problem& g) {
   const long low = 1L << (bits - 1), high = (1L << bits) - 1;
   return {std::string(key.bytes()),
           "GEMM M " + std::to_string(low) + ".." + std::to_string(high) + " N " + std::to_string(g.n) + " K " +
-              std::to_string(g.k),
-          false};
+              std::to_string(g.k)};
 }
 
 std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic) {
@@ -639,30 +638,44 @@ std::optional<gemm_tiles> stored_tiles(std::string_view backend, const device_id
   return decode_tiles(*stored, candidates);
 }
 
-shape_class gemm_specialization_class(const partition& p, const std::vector<logical_tensor>& in,
-                                      const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
-                                      const engine& e, backend_id id, const device_identity& device) {
-  if (p.pattern() != partition::kind::fused_matmul || !e.owner()) return {};
-  std::optional<gemm_problem> problem;
+namespace {
+
+// The tiered GEMM of a fused MatMul partition at these shapes, if it has one.
+std::optional<gemm_problem> tiered_gemm(const partition& p, const std::vector<logical_tensor>& in,
+                                        const std::vector<logical_tensor>& out, const gemm_tiles& plan) {
+  if (p.pattern() != partition::kind::fused_matmul) return std::nullopt;
   try {
-    problem.emplace(p, in, out, plan, kernel_shapes::tiered);
+    return gemm_problem(p, in, out, plan, kernel_shapes::tiered);
   } catch (const compile_error&) {
-    return {};
+    return std::nullopt;
   }
-  const gemm_problem& g = *problem;
-  const std::string_view backend = e.owner()->name();
-  const cache_scope scope = e.scope();
-  shape_class c = gemm_shape_class(g);
+}
+
+}  // namespace
+
+shape_class gemm_specialization_class(const partition& p, const std::vector<logical_tensor>& in,
+                                      const std::vector<logical_tensor>& out, const gemm_tiles& plan) {
+  const std::optional<gemm_problem> g = tiered_gemm(p, in, out, plan);
+  if (!g) return {};
+  shape_class c = gemm_shape_class(*g);
   if (c.key.empty()) return c;
-  const std::vector<gemm_tiles> candidates = gemm_candidates(g, plan);
-  if (gemm_tuning_bytes(g, candidates) > max_gemm_tuning_bytes) return {};
-  c.ready_to_load = std::all_of(candidates.begin(), candidates.end(), [&](const gemm_tiles& t) {
-    gemm_config config = g.config;
+  if (gemm_tuning_bytes(*g, gemm_candidates(*g, plan)) > max_gemm_tuning_bytes) return {};
+  return c;
+}
+
+bool gemm_specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
+                               const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
+                               const engine& e, backend_id id, const device_identity& device) {
+  const std::optional<gemm_problem> g = tiered_gemm(p, in, out, plan);
+  if (!g || !e.owner()) return false;
+  const std::vector<gemm_tiles> candidates = gemm_candidates(*g, plan);
+  const cache_scope scope = e.scope();
+  const bool built = std::all_of(candidates.begin(), candidates.end(), [&](const gemm_tiles& t) {
+    gemm_config config = g->config;
     config.tiles = t;
     return kernel_cache().contains(scope, id, gemm_kernel_config(d, config));
   });
-  if (!c.ready_to_load) c.ready_to_load = stored_tiles(backend, device, g, candidates).has_value();
-  return c;
+  return built || stored_tiles(e.owner()->name(), device, *g, candidates).has_value();
 }
 
 std::size_t gemm_scratch_b_floats(const gemm_problem& g, const std::vector<gemm_tiles>& candidates) {

@@ -35,6 +35,11 @@ shape_class backend::specialization_class(const partition& /*p*/, const std::vec
   return {};
 }
 
+bool backend::specialization_ready(const partition& /*p*/, const std::vector<logical_tensor>& /*in*/,
+                                   const std::vector<logical_tensor>& /*out*/, const engine& /*e*/) const {
+  return false;
+}
+
 std::shared_ptr<const compiled_kernel> backend::specialize(const partition& p, const std::vector<logical_tensor>& /*in*/,
                                                            const std::vector<logical_tensor>& /*out*/,
                                                            const engine& /*e*/) {

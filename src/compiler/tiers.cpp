@@ -383,13 +383,28 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
     }
   }
   tier_family& f = *ref.family;
+  {
+    scoped_lock lock(&f.mu);
+    if (const auto it = f.classes.find(sc.key); it != f.classes.end()) {
+      ref.cls = it->second;
+      return ref;
+    }
+  }
+  // A new class: the backend is asked once, outside the lock (it may read
+  // the store); a shape of the class compiled meanwhile may ask too.
+  bool ready = false;
+  try {
+    ready = e.owner()->specialization_ready(p, in, out, e);
+  } catch (const std::exception&) {
+    ready = false;  // then it is built as a cold class would be
+  }
   scoped_lock lock(&f.mu);
   std::shared_ptr<tier_class>& c = f.classes[sc.key];
   if (!c) {
     c = std::make_shared<tier_class>();
     c->key = std::move(sc.key);
     c->description = std::move(sc.description);
-    c->ready_to_load = sc.ready_to_load;
+    c->ready_to_load = ready;
     stats_counters().classes.fetch_add(1, std::memory_order_relaxed);
   }
   ref.cls = c;

@@ -79,8 +79,12 @@ class loop_backend final : public backend {
     const auto m = static_cast<std::uint64_t>(in[0].shape[0]);
     if (m < 2) return {};
     const int bits = std::bit_width(m);
-    return {"bits" + std::to_string(bits), "M " + std::to_string(1 << (bits - 1)) + ".." + std::to_string((1 << bits) - 1),
-            false};
+    return {"bits" + std::to_string(bits), "M " + std::to_string(1 << (bits - 1)) + ".." + std::to_string((1 << bits) - 1)};
+  }
+  bool specialization_ready(const partition&, const std::vector<logical_tensor>&, const std::vector<logical_tensor>&,
+                            const engine&) const override {
+    ready_asks.fetch_add(1);
+    return ready.load();
   }
   std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>&,
                                                     const std::vector<logical_tensor>&, const engine&) override {
@@ -115,6 +119,8 @@ class loop_backend final : public backend {
   }
 
   std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0};
+  mutable std::atomic<int> ready_asks{0};
+  std::atomic<bool> ready{false};  // specialization_ready's answer
   std::atomic<bool> fail{false}, slow{false}, own_first_shape{false}, specialized_throws{false};
 };
 
@@ -250,6 +256,28 @@ TEST_F(Tiers, NoSpecializationWithZeroThreads) {
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 0);
   EXPECT_EQ(backend_.generic_runs.load(), 2);
+}
+
+TEST_F(Tiers, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOnce) {
+  specialize_settings s = current_specialize_settings();
+  s.threshold = 1e6;  // only a ready class is built
+  set_specialize_settings(s);
+  backend_.ready = true;
+  run(5);
+  wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 1);
+  for (const std::int64_t m : {6, 7}) {  // the same class: specialized, not asked again
+    const auto r = run(m);
+    EXPECT_EQ(r.y, r.want);
+  }
+  EXPECT_EQ(backend_.ready_asks.load(), 1);
+  EXPECT_EQ(backend_.specialized_runs.load(), 2);
+  EXPECT_EQ(backend_.generic_runs.load(), 1);
+  backend_.ready = false;
+  run(20);  // another class, not ready: the cost model waits
+  wait_for_specializations();
+  EXPECT_EQ(backend_.ready_asks.load(), 2);
+  EXPECT_EQ(backend_.builds.load(), 1);
 }
 
 TEST_F(Tiers, TheCostModelWaitsUntilGenericTimeRepaysABuild) {

@@ -357,13 +357,18 @@ class cuda_backend final : public backend {
 
   device_identity identity(const engine& e) const override { return state_of(e).identity; }
 
-  // A GEMM's class (kernels::gemm_shape_class). Its kernel is cheap to make,
-  // a load and some timing, when the store has its tiles or every candidate
-  // is compiled already (another class of the configuration was tuned).
+  // A GEMM's class (kernels::gemm_shape_class).
   shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
                                    const std::vector<logical_tensor>& out, const engine& e) const override {
+    return kernels::gemm_specialization_class(p, in, out, state_of(e).plan.gemm);
+  }
+  // Its kernel is cheap to make, a load and some timing, when the store has
+  // its tiles or every candidate is compiled already (another class of the
+  // configuration was tuned).
+  bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
+                            const std::vector<logical_tensor>& out, const engine& e) const override {
     const engine_state& es = state_of(e);
-    return kernels::gemm_specialization_class(p, in, out, es.plan.gemm, kDialect, e, backend_id_value, es.identity);
+    return kernels::gemm_specialization_ready(p, in, out, es.plan.gemm, kDialect, e, backend_id_value, es.identity);
   }
 
   // The class's GEMM: the stored choice of tiles if the store has one, else
