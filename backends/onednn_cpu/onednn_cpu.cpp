@@ -200,10 +200,10 @@ class matmul_kernel final : public compiled_kernel {
         // its own, what is ready soonest (a runtime-dims primitive is slow on
         // its first executions); later shapes take the runtime-dims one.
         if (!(mode == kernel_shapes::tiered && built)) return;
-        own_shapes_ = true;
       } catch (const dnnl::error&) {
         // This configuration needs its shapes: build for them below.
       }
+      own_shapes_ = true;  // below: a primitive for these shapes alone
     }
     try {
       prim_ = make_matmul(e, posts);

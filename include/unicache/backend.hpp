@@ -117,8 +117,10 @@ class backend {
   // Whether the backend already has what the kernel of the class of `in`
   // needs (e.g. the persistent store holds its tuning choice and binary):
   // building it is then a load, and the class is specialized at its first
-  // use. Asked once per class, when its first shape is compiled, outside the
-  // tiers' locks; may read the store. The default: false.
+  // use. Asked when the class is made (when its first shape is compiled;
+  // concurrent first compiles may each ask) and again by its build (a load
+  // does not count as a build in the cost model); outside the tiers' locks;
+  // may read the store. An exception counts as false. The default: false.
   virtual bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
                                     const std::vector<logical_tensor>& out, const engine& e) const;
   // Builds the specialized kernel of the class of `in` (`out` are the

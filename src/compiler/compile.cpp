@@ -1,6 +1,8 @@
 // compile() and compiled partitions: the compiled-partition cache, cache
 // blobs, and the errors a backend raises reported as the core's types.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <unordered_map>
@@ -99,6 +101,26 @@ std::vector<kernel_binary> decode_binaries(const byte_vector& payload) {
   }
 }
 
+// Whether an output's bytes may overlap an input's. The addresses are
+// compared as ranges, which for a GPU backend's buffer handles can only err
+// towards "overlap".
+bool outputs_overlap_inputs(const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) {
+  auto range = [](const tensor& t) {
+    std::uintptr_t bytes = sizeof(float);  // data_type::f32, the only one
+    for (const std::int64_t d : t.desc.shape) bytes *= static_cast<std::uintptr_t>(std::max<std::int64_t>(d, 1));
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
+    return std::pair{begin, begin + bytes};
+  };
+  for (const tensor& o : outputs) {
+    const auto [ob, oe] = range(o);
+    for (const tensor& i : inputs) {
+      const auto [ib, ie] = range(i);
+      if (ob < ie && ib < oe) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 const std::vector<logical_tensor>& compiled_partition::inputs() const {
@@ -180,6 +202,9 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
           // A backend's own error type (with its status) stays reachable.
           std::throw_with_nested(compile_error(err.what()));
         }
+        if (!s->kernel) {
+          throw compile_error(std::string(e.owner()->name()) + " returned no kernel for partition " + p.fingerprint());
+        }
         const auto build_ns = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
         s->tier = detail::tier_for(p, configuration, e, s->inputs, s->outputs, *s->kernel, build_ns);
@@ -223,7 +248,25 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
     }
     // Tiered: the class's specialized kernel if it is ready, else the
     // generic one, timed for the cost model.
-    if (detail::run_specialized(state_->tier, s, inputs, outputs)) return;
+    detail::specialized_failure failure;
+    switch (detail::run_specialized(state_->tier, s, inputs, outputs, &failure)) {
+      case detail::specialized_run::ran:
+        return;
+      case detail::specialized_run::failed:
+        // The generic kernel answers instead; its own failure is the
+        // caller's, and clears the specialized kernel of blame. Where the
+        // failed run may have written over an input, nothing can answer: the
+        // specialized kernel is dropped and the error is the caller's.
+        if (outputs_overlap_inputs(inputs, outputs)) {
+          detail::drop_failed(state_->tier, failure, e, /*answered=*/false);
+          std::rethrow_exception(failure.error);
+        }
+        state_->kernel->execute(s, inputs, outputs);
+        detail::drop_failed(state_->tier, failure, e, /*answered=*/true);
+        return;
+      case detail::specialized_run::not_ready:
+        break;
+    }
     const auto start = std::chrono::steady_clock::now();
     state_->kernel->execute(s, inputs, outputs);
     const auto ns = static_cast<std::uint64_t>(

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "unicache/cache.hpp"
@@ -123,19 +124,31 @@ struct specializer {
   unsigned running ABSL_GUARDED_BY(mu) = 0;
   bool stopping ABSL_GUARDED_BY(mu) = false;
   bool stop_registered ABSL_GUARDED_BY(mu) = false;
+  // When the first stop_specializing gives up waiting: later calls share it.
+  std::optional<std::chrono::steady_clock::time_point> stop_deadline ABSL_GUARDED_BY(mu);
   std::unique_ptr<oneapi::tbb::task_arena> arena ABSL_GUARDED_BY(mu);
+  // The process that made the arena (0: none yet). A child of fork() has no
+  // workers, and its copy of `mu` may have been held by a thread that does
+  // not exist there: it must not touch either.
+  std::atomic<pid_t> owner{0};
 };
 specializer* const the_specializer_instance = new specializer();
 specializer& the_specializer() { return *the_specializer_instance; }
 
 // At exit: queued tasks are dropped; running builds end on their own, and a
-// worker that oneTBB already stopped never will, hence the bound. Calling it
-// again is harmless.
+// worker that oneTBB already stopped never will, hence the bound (30 s in
+// all, however many times it is called). Does nothing in a child of fork().
 void stop_specializing() {
   specializer& sp = the_specializer();
+  const pid_t owner = sp.owner.load(std::memory_order_acquire);
+  if (owner != 0 && owner != ::getpid()) return;
   scoped_lock lock(&sp.mu);
   sp.stopping = true;
-  sp.mu.wait_for(sp.idle, std::chrono::seconds(30), [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return sp.running == 0; });
+  if (!sp.stop_deadline) sp.stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto left = *sp.stop_deadline - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return;
+  sp.mu.wait_for(sp.idle, std::chrono::duration_cast<std::chrono::nanoseconds>(left),
+                 [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return sp.running == 0; });
 }
 
 // A running build must end before the static objects it uses are destroyed.
@@ -144,9 +157,11 @@ void stop_specializing() {
 // function-local statics, first reached in a background build: PoCL's clang
 // then crashes at exit). The thread that calls exit() destroys its
 // thread_local objects before any static object and any atexit function, so
-// each thread that queues a build holds this guard, and the process's initial
-// thread (where main returns) stops the background from it. The atexit
-// registration stays for an exit() called from another thread.
+// the process's initial thread (where main returns) holds this guard from
+// the library's static initialization on, and so does every thread that
+// queues a build (its destructor acts on the initial thread only). The atexit
+// registration stays for an exit() called from another thread, which waits
+// from there, after the statics created since are gone.
 struct exit_guard {
   exit_guard() = default;
   exit_guard(const exit_guard&) = delete;
@@ -159,6 +174,12 @@ void hold_exit_guard() {
   static thread_local exit_guard guard;
   (void)guard;
 }
+// Static initialization runs on the initial thread unless the library is
+// loaded later by another one (dlopen); enqueue covers that case.
+const bool initial_thread_guarded = [] {
+  if (::gettid() == ::getpid()) hold_exit_guard();
+  return true;
+}();
 
 // unicache_verbose,tiers,<event>,backend=<name>,partition=<16 hex>,class="<description>",uses=..,generic_ms=..,build_ms=..
 void trace(const char* event, const tier_family& f, const tier_class& c, const engine& e, std::uint64_t build_ns) {
@@ -185,6 +206,15 @@ std::string variant_key(const tier_family& f, const tier_class& c) {
 void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr<tier_class>& c, const engine& e,
                     const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out) {
   counters& n = stats_counters();
+  // Whether this build is a load is decided now, not when the class was
+  // made: candidates another class built meanwhile, or tiles stored before
+  // an eviction, make it one; a stored choice removed since makes it a build.
+  bool load = false;
+  try {
+    load = e.owner()->specialization_ready(f->p, in, out, e);
+  } catch (...) {
+    load = false;
+  }
   const auto start = clock_type::now();
   cache_handle<const compiled_kernel> built;
   std::string failure;
@@ -200,7 +230,7 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
   }
   const std::uint64_t ns = ns_since(start);
   n.build_ns.fetch_add(ns, std::memory_order_relaxed);
-  if (!c->ready_to_load) {
+  if (!load) {
     // A load (the store held the choice, or the candidates were built) says
     // nothing of what building a cold class costs: milliseconds against
     // seconds on PoCL, which would make every class look worth it.
@@ -241,17 +271,27 @@ void specialize_now(const std::shared_ptr<tier_family>& f, const std::shared_ptr
 void enqueue(std::shared_ptr<tier_family> f, std::shared_ptr<tier_class> c, engine e, std::vector<logical_tensor> in,
              std::vector<logical_tensor> out, unsigned threads) {
   specializer& sp = the_specializer();
+  // Exiting (or the initial thread ended with pthread_exit), or a child of
+  // fork(), whose arena has no workers and whose `mu` may be held by a
+  // thread that does not exist there: the class goes back to cold.
+  auto give_up = [&] {
+    c->status.store(class_status::cold, std::memory_order_release);
+    f->variants.fetch_sub(1, std::memory_order_relaxed);
+  };
+  const pid_t owner = sp.owner.load(std::memory_order_acquire);
+  if (owner != 0 && owner != ::getpid()) return give_up();
+  hold_exit_guard();  // before the lock: it may take the loader's lock
   scoped_lock lock(&sp.mu);
-  if (sp.stopping) return;
+  if (sp.stopping) return give_up();
   if (!sp.arena) {
     sp.arena = std::make_unique<oneapi::tbb::task_arena>(static_cast<int>(threads), 0,
                                                          oneapi::tbb::task_arena::priority::low);
+    sp.owner.store(::getpid(), std::memory_order_release);
   }
   if (sp.pending == 0 && !sp.stop_registered) {
     sp.stop_registered = true;
     std::atexit(&stop_specializing);
   }
-  hold_exit_guard();
   ++sp.pending;
   struct job {
     std::shared_ptr<tier_family> f;
@@ -395,7 +435,7 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
   bool ready = false;
   try {
     ready = e.owner()->specialization_ready(p, in, out, e);
-  } catch (const std::exception&) {
+  } catch (...) {
     ready = false;  // then it is built as a cold class would be
   }
   scoped_lock lock(&f.mu);
@@ -433,10 +473,10 @@ bool drop_variant(tier_family& f, tier_class& c, tier_variant* v, const compiled
 
 }  // namespace
 
-bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
-                     const std::vector<tensor>& outputs) {
+specialized_run run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
+                                const std::vector<tensor>& outputs, specialized_failure* failure) {
   tier_class& c = *t.cls;
-  if (c.status.load(std::memory_order_acquire) != class_status::ready) return false;
+  if (c.status.load(std::memory_order_acquire) != class_status::ready) return specialized_run::not_ready;
   // The guard covers reading the variant, not running it: a reference to the
   // kernel is taken, so memory retired meanwhile (an evicted weight the
   // kernel's own allocation retries after) is not held up by an execution.
@@ -445,25 +485,19 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
   {
     epoch_guard guard;
     v = c.variant.load(std::memory_order_acquire);
-    if (v == nullptr) return false;
+    if (v == nullptr) return specialized_run::not_ready;
     if (!v->kernel.valid()) {
       drop_evicted(*t.family, c, v, s.get_engine());
-      return false;
+      return specialized_run::not_ready;
     }
     kernel = v->kernel.value();
   }
   const auto start = clock_type::now();
   try {
     kernel->execute(s, inputs, outputs);
-  } catch (const std::exception& err) {
-    // The outputs are written again by the generic kernel, which the caller
-    // runs when this returns false; the class stays generic from now on.
-    if (drop_variant(*t.family, c, v, kernel.get(), class_status::failed, s.get_engine())) {
-      warn(std::string("tiered kernels: the specialized kernel of partition ") + t.family->p.fingerprint() + " (" +
-           quoted(c.description, 96) + ") failed to execute: " + err.what() +
-           "; those shapes run on the generic kernel from now on");
-    }
-    return false;
+  } catch (...) {
+    *failure = {v, std::move(kernel), std::current_exception()};
+    return specialized_run::failed;
   }
   const std::uint64_t ns = ns_since(start);
   counters& n = stats_counters();
@@ -474,17 +508,35 @@ bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& in
   // runs slower than the generic one did is dropped for good, and what it
   // saved or lost teaches the backend's expected saving.
   const std::uint64_t use = c.variant_uses.fetch_add(1, std::memory_order_relaxed);
-  if (use == 0 || mean == 0) return true;
+  if (use == 0 || mean == 0) return specialized_run::ran;
   const std::uint64_t total = c.variant_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
-  if (use != kJudgeAfter) return true;
+  if (use != kJudgeAfter) return specialized_run::ran;
   tier_family& f = *t.family;
   const double variant_mean = static_cast<double>(total) / kJudgeAfter;
   const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
   f.cost->judged.fetch_add(1, std::memory_order_relaxed);
   f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
   if (saving < 0) drop_variant(f, c, v, kernel.get(), class_status::slower, s.get_engine());
-  return true;
+  return specialized_run::ran;
 }
+
+void drop_failed(const tier_ref& t, const specialized_failure& failure, const engine& e, bool answered) {
+  tier_class& c = *t.cls;
+  if (!drop_variant(*t.family, c, failure.variant, failure.kernel.get(), class_status::failed, e)) return;
+  std::string what = "an unknown exception";
+  try {
+    std::rethrow_exception(failure.error);
+  } catch (const std::exception& err) {
+    what = err.what();
+  } catch (...) {
+  }
+  warn(std::string("tiered kernels: the specialized kernel of partition ") + t.family->p.fingerprint() + " (" +
+       quoted(c.description, 96) + ") failed to execute: " + what +
+       (answered ? "; the generic kernel ran that execution again, and runs those shapes from now on"
+                 : "; the outputs overlap the inputs, so that execution fails; the generic kernel runs those "
+                   "shapes from now on"));
+}
+
 
 void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
                     const std::vector<logical_tensor>& out) {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <exception>
+
 #include "unicache/backend.hpp"
 
 namespace unicache::detail {
@@ -44,12 +46,29 @@ tier_ref tier_for(const partition& p, const std::string& family_key, const engin
                   const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
                   const compiled_kernel& generic, std::uint64_t generic_build_ns);
 
-// Runs the class's specialized kernel if one is ready and cached, and
-// returns true; returns false otherwise, having run nothing or a kernel that
-// threw (then dropped for good, its class failed, warned once): the caller
-// runs the generic kernel, which writes the outputs again. Lock-free.
-bool run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
-                     const std::vector<tensor>& outputs);
+// What run_specialized did.
+enum class specialized_run {
+  ran,        // the class's specialized kernel ran
+  not_ready,  // nothing ran: the caller runs the generic kernel
+  failed,     // the specialized kernel threw (`failure` says what)
+};
+struct tier_variant;
+struct specialized_failure {
+  tier_variant* variant = nullptr;  // compared, never dereferenced, by drop_failed
+  std::shared_ptr<const compiled_kernel> kernel;
+  std::exception_ptr error;
+};
+
+// Runs the class's specialized kernel if one is ready and cached. Lock-free.
+specialized_run run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
+                                const std::vector<tensor>& outputs, specialized_failure* failure);
+
+// After a failed specialized run: drops the variant for good (the class
+// fails, warned once). The caller then ran the generic kernel successfully
+// (`answered`), or could not (the outputs may overlap the inputs) and
+// rethrows. A generic run that fails as well is not followed by this: the
+// fault was not the specialized kernel's.
+void drop_failed(const tier_ref& t, const specialized_failure& failure, const engine& e, bool answered);
 
 // Counts one generic execution of `ns` for the class and, when the class
 // turns hot, queues its specialization for the shapes `in` -> `out` on the

@@ -72,7 +72,9 @@ class loop_backend final : public backend {
                                                  const std::vector<kernel_binary>&) override {
     // own_first_shape: the first compile is for its shapes alone (as the
     // oneDNN backend builds a configuration's first shape).
-    return std::make_shared<loop_kernel>(&generic_runs, p.ops().size() > 1, 1, own_first_shape.exchange(false));
+    auto kernel = std::make_shared<loop_kernel>(&generic_runs, p.ops().size() > 1, 1, own_first_shape.exchange(false));
+    kernel->throws_ = &generic_throws;
+    return kernel;
   }
   shape_class specialization_class(const partition&, const std::vector<logical_tensor>& in,
                                    const std::vector<logical_tensor>&, const engine&) const override {
@@ -121,7 +123,8 @@ class loop_backend final : public backend {
   std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0};
   mutable std::atomic<int> ready_asks{0};
   std::atomic<bool> ready{false};  // specialization_ready's answer
-  std::atomic<bool> fail{false}, slow{false}, own_first_shape{false}, specialized_throws{false};
+  std::atomic<bool> fail{false}, slow{false}, own_first_shape{false}, specialized_throws{false},
+      generic_throws{false};
 };
 
 class Tiers : public ::testing::Test {
@@ -258,7 +261,7 @@ TEST_F(Tiers, NoSpecializationWithZeroThreads) {
   EXPECT_EQ(backend_.generic_runs.load(), 2);
 }
 
-TEST_F(Tiers, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOnce) {
+TEST_F(Tiers, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOncePerShapeClass) {
   specialize_settings s = current_specialize_settings();
   s.threshold = 1e6;  // only a ready class is built
   set_specialize_settings(s);
@@ -270,13 +273,13 @@ TEST_F(Tiers, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOnce) {
     const auto r = run(m);
     EXPECT_EQ(r.y, r.want);
   }
-  EXPECT_EQ(backend_.ready_asks.load(), 1);
+  EXPECT_EQ(backend_.ready_asks.load(), 2) << "when the class was made, and by its build";
   EXPECT_EQ(backend_.specialized_runs.load(), 2);
   EXPECT_EQ(backend_.generic_runs.load(), 1);
   backend_.ready = false;
   run(20);  // another class, not ready: the cost model waits
   wait_for_specializations();
-  EXPECT_EQ(backend_.ready_asks.load(), 2);
+  EXPECT_EQ(backend_.ready_asks.load(), 3);
   EXPECT_EQ(backend_.builds.load(), 1);
 }
 
@@ -327,6 +330,42 @@ TEST_F(Tiers, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAnswers) {
   EXPECT_EQ(err.find("this kernel fails on purpose", first + 1), std::string::npos) << err;
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 1) << "a failed class is not built again";
+}
+
+TEST_F(Tiers, WhenTheGenericKernelFailsTooTheSpecializedOneIsNotBlamed) {
+  run(30);
+  wait_for_specializations();
+  backend_.specialized_throws = true;
+  backend_.generic_throws = true;  // say, a device error that outlives one launch
+  const tier_stats before = tiered_kernel_stats();
+  EXPECT_THROW(run(30), execute_error);
+  EXPECT_EQ(tiered_kernel_stats().failed, before.failed);
+  backend_.specialized_throws = false;
+  backend_.generic_throws = false;
+  const auto r = run(30);
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 1) << "the specialized kernel stays";
+}
+
+TEST_F(Tiers, AFailedSpecializedRunOverItsOwnInputsIsNotRunAgain) {
+  run(30, /*bias=*/false);
+  wait_for_specializations();
+  backend_.specialized_throws = true;
+  const compiled_partition cp = compile(part(false), {{30, 8}, {8, 4}}, eng);
+  std::vector<float> x(30 * 8, 1.f), w(32, 0.5f);
+  tensor in_place{cp.outputs()[0], x.data()};  // y over x's first rows
+  stream s = make_stream(eng);
+  const tier_stats before = tiered_kernel_stats();
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(cp.execute(s, {{cp.inputs()[0], x.data()}, {cp.inputs()[1], w.data()}}, {in_place}), execute_error);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("the outputs overlap the inputs"), std::string::npos) << err;
+  EXPECT_EQ(backend_.generic_runs.load(), 1) << "the generic kernel would read what the failed run wrote";
+  EXPECT_EQ(tiered_kernel_stats().failed - before.failed, 1u);
+  backend_.specialized_throws = false;
+  const auto r = run(30, /*bias=*/false);
+  EXPECT_EQ(r.y, r.want);
+  EXPECT_EQ(backend_.specialized_runs.load(), 0) << "dropped: its shapes run on the generic kernel";
 }
 
 TEST_F(Tiers, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
@@ -420,6 +459,20 @@ TEST_F(Tiers, ABuildRunningAtExitEndsBeforeStaticObjectsAreDestroyed) {
       {
         backend_.hold_ms = 300;
         run(6);
+        while (backend_.builds.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// The same when the build was queued by another thread (a server's workers
+// execute; main only joins them).
+TEST_F(Tiers, ABuildQueuedByAnotherThreadAndRunningAtExitEndsFirstToo) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        backend_.hold_ms = 300;
+        std::thread([&] { run(6); }).join();
         while (backend_.builds.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         std::exit(0);
       },
