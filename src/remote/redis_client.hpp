@@ -1,0 +1,68 @@
+// A connection to a Redis server on hiredis, with the remote tier's rules:
+// bounded connect and operation times, a timeout told from other errors, a
+// bounded read, and no SIGPIPE (a peer that closed the socket never kills
+// the process).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "unicache/remote.hpp"
+#include "unicache/store.hpp"
+
+struct redisContext;
+
+namespace unicache::detail {
+
+enum class remote_status : std::uint8_t {
+  ok,       // stored, removed, or a command that answered
+  hit,      // get found a value
+  miss,     // get found none (or one over the size bound)
+  error,    // refused, closed, a protocol or server error
+  timeout,  // connect or operation took longer than its timeout
+};
+const char* to_string(remote_status s);
+
+struct remote_result {
+  remote_status status = remote_status::error;
+  byte_vector value;     // get: the value; command: a status, integer or bulk reply as text
+  std::string message;   // error and timeout: what happened (never a password)
+};
+
+// Used by one thread at a time; it connects on first use and again after an
+// error (each attempt bounded by connect_timeout_ms).
+class redis_connection {
+ public:
+  explicit redis_connection(remote_config config);
+  ~redis_connection();
+  redis_connection(const redis_connection&) = delete;
+  redis_connection& operator=(const redis_connection&) = delete;
+
+  // The value under `key`: hit, miss (none, or longer than `max_bytes`:
+  // it is not read past that), error or timeout.
+  remote_result get(std::string_view key, std::size_t max_bytes);
+  // SET, with EX ttl_s when the configuration has one: ok, error or timeout.
+  remote_result set(std::string_view key, std::span<const unsigned char> value);
+  // DEL: ok (value "1" if it was there, "0" if not), error or timeout.
+  remote_result del(std::string_view key);
+  // Any command, its arguments as given: ok with a status, integer or bulk
+  // reply as text (an array's first element count as "n"), miss for nil.
+  remote_result command(std::initializer_list<std::string_view> args);
+
+  const remote_config& config() const { return config_; }
+
+ private:
+  remote_result connect();
+  remote_result run(const std::vector<std::string_view>& args, std::size_t max_bytes);
+  remote_result failure(const char* what);
+
+  remote_config config_;
+  redisContext* context_ = nullptr;
+};
+
+}  // namespace unicache::detail

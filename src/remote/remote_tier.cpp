@@ -1,0 +1,211 @@
+// remote_tier (remote/remote_tier.hpp).
+#include "remote/remote_tier.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "store/entry_format.hpp"
+#include "util/log.hpp"
+#include "util/stable_hash.hpp"
+
+namespace unicache::detail {
+namespace {
+
+constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256
+constexpr std::int64_t kFirstBackoffNs = std::int64_t{60} * 1'000'000'000;
+constexpr std::int64_t kLongestBackoffNs = std::int64_t{3600} * 1'000'000'000;
+constexpr std::size_t kMaxIdleConnections = 8;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::array<unsigned char, kMacBytes> mac_of(const std::string& secret, byte_span data) {
+  std::array<unsigned char, kMacBytes> out{};
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), data.data(), data.size(), out.data(), &length);
+  return out;
+}
+
+// The largest value a get reads: the largest entry the local store keeps,
+// plus a MAC.
+std::size_t max_value_bytes(std::string_view key) {
+  return max_entry_file_bytes(key.size(), store_config{}.max_entry_bytes) + kMacBytes;
+}
+
+}  // namespace
+
+remote_tier::remote_tier(remote_config config, std::string secret)
+    : config_(std::move(config)), secret_(std::move(secret)) {
+  if (!config_.read_only) writer_ = std::thread([this] { writer_loop(); });
+}
+
+remote_tier::~remote_tier() {
+  {
+    scoped_lock l(&queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+std::string remote_tier::redis_key(const device_identity& device, std::string_view key) const {
+  return config_.prefix + ":1:" + to_hex(device_hash(device)) + ":" + to_hex(key_hash(key));
+}
+
+byte_vector remote_tier::encode(const device_identity& device, std::string_view key, byte_span binary) const {
+  byte_vector value = encode_entry(device_hash(device), key, binary, ::time(nullptr));
+  if (!secret_.empty()) {
+    const auto mac = mac_of(secret_, value);
+    value.insert(value.end(), mac.begin(), mac.end());
+  }
+  return value;
+}
+
+std::optional<byte_vector> remote_tier::decode(const device_identity& device, std::string_view key,
+                                               byte_span value) const {
+  if (!secret_.empty()) {
+    if (value.size() < kMacBytes) return std::nullopt;
+    const byte_span entry = value.first(value.size() - kMacBytes);
+    const auto mac = mac_of(secret_, entry);
+    if (CRYPTO_memcmp(mac.data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
+    value = entry;
+  }
+  const hash128 d = device_hash(device);
+  const parsed_entry e = parse_entry(value, &d);
+  if (!e.ok() || e.key != key) return std::nullopt;
+  return byte_vector(e.binary.begin(), e.binary.end());
+}
+
+bool remote_tier::breaker_open() const { return now_ns() < open_until_ns_.load(std::memory_order_acquire); }
+
+void remote_tier::record_failure(const remote_result& r) {
+  (r.status == remote_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
+  std::int64_t backoff = backoff_ns_.load(std::memory_order_relaxed);
+  backoff = backoff == 0 ? kFirstBackoffNs : std::min(backoff * 2, kLongestBackoffNs);
+  backoff_ns_.store(backoff, std::memory_order_relaxed);
+  open_until_ns_.store(now_ns() + backoff, std::memory_order_release);
+  if (!warned_.exchange(true)) {
+    warn("remote kernel cache: " + r.message + "; no remote calls for " + std::to_string(backoff / 1'000'000'000) +
+         " s (longer while it keeps failing), the local store keeps working");
+  }
+}
+
+void remote_tier::record_success() { backoff_ns_.store(0, std::memory_order_relaxed); }
+
+std::unique_ptr<redis_connection> remote_tier::take_connection() {
+  {
+    scoped_lock l(&pool_mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<redis_connection> c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+  }
+  return std::make_unique<redis_connection>(config_);
+}
+
+void remote_tier::give_back(std::unique_ptr<redis_connection> c) {
+  scoped_lock l(&pool_mu_);
+  if (idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
+}
+
+std::optional<byte_vector> remote_tier::get(const device_identity& device, std::string_view key) noexcept {
+  try {
+    if (breaker_open()) {
+      counters_.skipped.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+    std::unique_ptr<redis_connection> c = take_connection();
+    const remote_result r = c->get(redis_key(device, key), max_value_bytes(key));
+    if (r.status == remote_status::error || r.status == remote_status::timeout) {
+      record_failure(r);
+      return std::nullopt;
+    }
+    give_back(std::move(c));
+    record_success();
+    if (r.status != remote_status::hit) {
+      (r.message.empty() ? counters_.misses : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+    counters_.bytes_read.fetch_add(r.value.size(), std::memory_order_relaxed);
+    std::optional<byte_vector> binary = decode(device, key, r.value);
+    (binary ? counters_.hits : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
+    return binary;
+  } catch (...) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+}
+
+void remote_tier::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
+  if (config_.read_only) return;
+  try {
+    write w{redis_key(device, key), encode(device, key, binary)};
+    scoped_lock l(&queue_mu_);
+    if (queue_.size() >= kQueueLimit || breaker_open()) {
+      counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(w));
+    queue_cv_.notify_all();
+  } catch (...) {
+    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void remote_tier::remove(const device_identity& device, std::string_view key) noexcept {
+  if (config_.read_only) return;
+  try {
+    write w{redis_key(device, key), {}};
+    scoped_lock l(&queue_mu_);
+    if (queue_.size() >= kQueueLimit) return;
+    queue_.push_back(std::move(w));
+    queue_cv_.notify_all();
+  } catch (...) {
+  }
+}
+
+void remote_tier::flush() {
+  scoped_lock l(&queue_mu_);
+  queue_mu_.wait(queue_cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return queue_.empty() && !writing_; });
+}
+
+void remote_tier::writer_loop() {
+  redis_connection c(config_);
+  for (;;) {
+    write w;
+    {
+      scoped_lock l(&queue_mu_);
+      queue_mu_.wait(queue_cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      w = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+    }
+    if (breaker_open()) {
+      counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      const remote_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
+      if (r.status == remote_status::ok) {
+        record_success();
+        if (!w.value.empty()) {
+          counters_.puts.fetch_add(1, std::memory_order_relaxed);
+          counters_.bytes_written.fetch_add(w.value.size(), std::memory_order_relaxed);
+        }
+      } else {
+        record_failure(r);
+      }
+    }
+    scoped_lock l(&queue_mu_);
+    writing_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+}  // namespace unicache::detail

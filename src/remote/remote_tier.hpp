@@ -1,0 +1,99 @@
+// The remote tier of the kernel store: entries in a Redis server that a
+// fleet shares. Reads are synchronous and bounded by the configuration's
+// timeouts; writes go out on a background thread through a bounded queue.
+// A failure opens a circuit breaker: no remote call for a back-off period
+// (60 s, doubling to an hour while failures go on), one warning per process;
+// the local store keeps working throughout.
+//
+// Values are the store's entry format (magic, version, device hash, full
+// key, checksum), followed, when a secret is configured, by an HMAC-SHA256 of
+// the entry under the secret. A value that fails any check is a miss, counted
+// as rejected, never served. Keys: <prefix>:1:<device hash>:<key hash>; the
+// full key inside the value decides.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remote/redis_client.hpp"
+#include "unicache/remote.hpp"
+#include "unicache/store.hpp"
+#include "util/mutex.hpp"
+
+namespace unicache::detail {
+
+struct remote_counters {
+  std::atomic<std::uint64_t> hits{0}, misses{0}, errors{0}, timeouts{0}, rejected{0}, skipped{0};
+  std::atomic<std::uint64_t> puts{0}, dropped{0}, bytes_read{0}, bytes_written{0};
+};
+
+class remote_tier {
+ public:
+  // `secret`: empty for unsigned values.
+  remote_tier(remote_config config, std::string secret);
+  ~remote_tier();  // waits for queued writes, at most the operation timeout each
+  remote_tier(const remote_tier&) = delete;
+  remote_tier& operator=(const remote_tier&) = delete;
+
+  // The binary stored under (device, key), verified; nullopt on a miss, an
+  // error, a timeout, a rejected value or an open breaker. Never throws.
+  std::optional<byte_vector> get(const device_identity& device, std::string_view key) noexcept;
+  // Queues a write (nothing in read-only mode); a full queue drops it
+  // (counted). Never blocks on the network, never throws.
+  void put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
+  // Queues a removal (nothing in read-only mode).
+  void remove(const device_identity& device, std::string_view key) noexcept;
+  // Waits until the queue is empty (tests and tools).
+  void flush();
+
+  const remote_config& config() const { return config_; }
+  const remote_counters& counters() const { return counters_; }
+  // The Redis key of (device, key).
+  std::string redis_key(const device_identity& device, std::string_view key) const;
+  // The value a put writes (the entry, signed when there is a secret).
+  byte_vector encode(const device_identity& device, std::string_view key, byte_span binary) const;
+  // The binary in `value` if it passes every check for (device, key).
+  std::optional<byte_vector> decode(const device_identity& device, std::string_view key, byte_span value) const;
+
+  static constexpr std::size_t kQueueLimit = 256;
+
+ private:
+  struct write {
+    std::string key;
+    byte_vector value;  // empty: a removal
+  };
+  bool breaker_open() const;
+  void record_failure(const remote_result& r);
+  void record_success();
+  std::unique_ptr<redis_connection> take_connection();
+  void give_back(std::unique_ptr<redis_connection> c);
+  void writer_loop();
+
+  const remote_config config_;
+  const std::string secret_;
+  remote_counters counters_;
+
+  // The breaker: remote calls are skipped until this time (steady clock ns).
+  std::atomic<std::int64_t> open_until_ns_{0};
+  std::atomic<std::int64_t> backoff_ns_{0};
+  std::atomic<bool> warned_{false};
+
+  mutex pool_mu_;
+  std::vector<std::unique_ptr<redis_connection>> idle_ ABSL_GUARDED_BY(pool_mu_);
+
+  mutex queue_mu_;
+  std::condition_variable_any queue_cv_;
+  std::deque<write> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool writing_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread writer_;
+};
+
+}  // namespace unicache::detail

@@ -1,0 +1,183 @@
+// parse_remote_url and remote_config::to_string (unicache/remote.hpp).
+#include <cctype>
+#include <stdexcept>
+#include <string>
+
+#include "unicache/remote.hpp"
+#include "util/parse.hpp"
+
+namespace unicache {
+namespace {
+
+constexpr std::size_t kMaxUrlBytes = 4096;
+
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument("remote cache URL: " + what);
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes a user or password; `what` names it in errors (which never
+// quote it).
+std::string decode(std::string_view text, const char* what) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) bad(std::string("a malformed percent-escape in the ") + what);
+    const int hi = hex_value(text[i + 1]), lo = hex_value(text[i + 2]);
+    if (hi < 0 || lo < 0) bad(std::string("a malformed percent-escape in the ") + what);
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string encode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+std::uint64_t number(std::string_view text, std::uint64_t low, std::uint64_t high, const std::string& what) {
+  const auto v = detail::parse_decimal(text, high);
+  if (!v || *v < low) {
+    bad(what + " must be a number from " + std::to_string(low) + " to " + std::to_string(high));
+  }
+  return *v;
+}
+
+bool valid_prefix(std::string_view p) {
+  if (p.empty() || p.size() > 64) return false;
+  for (const char c : p) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == ':')) return false;
+  }
+  return true;
+}
+
+bool valid_host(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  for (const char c : h) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':')) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+remote_config parse_remote_url(std::string_view url) {
+  if (url.size() > kMaxUrlBytes) bad("longer than " + std::to_string(kMaxUrlBytes) + " bytes");
+  constexpr std::string_view kScheme = "redis://";
+  if (url.substr(0, kScheme.size()) != kScheme) bad("must start with redis://");
+  std::string_view rest = url.substr(kScheme.size());
+  remote_config c;
+
+  std::string_view query;
+  if (const auto q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  if (rest.find('#') != std::string_view::npos) bad("a fragment (#) is not allowed");
+  std::string_view path;
+  if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+    path = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+  }
+  // Credentials: the last '@' ends them (an unencoded '@' in a password is
+  // then still part of it).
+  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view credentials = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    if (const auto colon = credentials.find(':'); colon != std::string_view::npos) {
+      c.user = decode(credentials.substr(0, colon), "user");
+      c.password = decode(credentials.substr(colon + 1), "password");
+    } else {
+      c.password = decode(credentials, "password");
+    }
+    if (c.password.empty()) bad("an empty password");
+  }
+  // Host and port.
+  std::string_view port;
+  bool has_port = false;
+  if (!rest.empty() && rest.front() == '[') {
+    const auto close = rest.find(']');
+    if (close == std::string_view::npos) bad("an IPv6 host without its closing ']'");
+    c.host = std::string(rest.substr(1, close - 1));
+    rest = rest.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') bad("text after the IPv6 host that is not a port");
+      port = rest.substr(1);
+      has_port = true;
+    }
+    if (c.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos || c.host.empty()) {
+      bad("a malformed IPv6 host");
+    }
+  } else {
+    if (const auto colon = rest.find(':'); colon != std::string_view::npos) {
+      port = rest.substr(colon + 1);
+      rest = rest.substr(0, colon);
+      has_port = true;
+    }
+    c.host = std::string(rest);
+    if (!valid_host(c.host) || c.host.find(':') != std::string::npos) bad("a missing or malformed host");
+  }
+  if (has_port) c.port = static_cast<std::uint16_t>(number(port, 1, 65535, "the port"));
+  if (!path.empty()) c.db = static_cast<std::uint32_t>(number(path, 0, 1000000, "the database"));
+
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos) bad("an option without a value");
+    const std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
+    if (name == "prefix") {
+      if (!valid_prefix(value)) bad("prefix must be 1 to 64 of A-Z a-z 0-9 . _ - :");
+      c.prefix = std::string(value);
+    } else if (name == "read_only") {
+      c.read_only = number(value, 0, 1, "read_only") == 1;
+    } else if (name == "connect_timeout_ms") {
+      c.connect_timeout_ms = static_cast<std::uint32_t>(number(value, 1, 60000, "connect_timeout_ms"));
+    } else if (name == "timeout_ms") {
+      c.timeout_ms = static_cast<std::uint32_t>(number(value, 1, 60000, "timeout_ms"));
+    } else if (name == "ttl_s") {
+      c.ttl_s = static_cast<std::uint32_t>(number(value, 0, 31536000, "ttl_s"));
+    } else {
+      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms and ttl_s are known)");
+    }
+  }
+  return c;
+}
+
+std::string remote_config::to_string() const {
+  std::string url = "redis://";
+  if (!password.empty()) {
+    if (!user.empty()) url += encode(user) + ":";
+    url += "***@";
+  }
+  url += host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  url += ":" + std::to_string(port) + "/" + std::to_string(db);
+  url += "?prefix=" + prefix + "&read_only=" + (read_only ? "1" : "0") +
+         "&connect_timeout_ms=" + std::to_string(connect_timeout_ms) + "&timeout_ms=" + std::to_string(timeout_ms) +
+         "&ttl_s=" + std::to_string(ttl_s);
+  return url;
+}
+
+}  // namespace unicache

@@ -1,0 +1,141 @@
+// The remote tier against a real redis-server: a second process's hit,
+// values that fail a check (corrupt, truncated, foreign, unsigned or wrongly
+// signed) never served, read-only mode, and a server that dies or stalls
+// (the breaker opens, nothing throws).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "redis_server.hpp"
+#include "remote/remote_tier.hpp"
+
+namespace unicache {
+namespace {
+
+using detail::remote_tier;
+using detail::redis_connection;
+using detail::remote_status;
+using testing::redis_server;
+
+const device_identity kDevice{"Portable Computing Language", "cpu-x86-64", "OpenCL 3.0 PoCL", "3.1"};
+const device_identity kOtherDevice{"NVIDIA CUDA", "NVIDIA H200", "OpenCL 3.0 CUDA", "560.35.03"};
+
+byte_vector binary(std::size_t n, unsigned char seed) {
+  byte_vector b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(seed + i * 31);
+  return b;
+}
+
+class RemoteTier : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
+    ASSERT_TRUE(server_.started()) << "redis-server did not start";
+  }
+  remote_config config(const std::string& options = "") { return parse_remote_url(server_.url(options)); }
+  void plant(const std::string& key, const byte_vector& value) {
+    redis_connection c(config());
+    ASSERT_EQ(c.set(key, value).status, remote_status::ok);
+  }
+
+  redis_server server_;
+};
+
+TEST_F(RemoteTier, AnotherProcessGetsWhatOneWrote) {
+  const byte_vector b = binary(64 << 10, 3);
+  {
+    remote_tier writer(config(), "");
+    writer.put(kDevice, "opencl-c gemm", b);
+    writer.flush();
+    EXPECT_EQ(writer.counters().puts.load(), 1u);
+  }
+  remote_tier reader(config(), "");
+  EXPECT_EQ(reader.get(kDevice, "opencl-c gemm"), b);
+  EXPECT_EQ(reader.get(kDevice, "opencl-c other"), std::nullopt);
+  EXPECT_EQ(reader.get(kOtherDevice, "opencl-c gemm"), std::nullopt) << "another device's key";
+  EXPECT_EQ(reader.counters().hits.load(), 1u);
+  EXPECT_EQ(reader.counters().misses.load(), 2u);
+}
+
+TEST_F(RemoteTier, CorruptTruncatedAndForeignValuesAreRejectedNeverServed) {
+  remote_tier tier(config(), "");
+  const std::string key = "cuda gemm";
+  const std::string where = tier.redis_key(kDevice, key);
+  const byte_vector good = tier.encode(kDevice, key, binary(4096, 9));
+  byte_vector corrupt = good;
+  corrupt[corrupt.size() / 2] ^= 0x40;
+  const byte_vector truncated(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(good.size() - 100));
+  const byte_vector foreign_device = tier.encode(kOtherDevice, key, binary(4096, 9));
+  const byte_vector other_key = tier.encode(kDevice, "cuda other", binary(4096, 9));
+  const std::string junk = "not an entry at all";
+  for (const byte_vector& bad : {corrupt, truncated, foreign_device, other_key, byte_vector(junk.begin(), junk.end())}) {
+    plant(where, bad);
+    EXPECT_EQ(tier.get(kDevice, key), std::nullopt);
+  }
+  EXPECT_EQ(tier.counters().rejected.load(), 5u);
+  EXPECT_EQ(tier.counters().hits.load(), 0u);
+  plant(where, good);
+  EXPECT_EQ(tier.get(kDevice, key), binary(4096, 9));
+}
+
+TEST_F(RemoteTier, WithASecretUnsignedAndWronglySignedValuesAreRejected) {
+  const std::string key = "cuda gemm";
+  remote_tier signer(config(), "the fleet's secret, 32+ bytes long");
+  remote_tier unsigned_tier(config(), "");
+  remote_tier other_signer(config(), "another secret, also long enough");
+  const std::string where = signer.redis_key(kDevice, key);
+  plant(where, unsigned_tier.encode(kDevice, key, binary(1000, 1)));
+  EXPECT_EQ(signer.get(kDevice, key), std::nullopt);
+  plant(where, other_signer.encode(kDevice, key, binary(1000, 1)));
+  EXPECT_EQ(signer.get(kDevice, key), std::nullopt);
+  EXPECT_EQ(signer.counters().rejected.load(), 2u);
+  plant(where, signer.encode(kDevice, key, binary(1000, 1)));
+  EXPECT_EQ(signer.get(kDevice, key), binary(1000, 1));
+  EXPECT_EQ(unsigned_tier.get(kDevice, key), std::nullopt) << "a signed value is not an unsigned entry";
+}
+
+TEST_F(RemoteTier, ReadOnlyWritesNothing) {
+  remote_tier tier(config("read_only=1"), "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.remove(kDevice, "k");
+  tier.flush();
+  redis_connection c(config());
+  EXPECT_EQ(c.command({"DBSIZE"}).value, byte_vector{'0'});
+}
+
+TEST_F(RemoteTier, AServerThatDiesOpensTheBreakerAndNothingThrows) {
+  remote_tier tier(config("connect_timeout_ms=100&timeout_ms=200"), "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.flush();
+  ASSERT_EQ(tier.get(kDevice, "k"), binary(100, 5));
+  server_.kill();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
+  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
+  tier.put(kDevice, "k2", binary(100, 6));
+  tier.flush();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(tier.counters().errors.load() + tier.counters().timeouts.load(), 1u) << "one failure, then the breaker";
+  EXPECT_GE(tier.counters().skipped.load(), 1u);
+  EXPECT_GE(tier.counters().dropped.load(), 1u);
+  const auto first = err.find("remote kernel cache:");
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("remote kernel cache:", first + 1), std::string::npos) << "one warning: " << err;
+}
+
+TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
+  remote_tier tier(config("timeout_ms=150"), "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.flush();
+  redis_connection admin(config());
+  ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "1500", "ALL"}).status, remote_status::ok);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
+  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(tier.counters().timeouts.load(), 1u);
+  EXPECT_EQ(tier.counters().skipped.load(), 1u);
+}
+
+}  // namespace
+}  // namespace unicache
