@@ -43,6 +43,22 @@ struct remote_config {
   std::string to_string() const;
 };
 
+// What the remote tier did in this process (kernel_store::remote_statistics).
+struct remote_stats {
+  bool enabled = false;
+  std::string url;  // remote_config::to_string(): no password
+  std::uint64_t hits = 0;           // values found and verified
+  std::uint64_t misses = 0;         // no value
+  std::uint64_t rejected = 0;       // values that failed a check (corrupt, foreign, unsigned, too large): never served
+  std::uint64_t errors = 0;         // refused, closed, protocol or server errors
+  std::uint64_t timeouts = 0;       // connect or operation timeouts
+  std::uint64_t skipped = 0;        // reads not tried while the breaker was open
+  std::uint64_t puts = 0;           // values written
+  std::uint64_t dropped = 0;        // writes dropped (queue full, breaker open)
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+};
+
 // Parses a remote URL. Throws std::invalid_argument naming what is wrong
 // (never quoting the password): another scheme, an empty or malformed host,
 // a port, database or option value out of range, an unknown option, a prefix

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "unicache/error.hpp"
+#include "unicache/remote.hpp"
 
 namespace unicache {
 
@@ -196,6 +197,19 @@ class kernel_store {
   // when the driver rejects a stored binary, before storing a rebuilt one).
   // Returns whether an entry was removed. Never throws.
   bool remove(const device_identity& device, std::string_view key) noexcept;
+
+  // The remote tier (unicache/remote.hpp): `url` as UNICACHE_REMOTE_CACHE
+  // ("" turns it off), `secret_file` as UNICACHE_REMOTE_CACHE_SECRET_FILE
+  // ("" for unsigned values). get then asks the remote tier on a local miss
+  // and writes a remote hit to the local store; put and remove also go to
+  // the remote tier, in the background (never in read-only mode). Throws
+  // std::invalid_argument for a malformed URL or an unusable secret file,
+  // changing nothing; the message never quotes a password or the secret.
+  void set_remote(const std::string& url, const std::string& secret_file = "");
+  // What the remote tier did in this process (all zero when it is off).
+  remote_stats remote_statistics() const;
+  // Waits until the remote tier's queued writes are done.
+  void flush_remote();
 
   // Whether get/put can use the disk at all, and whether writes still work
   // (a write failure turns writes off for the rest of the process).

@@ -171,9 +171,14 @@ void remote_tier::remove(const device_identity& device, std::string_view key) no
   }
 }
 
-void remote_tier::flush() {
+bool remote_tier::flush(std::chrono::milliseconds limit) {
   scoped_lock l(&queue_mu_);
-  queue_mu_.wait(queue_cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return queue_.empty() && !writing_; });
+  auto done = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return queue_.empty() && !writing_; };
+  if (limit == std::chrono::milliseconds::max()) {
+    queue_mu_.wait(queue_cv_, done);
+    return true;
+  }
+  return queue_mu_.wait_for(queue_cv_, limit, done);
 }
 
 void remote_tier::writer_loop() {

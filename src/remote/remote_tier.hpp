@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -50,8 +51,9 @@ class remote_tier {
   void put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
   // Queues a removal (nothing in read-only mode).
   void remove(const device_identity& device, std::string_view key) noexcept;
-  // Waits until the queue is empty (tests and tools).
-  void flush();
+  // Waits until the queue is empty (tests and tools), or at most `limit`;
+  // returns whether it is.
+  bool flush(std::chrono::milliseconds limit = std::chrono::milliseconds::max());
 
   const remote_config& config() const { return config_; }
   const remote_counters& counters() const { return counters_; }

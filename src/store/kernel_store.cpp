@@ -1,9 +1,11 @@
 // kernel_store's operations: get, put and remove on the current directory,
 // the run-time settings, and the blob API over the same entry format.
 #include <fcntl.h>
+#include <cstdlib>
 #include <time.h>
 #include <unistd.h>
 
+#include "remote/remote_settings.hpp"
 #include "store/entry_format.hpp"
 #include "store/eviction.hpp"
 #include "store/kernel_store_impl.hpp"
@@ -85,7 +87,21 @@ kernel_store::kernel_store(store_config config) : impl_(new impl) {
 kernel_store::~kernel_store() { delete impl_; }
 
 kernel_store& kernel_store::instance() {
-  static kernel_store* const store = new kernel_store(store_config::from_environment());
+  static kernel_store* const store = [] {
+    auto* s = new kernel_store(store_config::from_environment());
+    if (std::shared_ptr<detail::remote_tier> remote = detail::remote_tier_from_environment()) {
+      s->impl_->set_remote(std::move(remote));
+      // Writes still queued at exit get two seconds to go out: a process
+      // that compiled and exits (a CI job filling the fleet's cache) would
+      // otherwise publish nothing.
+      std::atexit([] {
+        if (const std::shared_ptr<detail::remote_tier> r = kernel_store::instance().impl_->remote()) {
+          r->flush(std::chrono::milliseconds(2000));
+        }
+      });
+    }
+    return s;
+  }();
   return *store;
 }
 
@@ -114,13 +130,14 @@ bool kernel_store::writable() const noexcept {
 }
 store_config kernel_store::config() const { return impl_->state()->config; }
 
-std::optional<byte_vector> kernel_store::get(const device_identity& device, std::string_view key) noexcept {
+std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& device, std::string_view key) noexcept {
+  impl& store = *this;
   try {
-    const std::shared_ptr<const store_state> s = impl_->state();
+    const std::shared_ptr<const store_state> s = store.state();
     if (!s->directory) return std::nullopt;
     store_directory& d = *s->directory;
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = impl_->hasher(key);
+    const hash128 key_h = store.hasher(key);
     const directory_handle dir = d.open_key_directory(device_h, key_h, /*create=*/false);
     if (!dir.ok()) return std::nullopt;
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);
@@ -147,9 +164,10 @@ std::optional<byte_vector> kernel_store::get(const device_identity& device, std:
   return std::nullopt;
 }
 
-bool kernel_store::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
+bool kernel_store::impl::put_local(const device_identity& device, std::string_view key, byte_span binary) noexcept {
+  impl& store = *this;
   try {
-    const std::shared_ptr<const store_state> s = impl_->state();
+    const std::shared_ptr<const store_state> s = store.state();
     if (!s->directory || !s->directory->writable()) return false;
     store_directory& d = *s->directory;
     const store_config& c = s->config;
@@ -157,7 +175,7 @@ bool kernel_store::put(const device_identity& device, std::string_view key, byte
       return false;
     }
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = impl_->hasher(key);
+    const hash128 key_h = store.hasher(key);
     const byte_vector bytes = encode_entry(device_h, key, binary, ::time(nullptr));
     // An entry larger than the whole store would be evicted by its own put.
     if (limits_size(c) && bytes.size() > c.max_size_bytes) return false;
@@ -221,13 +239,14 @@ bool kernel_store::put(const device_identity& device, std::string_view key, byte
   }
 }
 
-bool kernel_store::remove(const device_identity& device, std::string_view key) noexcept {
+bool kernel_store::impl::remove_local(const device_identity& device, std::string_view key) noexcept {
+  impl& store = *this;
   try {
-    const std::shared_ptr<const store_state> s = impl_->state();
+    const std::shared_ptr<const store_state> s = store.state();
     if (!s->directory || !s->directory->writable()) return false;
     store_directory& d = *s->directory;
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = impl_->hasher(key);
+    const hash128 key_h = store.hasher(key);
     const directory_handle dir = d.open_key_directory(device_h, key_h, /*create=*/false);
     if (!dir.ok()) return false;
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);
@@ -243,6 +262,58 @@ bool kernel_store::remove(const device_identity& device, std::string_view key) n
     // Out of memory while reading: nothing removed.
   }
   return false;
+}
+
+// The chain: the local store, then the remote tier; a remote hit is written
+// to the local store. The caller never knows which tier answered.
+std::optional<byte_vector> kernel_store::get(const device_identity& device, std::string_view key) noexcept {
+  std::optional<byte_vector> found = impl_->get_local(device, key);
+  if (found) return found;
+  const std::shared_ptr<detail::remote_tier> remote = impl_->remote();
+  if (!remote) return std::nullopt;
+  found = remote->get(device, key);
+  if (found) impl_->put_local(device, key, *found);
+  return found;
+}
+
+bool kernel_store::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
+  const bool stored = impl_->put_local(device, key, binary);
+  if (const std::shared_ptr<detail::remote_tier> remote = impl_->remote()) remote->put(device, key, binary);
+  return stored;
+}
+
+bool kernel_store::remove(const device_identity& device, std::string_view key) noexcept {
+  const bool removed = impl_->remove_local(device, key);
+  if (const std::shared_ptr<detail::remote_tier> remote = impl_->remote()) remote->remove(device, key);
+  return removed;
+}
+
+void kernel_store::set_remote(const std::string& url, const std::string& secret_file) {
+  impl_->set_remote(url.empty() ? nullptr : detail::make_remote_tier(url, secret_file));
+}
+
+remote_stats kernel_store::remote_statistics() const {
+  remote_stats out;
+  const std::shared_ptr<detail::remote_tier> remote = impl_->remote();
+  if (!remote) return out;
+  const detail::remote_counters& n = remote->counters();
+  out.enabled = true;
+  out.url = remote->config().to_string();
+  out.hits = n.hits.load();
+  out.misses = n.misses.load();
+  out.errors = n.errors.load();
+  out.timeouts = n.timeouts.load();
+  out.rejected = n.rejected.load();
+  out.skipped = n.skipped.load();
+  out.puts = n.puts.load();
+  out.dropped = n.dropped.load();
+  out.bytes_read = n.bytes_read.load();
+  out.bytes_written = n.bytes_written.load();
+  return out;
+}
+
+void kernel_store::flush_remote() {
+  if (const std::shared_ptr<detail::remote_tier> remote = impl_->remote()) remote->flush();
 }
 
 // --- Blob API -------------------------------------------------------------

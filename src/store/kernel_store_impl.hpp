@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "remote/remote_tier.hpp"
 #include "store/store_directory.hpp"
 #include "store/store_testing.hpp"
 #include "unicache/store.hpp"
@@ -45,6 +46,21 @@ struct kernel_store::impl {
 
   detail::store_testing::key_hasher hasher = &detail::key_hash;
 
+  // The local store's get, put and remove (kernel_store's chain adds the remote tier).
+  std::optional<byte_vector> get_local(const device_identity& device, std::string_view key) noexcept;
+  bool put_local(const device_identity& device, std::string_view key, byte_span binary) noexcept;
+  bool remove_local(const device_identity& device, std::string_view key) noexcept;
+
+  // The remote tier behind the local store, or null.
+  std::shared_ptr<detail::remote_tier> remote() const {
+    detail::mutex_lock l(&state_mu);
+    return remote_;
+  }
+  void set_remote(std::shared_ptr<detail::remote_tier> r) {
+    detail::mutex_lock l(&state_mu);
+    remote_ = std::move(r);
+  }
+
  private:
   // Opens the directory unless `current` already has it open, then swaps.
   void configure(store_config config, const detail::store_state* current) ABSL_EXCLUSIVE_LOCKS_REQUIRED(settings_mu);
@@ -52,6 +68,7 @@ struct kernel_store::impl {
   detail::mutex settings_mu;  // one change at a time; opening a directory never holds up readers
   mutable detail::mutex state_mu;
   std::shared_ptr<const detail::store_state> state_ ABSL_GUARDED_BY(state_mu);
+  std::shared_ptr<detail::remote_tier> remote_ ABSL_GUARDED_BY(state_mu);
 };
 
 }  // namespace unicache

@@ -1,0 +1,74 @@
+// remote/remote_settings.hpp.
+#include "remote/remote_settings.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "util/env.hpp"
+#include "util/log.hpp"
+#include "util/unique_fd.hpp"
+
+namespace unicache::detail {
+namespace {
+
+constexpr std::size_t kMinSecretBytes = 16;
+constexpr std::size_t kMaxSecretBytes = 4096;
+
+// The secret in `path`, without a trailing newline. The file is opened
+// without blocking (a FIFO never hangs) and must be a regular file that
+// others cannot write; its contents are never echoed.
+std::string read_secret(const std::string& path) {
+  const std::string where = "the remote cache's secret file " + quoted(path, 256);
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!fd) throw std::invalid_argument(where + " cannot be opened");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw std::invalid_argument(where + " is not a regular file");
+  if (st.st_mode & S_IWOTH) throw std::invalid_argument(where + " is writable by others");
+  if (st.st_size > static_cast<off_t>(kMaxSecretBytes) + 1) {
+    throw std::invalid_argument(where + " is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
+  }
+  std::string secret(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < secret.size()) {
+    const ssize_t n = ::read(fd.get(), secret.data() + got, secret.size() - got);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  secret.resize(got);
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  if (secret.size() < kMinSecretBytes || secret.size() > kMaxSecretBytes) {
+    throw std::invalid_argument(where + " must hold " + std::to_string(kMinSecretBytes) + " to " +
+                                std::to_string(kMaxSecretBytes) + " bytes");
+  }
+  return secret;
+}
+
+}  // namespace
+
+std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std::string& secret_file) {
+  remote_config config = parse_remote_url(url);
+  std::string secret = secret_file.empty() ? std::string() : read_secret(secret_file);
+  return std::make_shared<remote_tier>(std::move(config), std::move(secret));
+}
+
+std::shared_ptr<remote_tier> remote_tier_from_environment() noexcept {
+  try {
+    const std::optional<std::string> url = environment_variable("UNICACHE_REMOTE_CACHE");
+    if (!url || url->empty()) return nullptr;
+    const std::string secret_file = environment_variable("UNICACHE_REMOTE_CACHE_SECRET_FILE").value_or("");
+    try {
+      return make_remote_tier(*url, secret_file);
+    } catch (const std::invalid_argument& e) {
+      // The value is not echoed: it may hold a password.
+      warn(std::string("ignoring UNICACHE_REMOTE_CACHE (not shown: it may hold a password): ") + e.what() +
+           "; running with the local store only");
+    }
+  } catch (...) {
+  }
+  return nullptr;
+}
+
+}  // namespace unicache::detail

@@ -1,0 +1,23 @@
+// The remote tier's configuration: from the environment (UNICACHE_REMOTE_CACHE,
+// UNICACHE_REMOTE_CACHE_SECRET_FILE) or from kernel_store::set_remote.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "remote/remote_tier.hpp"
+
+namespace unicache::detail {
+
+// A tier for `url` signed with the secret in `secret_file` ("" for none).
+// Throws std::invalid_argument naming what is wrong (a malformed URL, a
+// secret file that is missing, not a regular file, writable by others,
+// shorter than 16 or longer than 4096 bytes), never quoting a password or
+// the secret.
+std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std::string& secret_file);
+
+// The tier the environment asks for, or null (not set, or unusable: one
+// warning, and the process runs with the local store only).
+std::shared_ptr<remote_tier> remote_tier_from_environment() noexcept;
+
+}  // namespace unicache::detail

@@ -1,0 +1,107 @@
+// The kernel store's chain, local then remote, against a real redis-server:
+// a machine with an empty local store gets what another one stored, and
+// keeps it locally; a remote that is down or misconfigured never fails a
+// get or a put; the secret file is read with care.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+
+#include "redis_server.hpp"
+#include "store_test_support.hpp"
+#include "unicache/store.hpp"
+
+namespace unicache {
+namespace {
+
+using testing::redis_server;
+
+byte_vector binary(std::size_t n, unsigned char seed) {
+  byte_vector b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(seed + i * 7);
+  return b;
+}
+
+class RemoteStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
+    ASSERT_TRUE(server_.started()) << "redis-server did not start";
+  }
+  redis_server server_;
+};
+
+TEST_F(RemoteStore, AnEmptyLocalStoreGetsAnotherMachinesBinaryAndKeepsIt) {
+  testing::temp_dir dir_a, dir_b;
+  const device_identity device = testing::gpu_a();
+  const byte_vector b = binary(64 << 10, 1);
+  {
+    kernel_store a(testing::store_in(dir_a.path()));
+    a.set_remote(server_.url());
+    ASSERT_TRUE(a.put(device, "opencl-c gemm", b));
+    a.flush_remote();
+    EXPECT_EQ(a.remote_statistics().puts, 1u);
+  }
+  kernel_store machine_b(testing::store_in(dir_b.path()));
+  machine_b.set_remote(server_.url());
+  EXPECT_EQ(machine_b.get(device, "opencl-c gemm"), b);
+  const remote_stats st = machine_b.remote_statistics();
+  EXPECT_TRUE(st.enabled);
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_GT(st.bytes_read, b.size());
+  machine_b.set_remote("");
+  EXPECT_EQ(machine_b.get(device, "opencl-c gemm"), b) << "the remote hit was written to the local store";
+  EXPECT_FALSE(machine_b.remote_statistics().enabled);
+}
+
+TEST_F(RemoteStore, ARemoteThatIsDownNeverFailsAGetOrAPut) {
+  testing::temp_dir dir;
+  kernel_store store(testing::store_in(dir.path()));
+  store.set_remote(server_.url("connect_timeout_ms=100&timeout_ms=200"));
+  server_.kill();
+  const device_identity device = testing::gpu_a();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(store.get(device, "k" + std::to_string(i)), std::nullopt);
+    EXPECT_TRUE(store.put(device, "k" + std::to_string(i), binary(100, 2))) << "the local store still works";
+  }
+  store.flush_remote();
+  ::testing::internal::GetCapturedStderr();
+  const remote_stats st = store.remote_statistics();
+  EXPECT_EQ(st.errors + st.timeouts, 1u) << "one failure, then the breaker";
+  EXPECT_EQ(st.skipped, 4u);
+  EXPECT_EQ(store.get(device, "k3"), binary(100, 2));
+}
+
+TEST_F(RemoteStore, BadSettingsAreRefusedWithoutQuotingSecrets) {
+  testing::temp_dir dir;
+  kernel_store store(testing::store_in(dir.path()));
+  try {
+    store.set_remote("redis://u:hunter2@h:99999");
+    FAIL() << "a bad port was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+  }
+  const std::string secret_path = dir.path() + "/secret";
+  {
+    std::ofstream(secret_path) << "short\n";
+  }
+  EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "under 16 bytes";
+  {
+    std::ofstream(secret_path) << "a secret that is long enough\n";
+  }
+  ::chmod(secret_path.c_str(), 0666);
+  EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "writable by others";
+  ::chmod(secret_path.c_str(), 0600);
+  EXPECT_NO_THROW(store.set_remote(server_.url(), secret_path));
+  EXPECT_THROW(store.set_remote(server_.url(), dir.path()), std::invalid_argument) << "a directory";
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW(store.set_remote(server_.url(), fifo), std::invalid_argument) << "a FIFO, without hanging";
+  EXPECT_TRUE(store.remote_statistics().enabled) << "a refused setting changes nothing";
+}
+
+}  // namespace
+}  // namespace unicache
