@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "unicache/remote.hpp"
 #include "unicache/store.hpp"
 
 namespace {
@@ -21,7 +23,7 @@ constexpr int kFailure = 1;
 constexpr int kUsage = 2;
 
 const char* const kMainHelp =
-    "usage: unicache-store [--dir DIR] COMMAND [OPTIONS]\n"
+    "usage: unicache-store [--dir DIR | --remote URL [--secret-file FILE]] COMMAND [OPTIONS]\n"
     "\n"
     "Inspects and maintains the persistent kernel store of unicache.\n"
     "\n"
@@ -38,6 +40,12 @@ const char* const kMainHelp =
     "The store is UNICACHE_PERSISTENT_CACHE_DIR (default $XDG_CACHE_HOME/unicache,\n"
     "else $HOME/.cache/unicache); --dir overrides it. The tool works on the\n"
     "directory even when UNICACHE_PERSISTENT_CACHE=0 turns the library's use off.\n"
+    "\n"
+    "--remote URL works on the remote tier instead (a redis:// URL as\n"
+    "UNICACHE_REMOTE_CACHE; --remote=env reads that variable, which keeps a\n"
+    "password out of the process list): stats, list, verify and clear, for\n"
+    "the values under the URL's prefix; --secret-file checks signatures as\n"
+    "UNICACHE_REMOTE_CACHE_SECRET_FILE does. Passwords are never printed.\n"
     "\n"
     "exit codes: 0 success; 1 the store is unusable, an operation failed, or\n"
     "verify found bad entries (without --fix); 2 usage error.\n";
@@ -180,6 +188,70 @@ std::optional<std::uint64_t> number(std::string_view text) {
   return std::stoull(std::string(text));
 }
 
+// The remote tier's commands (--remote).
+int run_remote(std::string_view command, bool fix, bool json, const std::string& url, const std::string& secret_file) {
+  try {
+    unicache::remote_maintenance remote(url, secret_file);
+    if (command == "stats") {
+      const unicache::remote_summary s = remote.stats();
+      std::printf("remote:           %s\n", s.url.c_str());
+      std::printf("entries:          %llu\n", static_cast<unsigned long long>(s.entries));
+      std::printf("bytes:            %llu\n", static_cast<unsigned long long>(s.bytes));
+      std::printf("server:           redis %s, used memory %llu, maxmemory %llu (%s)\n", s.server_version.c_str(),
+                  static_cast<unsigned long long>(s.used_memory), static_cast<unsigned long long>(s.maxmemory),
+                  s.maxmemory_policy.c_str());
+      std::printf("server hits:      %llu (every client and prefix)\n", static_cast<unsigned long long>(s.keyspace_hits));
+      std::printf("server misses:    %llu\n", static_cast<unsigned long long>(s.keyspace_misses));
+      return kOk;
+    }
+    if (command == "list") {
+      const auto entries = remote.list();
+      if (json) std::printf("{\"entries\": [");
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        const auto& e = entries[i];
+        const std::string what = e.kind.empty() ? e.key_preview : e.name.empty() ? e.kind : e.kind + " " + e.name;
+        if (json) {
+          std::printf("%s\n  {\"key\": %s, \"device_hash\": %s, \"kind\": %s, \"name\": %s, \"key_preview\": %s, "
+                      "\"value_bytes\": %llu, \"binary_bytes\": %llu, \"created_unix\": %lld, \"valid\": %s, "
+                      "\"problem\": %s}",
+                      i == 0 ? "" : ",", json_string(e.redis_key).c_str(), json_string(e.device_hash).c_str(),
+                      json_string(e.kind).c_str(), json_string(e.name).c_str(), json_string(e.key_preview).c_str(),
+                      static_cast<unsigned long long>(e.value_bytes), static_cast<unsigned long long>(e.binary_bytes),
+                      static_cast<long long>(e.created_unix), e.valid ? "true" : "false",
+                      json_string(e.problem).c_str());
+        } else if (e.valid) {
+          std::printf("%s  device %.12s  %10llu B  %s\n", utc(e.created_unix).c_str(), e.device_hash.c_str(),
+                      static_cast<unsigned long long>(e.binary_bytes), what.c_str());
+        } else {
+          std::printf("BAD: %s: %s\n", e.problem.c_str(), e.redis_key.c_str());
+        }
+      }
+      if (json) std::printf("\n]}\n");
+      return kOk;
+    }
+    if (command == "verify") {
+      const auto bad = remote.verify(fix);
+      for (const auto& e : bad) std::printf("%s %s: %s\n", fix ? "removed" : "bad", e.redis_key.c_str(), e.problem.c_str());
+      std::printf("%zu bad entr%s%s\n", bad.size(), bad.size() == 1 ? "y" : "ies", fix && !bad.empty() ? " removed" : "");
+      return bad.empty() || fix ? kOk : kFailure;
+    }
+    if (command == "clear") {
+      const std::uint64_t removed = remote.clear();
+      std::printf("%llu remote entries removed\n", static_cast<unsigned long long>(removed));
+      return kOk;
+    }
+    std::fprintf(stderr, "unicache-store: %.*s is not a remote command (the server's maxmemory bounds its size)\n",
+                 static_cast<int>(command.size()), command.data());
+    return kUsage;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "unicache-store: %s\n", e.what());
+    return kUsage;
+  } catch (const unicache::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kFailure;
+  }
+}
+
 int usage_error(const std::string& message, const char* help) {
   std::fprintf(stderr, "unicache-store: %s\n\n%s", message.c_str(), help);
   return kUsage;
@@ -189,7 +261,8 @@ int usage_error(const std::string& message, const char* help) {
 
 int main(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
-  std::optional<std::string> dir;
+  std::optional<std::string> dir, remote;
+  std::string secret_file;
   // Global options come before the command.
   while (!args.empty() && args.front().starts_with("--")) {
     if (args.front() == "--help" || args.front() == "-h") {
@@ -199,6 +272,21 @@ int main(int argc, char** argv) {
     if (args.front() == "--dir" && args.size() >= 2) {
       dir = std::string(args[1]);
       args.erase(args.begin(), args.begin() + 2);
+      continue;
+    }
+    if (args.front() == "--remote" && args.size() >= 2) {
+      remote = std::string(args[1]);
+      args.erase(args.begin(), args.begin() + 2);
+      continue;
+    }
+    if (args.front() == "--secret-file" && args.size() >= 2) {
+      secret_file = std::string(args[1]);
+      args.erase(args.begin(), args.begin() + 2);
+      continue;
+    }
+    if (args.front().starts_with("--remote=")) {
+      remote = std::string(args.front().substr(9));
+      args.erase(args.begin());
       continue;
     }
     if (args.front().starts_with("--dir=")) {
@@ -251,6 +339,22 @@ int main(int argc, char** argv) {
   }
   if (command == "prune" && !max_mb && !older_than_days) {
     return usage_error("prune needs --max-size or --older-than", help);
+  }
+  if (remote) {
+    if (dir) return usage_error("--dir and --remote name different stores: give one", kMainHelp);
+    if (*remote == "env") {
+      const char* value = std::getenv("UNICACHE_REMOTE_CACHE");
+      if (!value || !*value) {
+        std::fprintf(stderr, "unicache-store: --remote=env, but UNICACHE_REMOTE_CACHE is not set\n");
+        return kUsage;
+      }
+      *remote = value;
+      if (secret_file.empty()) {
+        const char* file = std::getenv("UNICACHE_REMOTE_CACHE_SECRET_FILE");
+        if (file) secret_file = file;
+      }
+    }
+    return run_remote(command, fix, json, *remote, secret_file);
   }
 
   unicache::store_config config = unicache::store_config::from_environment();

@@ -21,10 +21,21 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "unicache/error.hpp"
 
 namespace unicache {
+
+// The remote server could not be used (maintenance API only: the kernel
+// store's own remote calls never throw).
+class remote_error : public error {
+ public:
+  using error::error;
+};
 
 struct remote_config {
   std::string host;
@@ -64,5 +75,59 @@ struct remote_stats {
 // a port, database or option value out of range, an unknown option, a prefix
 // with other characters, a bad percent-escape, or a URL over 4096 bytes.
 remote_config parse_remote_url(std::string_view url);
+
+// One value under the configuration's prefix, as the maintenance tool sees
+// it. Every string is printable ASCII (keys and values are untrusted).
+struct remote_entry_info {
+  std::string redis_key;
+  std::string device_hash;  // 32 hex digits, from the entry
+  std::string kind;         // what the entry's key says it is, or ""
+  std::string name;
+  std::string key_preview;  // a key that does not describe itself
+  std::uint64_t value_bytes = 0;
+  std::uint64_t binary_bytes = 0;
+  std::int64_t created_unix = 0;
+  bool valid = false;
+  std::string problem;  // why it is not valid
+};
+
+struct remote_summary {
+  std::string url;  // no password
+  std::uint64_t entries = 0;  // values under the prefix
+  std::uint64_t bytes = 0;    // their sizes
+  // The server's own (INFO): every client and prefix together.
+  std::string server_version;
+  std::uint64_t used_memory = 0;
+  std::uint64_t maxmemory = 0;  // 0: no limit
+  std::string maxmemory_policy;
+  std::uint64_t keyspace_hits = 0;
+  std::uint64_t keyspace_misses = 0;
+};
+
+// Maintenance of the values under one prefix (unicache-store --remote).
+// Each call walks the prefix with SCAN; throws remote_error when the server
+// fails or times out, std::invalid_argument for bad settings (as
+// kernel_store::set_remote).
+class remote_maintenance {
+ public:
+  explicit remote_maintenance(const std::string& url, const std::string& secret_file = "");
+  ~remote_maintenance();
+  remote_maintenance(const remote_maintenance&) = delete;
+  remote_maintenance& operator=(const remote_maintenance&) = delete;
+
+  remote_summary stats();
+  std::vector<remote_entry_info> list();
+  // The values that fail a check (format, checksum, the key they are stored
+  // under, the signature when there is a secret); `fix` deletes them
+  // (never in read-only mode: remote_error).
+  std::vector<remote_entry_info> verify(bool fix);
+  // Deletes every value under the prefix; returns how many (read-only:
+  // remote_error).
+  std::uint64_t clear();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
 
 }  // namespace unicache

@@ -133,7 +133,8 @@ remote_result redis_connection::connect() {
   return {remote_status::ok, {}, {}};
 }
 
-remote_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes) {
+remote_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes,
+                                    std::vector<std::string>* array) {
   sigpipe_guard no_sigpipe;
   if (!context_) {
     remote_result r = connect();
@@ -168,6 +169,18 @@ remote_result redis_connection::run(const std::vector<std::string_view>& args, s
       r.status = remote_status::ok;
       const std::string text = std::to_string(reply->elements);
       r.value.assign(text.begin(), text.end());
+      if (array) {
+        // SCAN: [cursor, [keys...]]; other arrays: their string elements.
+        const bool scan_reply = reply->elements == 2 && reply->element[1]->type == REDIS_REPLY_ARRAY;
+        const redisReply* items = scan_reply ? reply->element[1] : reply.get();
+        if (scan_reply && reply->element[0]->type == REDIS_REPLY_STRING) {
+          r.value.assign(reply->element[0]->str, reply->element[0]->str + reply->element[0]->len);
+        }
+        for (std::size_t i = 0; i < items->elements; ++i) {
+          const redisReply* e = items->element[i];
+          if (e->type == REDIS_REPLY_STRING) array->emplace_back(e->str, e->len);
+        }
+      }
       break;
     }
     default:  // status, string
@@ -203,6 +216,11 @@ remote_result redis_connection::set(std::string_view key, std::span<const unsign
 }
 
 remote_result redis_connection::del(std::string_view key) { return run({"DEL", key}, 64); }
+
+remote_result redis_connection::scan(std::string_view cursor, std::string_view pattern,
+                                     std::vector<std::string>& keys) {
+  return run({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, 64, &keys);
+}
 
 remote_result redis_connection::command(std::initializer_list<std::string_view> args) {
   return run(std::vector<std::string_view>(args), std::size_t{1} << 20);

@@ -54,11 +54,16 @@ class redis_connection {
   // reply as text (an array's first element count as "n"), miss for nil.
   remote_result command(std::initializer_list<std::string_view> args);
 
+  // One SCAN step from `cursor` over keys matching `pattern`: ok with the
+  // next cursor as the value ("0" when done), the keys appended to `keys`.
+  remote_result scan(std::string_view cursor, std::string_view pattern, std::vector<std::string>& keys);
+
   const remote_config& config() const { return config_; }
 
  private:
   remote_result connect();
-  remote_result run(const std::vector<std::string_view>& args, std::size_t max_bytes);
+  remote_result run(const std::vector<std::string_view>& args, std::size_t max_bytes,
+                    std::vector<std::string>* array = nullptr);
   remote_result failure(const char* what);
 
   remote_config config_;

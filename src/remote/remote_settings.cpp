@@ -17,10 +17,9 @@ namespace {
 constexpr std::size_t kMinSecretBytes = 16;
 constexpr std::size_t kMaxSecretBytes = 4096;
 
-// The secret in `path`, without a trailing newline. The file is opened
-// without blocking (a FIFO never hangs) and must be a regular file that
-// others cannot write; its contents are never echoed.
-std::string read_secret(const std::string& path) {
+}  // namespace
+
+std::string read_remote_secret(const std::string& path) {
   const std::string where = "the remote cache's secret file " + quoted(path, 256);
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   if (!fd) throw std::invalid_argument(where + " cannot be opened");
@@ -46,11 +45,9 @@ std::string read_secret(const std::string& path) {
   return secret;
 }
 
-}  // namespace
-
 std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std::string& secret_file) {
   remote_config config = parse_remote_url(url);
-  std::string secret = secret_file.empty() ? std::string() : read_secret(secret_file);
+  std::string secret = secret_file.empty() ? std::string() : read_remote_secret(secret_file);
   return std::make_shared<remote_tier>(std::move(config), std::move(secret));
 }
 

@@ -9,6 +9,12 @@
 
 namespace unicache::detail {
 
+// The secret in `path`, without a trailing newline. The file is opened
+// without blocking (a FIFO never hangs) and must be a regular file that
+// others cannot write, of 16 to 4096 bytes; its contents are never echoed.
+// Throws std::invalid_argument.
+std::string read_remote_secret(const std::string& path);
+
 // A tier for `url` signed with the secret in `secret_file` ("" for none).
 // Throws std::invalid_argument naming what is wrong (a malformed URL, a
 // secret file that is missing, not a regular file, writable by others,

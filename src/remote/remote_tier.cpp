@@ -67,17 +67,21 @@ byte_vector remote_tier::encode(const device_identity& device, std::string_view 
   return value;
 }
 
+std::optional<byte_span> remote_tier::signed_entry(byte_span value) const {
+  if (secret_.empty()) return value;
+  if (value.size() < kMacBytes) return std::nullopt;
+  const byte_span entry = value.first(value.size() - kMacBytes);
+  const auto mac = mac_of(secret_, entry);
+  if (CRYPTO_memcmp(mac.data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
+  return entry;
+}
+
 std::optional<byte_vector> remote_tier::decode(const device_identity& device, std::string_view key,
                                                byte_span value) const {
-  if (!secret_.empty()) {
-    if (value.size() < kMacBytes) return std::nullopt;
-    const byte_span entry = value.first(value.size() - kMacBytes);
-    const auto mac = mac_of(secret_, entry);
-    if (CRYPTO_memcmp(mac.data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
-    value = entry;
-  }
+  const std::optional<byte_span> entry = signed_entry(value);
+  if (!entry) return std::nullopt;
   const hash128 d = device_hash(device);
-  const parsed_entry e = parse_entry(value, &d);
+  const parsed_entry e = parse_entry(*entry, &d);
   if (!e.ok() || e.key != key) return std::nullopt;
   return byte_vector(e.binary.begin(), e.binary.end());
 }

@@ -61,6 +61,9 @@ class remote_tier {
   std::string redis_key(const device_identity& device, std::string_view key) const;
   // The value a put writes (the entry, signed when there is a secret).
   byte_vector encode(const device_identity& device, std::string_view key, byte_span binary) const;
+  // `value`'s entry if its signature is right (all of it when there is no
+  // secret); nullopt otherwise.
+  std::optional<byte_span> signed_entry(byte_span value) const;
   // The binary in `value` if it passes every check for (device, key).
   std::optional<byte_vector> decode(const device_identity& device, std::string_view key, byte_span value) const;
 

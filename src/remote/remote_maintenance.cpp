@@ -1,0 +1,152 @@
+// remote_maintenance (unicache/remote.hpp): the prefix's values walked with
+// SCAN, read with a bound, checked as the tier checks them.
+#include <string>
+#include <vector>
+
+#include "remote/remote_settings.hpp"
+#include "store/entry_format.hpp"
+#include "store/key_description.hpp"
+#include "unicache/remote.hpp"
+#include "util/env.hpp"
+#include "util/stable_hash.hpp"
+
+namespace unicache {
+
+using namespace detail;
+
+struct remote_maintenance::impl {
+  bool read_only;
+  std::unique_ptr<remote_tier> tier;  // read-only: its checks, no writer thread
+  redis_connection connection;
+
+  impl(const remote_config& config, std::string secret)
+      : read_only(config.read_only), tier(std::make_unique<remote_tier>(read_only_copy(config), std::move(secret))),
+        connection(config) {}
+  static remote_config read_only_copy(remote_config c) {
+    c.read_only = true;
+    return c;
+  }
+
+  remote_result checked(remote_result r, const char* what) {
+    if (r.status == remote_status::error || r.status == remote_status::timeout) {
+      throw remote_error(std::string("unicache-store: ") + what + ": " + r.message);
+    }
+    return r;
+  }
+
+  std::vector<std::string> keys() {
+    const std::string pattern = connection.config().prefix + ":1:*";
+    std::vector<std::string> out;
+    std::string cursor = "0";
+    do {
+      remote_result r = checked(connection.scan(cursor, pattern, out), "listing the remote keys");
+      cursor.assign(r.value.begin(), r.value.end());
+    } while (cursor != "0" && !cursor.empty());
+    return out;
+  }
+
+  remote_entry_info inspect(const std::string& redis_key) {
+    remote_entry_info info;
+    info.redis_key = quoted(redis_key, 200);
+    const std::size_t bound = max_entry_file_bytes(kMaxKeyBytes, store_config{}.max_entry_bytes) + 64;
+    remote_result r = checked(connection.get(redis_key, bound), "reading a remote value");
+    if (r.status != remote_status::hit) {
+      info.problem = r.message.empty() ? "gone (removed meanwhile)" : r.message;
+      return info;
+    }
+    info.value_bytes = r.value.size();
+    const std::optional<byte_span> entry = tier->signed_entry(r.value);
+    if (!entry) {
+      info.problem = "unsigned, or signed with another secret";
+      return info;
+    }
+    const parsed_entry e = parse_entry(*entry, nullptr);
+    if (!e.ok()) {
+      info.problem = describe(e.problem);
+      return info;
+    }
+    info.device_hash = to_hex(e.device);
+    const key_description d = describe_key(e.key);
+    info.kind = d.kind;
+    info.name = d.name;
+    info.key_preview = d.preview;
+    info.binary_bytes = e.binary.size();
+    info.created_unix = e.created_unix;
+    const std::string expected = connection.config().prefix + ":1:" + to_hex(e.device) + ":" + to_hex(key_hash(e.key));
+    if (expected != redis_key) {
+      info.problem = "stored under another key's name";
+      return info;
+    }
+    info.valid = true;
+    return info;
+  }
+
+  void require_writable() const {
+    if (read_only) throw remote_error("unicache-store: the remote is configured read_only=1");
+  }
+};
+
+remote_maintenance::remote_maintenance(const std::string& url, const std::string& secret_file)
+    : impl_(std::make_unique<impl>(parse_remote_url(url),
+                                   secret_file.empty() ? std::string() : read_remote_secret(secret_file))) {}
+
+remote_maintenance::~remote_maintenance() = default;
+
+remote_summary remote_maintenance::stats() {
+  remote_summary s;
+  s.url = impl_->connection.config().to_string();
+  for (const std::string& key : impl_->keys()) {
+    const remote_result r = impl_->checked(impl_->connection.command({"STRLEN", key}), "sizing a remote value");
+    ++s.entries;
+    s.bytes += std::stoull(std::string(r.value.begin(), r.value.end()));
+  }
+  const remote_result info = impl_->checked(impl_->connection.command({"INFO"}), "reading the server's INFO");
+  const std::string text(info.value.begin(), info.value.end());
+  auto field = [&](const std::string& name) -> std::string {
+    const auto at = text.find("\n" + name + ":");
+    if (at == std::string::npos) return "";
+    const auto start = at + name.size() + 2;
+    return text.substr(start, text.find_first_of("\r\n", start) - start);
+  };
+  auto number = [&](const std::string& name) -> std::uint64_t {
+    const std::string v = field(name);
+    return v.empty() || v.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoull(v);
+  };
+  s.server_version = quoted(field("redis_version"), 32);
+  s.used_memory = number("used_memory");
+  s.maxmemory = number("maxmemory");
+  s.maxmemory_policy = quoted(field("maxmemory_policy"), 32);
+  s.keyspace_hits = number("keyspace_hits");
+  s.keyspace_misses = number("keyspace_misses");
+  return s;
+}
+
+std::vector<remote_entry_info> remote_maintenance::list() {
+  std::vector<remote_entry_info> out;
+  for (const std::string& key : impl_->keys()) out.push_back(impl_->inspect(key));
+  return out;
+}
+
+std::vector<remote_entry_info> remote_maintenance::verify(bool fix) {
+  if (fix) impl_->require_writable();
+  std::vector<remote_entry_info> bad;
+  for (const std::string& key : impl_->keys()) {
+    remote_entry_info info = impl_->inspect(key);
+    if (info.valid) continue;
+    if (fix) impl_->checked(impl_->connection.del(key), "deleting a bad remote value");
+    bad.push_back(std::move(info));
+  }
+  return bad;
+}
+
+std::uint64_t remote_maintenance::clear() {
+  impl_->require_writable();
+  std::uint64_t removed = 0;
+  for (const std::string& key : impl_->keys()) {
+    const remote_result r = impl_->checked(impl_->connection.del(key), "deleting a remote value");
+    removed += r.value == byte_vector{'1'} ? 1 : 0;
+  }
+  return removed;
+}
+
+}  // namespace unicache

@@ -1,0 +1,102 @@
+// unicache-store --remote against a real redis-server: stats, list, verify
+// (with and without --fix), clear, read-only refusals, and a password that
+// is never printed.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "redis_server.hpp"
+#include "store_test_support.hpp"
+#include "unicache/store.hpp"
+
+namespace unicache {
+namespace {
+
+struct run_result {
+  int status = -1;
+  std::string out;
+};
+
+run_result tool(const std::string& args) {
+  run_result r;
+  const std::string command = std::string(UNICACHE_STORE_TOOL) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::array<char, 512> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe)) r.out += buf.data();
+  const int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class RemoteTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
+    ASSERT_TRUE(server_.started()) << "redis-server did not start";
+  }
+  testing::redis_server server_{"tool-password-123"};
+};
+
+TEST_F(RemoteTool, StatsListVerifyClear) {
+  {
+    testing::temp_dir dir;
+    kernel_store store(testing::store_in(dir.path()));
+    store.set_remote(server_.url());
+    for (int i = 0; i < 3; ++i) store.put(testing::gpu_a(), "opencl-c k" + std::to_string(i), testing::binary_for("k", 1000));
+    store.flush_remote();
+  }
+  const std::string remote = "--remote '" + server_.url() + "'";
+  run_result r = tool(remote + " stats");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("entries:          3"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("tool-password-123"), std::string::npos) << r.out;
+
+  r = tool(remote + " list --json");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '{') - 1, 3) << r.out;
+  EXPECT_NE(r.out.find("\"valid\": true"), std::string::npos) << r.out;
+
+  r = tool(remote + " verify");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("0 bad entries"), std::string::npos) << r.out;
+
+  {
+    detail::redis_connection c(parse_remote_url(server_.url()));
+    ASSERT_EQ(c.set("unicache:1:00:00", byte_vector{'j', 'u', 'n', 'k'}).status, detail::remote_status::ok);
+  }
+  r = tool(remote + " verify");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("not a unicache entry"), std::string::npos) << r.out;
+  r = tool("--remote '" + server_.url("read_only=1") + "' verify --fix");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("read_only=1"), std::string::npos) << r.out;
+  r = tool(remote + " verify --fix");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("1 bad entry removed"), std::string::npos) << r.out;
+
+  r = tool(remote + " clear");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("3 remote entries removed"), std::string::npos) << r.out;
+  r = tool(remote + " stats");
+  EXPECT_NE(r.out.find("entries:          0"), std::string::npos) << r.out;
+}
+
+TEST_F(RemoteTool, ABadUrlOrAWrongPasswordIsReportedWithoutThePassword) {
+  run_result r = tool("--remote 'redis://u:hunter2@127.0.0.1:99999' stats");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(r.out.find("hunter2"), std::string::npos) << r.out;
+  r = tool("--remote 'redis://wrong-secret-456@127.0.0.1:" + std::to_string(server_.port()) + "' stats");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.find("wrong-secret-456"), std::string::npos) << r.out;
+  r = tool("--remote 'redis://h' prune --max-size 1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = tool("--dir /tmp --remote 'redis://h' stats");
+  EXPECT_EQ(r.status, 2) << r.out;
+}
+
+}  // namespace
+}  // namespace unicache
