@@ -7,6 +7,9 @@
 //           CUDA_CACHE_DISABLE=1)
 //   driver  unicache store off, the driver's own cache on and warm
 //   warm    unicache store warm, driver caches off
+//   remote  empty local store, the remote tier (a redis-server on loopback
+//           that this program starts) warm, driver caches off: a fresh
+//           machine of a fleet. Left out, saying why, without redis-server.
 //
 // Time to first result is compile() + the first execution + the copy back;
 // it is also reported with engine creation added. And engine creation with
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "redis_server.hpp"
 #include "gpu_backends.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
@@ -335,6 +339,20 @@ int main(int argc, char** argv) {
        "UNICACHE_PERSISTENT_CACHE=0 " + drivers_on, {}},
       {"warm", "unicache store warm, driver caches off", store + " " + drivers_off, store + " " + drivers_off, {}},
   };
+  // The remote condition: a server of its own, filled by a warm-up process
+  // with a local store of its own.
+  unicache::testing::redis_server redis;
+  if (redis.started()) {
+    const std::string remote = "UNICACHE_REMOTE_CACHE=" + redis.url() + " " + drivers_off;
+    conditions.push_back({"remote", "empty local store, remote tier warm, driver caches off",
+                          remote + " UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/remote",
+                          remote + " UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/remote-fill",
+                          {}});
+  } else {
+    std::fprintf(stderr, "bench_warm_start: no remote condition: %s\n",
+                 unicache::testing::redis_server_binary().empty() ? "no redis-server (apt-get install redis-server)"
+                                                                  : "redis-server did not start");
+  }
   std::fprintf(stderr, "bench_warm_start: %d fresh processes per condition, MatMul %lldx%lldx%lld + bias + GELU\n", runs,
                static_cast<long long>(sz.m), static_cast<long long>(sz.k), static_cast<long long>(sz.n));
   std::string device;
@@ -352,6 +370,7 @@ int main(int argc, char** argv) {
         env = "UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/cold" + std::to_string(r) + " " +
               drivers_off;
       }
+      if (c.name == "remote") env += std::to_string(r);  // a new empty local store every run
       child_run one = run_child(env, size_args);
       if (!one.ok) {
         std::fprintf(stderr, "bench_warm_start: a %s run failed:\n%s", c.name.c_str(), one.output.c_str());
@@ -417,6 +436,11 @@ int main(int argc, char** argv) {
   const double driver_total = conditions[1].median_of("total_ms"), warm_total = conditions[2].median_of("total_ms");
   std::printf("first result: warm / cold = 1/%.0f, warm / driver cache = 1/%.1f; with engine: 1/%.0f and 1/%.1f\n",
               cold / warm, driver / warm, cold_total / warm_total, driver_total / warm_total);
+  if (conditions.size() > 3) {
+    const double remote = conditions[3].median_of("partition_ms"), remote_total = conditions[3].median_of("total_ms");
+    std::printf("remote tier, empty local store: first result %.2fx warm local store's (with engine %.2fx)\n",
+                remote / warm, remote_total / warm_total);
+  }
   if (cuda) {
     std::printf("warm first result with engine: %.1f ms = %.2fx CUDA context creation alone (%.1f ms)\n", warm_total,
                 warm_total / context, context);
@@ -456,6 +480,10 @@ int main(int argc, char** argv) {
         << ", \"cold_over_warm_with_engine\": " << cold_total / warm_total
         << ", \"driver_over_warm_with_engine\": " << driver_total / warm_total;
     if (cuda) out << ", \"warm_with_engine_over_context\": " << warm_total / context;
+    if (conditions.size() > 3) {
+      out << ", \"remote_over_warm\": " << conditions[3].median_of("partition_ms") / warm
+          << ", \"remote_over_warm_with_engine\": " << conditions[3].median_of("total_ms") / warm_total;
+    }
     out << "}\n}\n";
   }
   return 0;
