@@ -15,6 +15,8 @@
 //              connect_timeout_ms=N   1..60000 (default 100)
 //              timeout_ms=N           each operation, 1..60000 (default 1000)
 //              ttl_s=N                expiry of written values, 0 (none, the default)..31536000
+//              breaker_s=N            the first back-off after a failure, 1..3600 (default 60);
+//                                     it doubles while failures go on, up to an hour
 //
 // The password is never printed: remote_config::to_string() and every error
 // and warning show "***" in its place.
@@ -48,6 +50,7 @@ struct remote_config {
   std::uint32_t connect_timeout_ms = 100;
   std::uint32_t timeout_ms = 1000;
   std::uint32_t ttl_s = 0;  // 0: values do not expire
+  std::uint32_t breaker_s = 60;
 
   // The URL that parses back to this configuration, with the password (if
   // any) shown as "***".

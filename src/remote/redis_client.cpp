@@ -136,19 +136,28 @@ remote_result redis_connection::connect() {
 remote_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes,
                                     std::vector<std::string>* array) {
   sigpipe_guard no_sigpipe;
-  if (!context_) {
-    remote_result r = connect();
-    if (r.status != remote_status::ok) return r;
-  }
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
   for (const std::string_view a : args) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  reply_ptr reply(
-      static_cast<redisReply*>(redisCommandArgv(context_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  if (!reply) return failure("talking to");
+  // A connection made earlier may have been closed by a server that has
+  // restarted since: an I/O error on it (not a timeout) is tried once more
+  // on a new connection.
+  const bool reused = context_ != nullptr;
+  reply_ptr reply;
+  for (int attempt = 0; attempt < 2 && !reply; ++attempt) {
+    if (!context_) {
+      remote_result r = connect();
+      if (r.status != remote_status::ok) return r;
+    }
+    reply.reset(
+        static_cast<redisReply*>(redisCommandArgv(context_, static_cast<int>(argv.size()), argv.data(), lens.data())));
+    if (reply) break;
+    remote_result r = failure("talking to");
+    if (!reused || attempt == 1 || r.status == remote_status::timeout) return r;
+  }
   remote_result r;
   switch (reply->type) {
     case REDIS_REPLY_NIL:

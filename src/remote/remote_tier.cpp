@@ -16,7 +16,6 @@ namespace unicache::detail {
 namespace {
 
 constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256
-constexpr std::int64_t kFirstBackoffNs = std::int64_t{60} * 1'000'000'000;
 constexpr std::int64_t kLongestBackoffNs = std::int64_t{3600} * 1'000'000'000;
 constexpr std::size_t kMaxIdleConnections = 8;
 
@@ -90,8 +89,10 @@ bool remote_tier::breaker_open() const { return now_ns() < open_until_ns_.load(s
 
 void remote_tier::record_failure(const remote_result& r) {
   (r.status == remote_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
+  // A call that raced with the one that opened the breaker does not extend it.
+  if (breaker_open()) return;
   std::int64_t backoff = backoff_ns_.load(std::memory_order_relaxed);
-  backoff = backoff == 0 ? kFirstBackoffNs : std::min(backoff * 2, kLongestBackoffNs);
+  backoff = backoff == 0 ? std::int64_t{config_.breaker_s} * 1'000'000'000 : std::min(backoff * 2, kLongestBackoffNs);
   backoff_ns_.store(backoff, std::memory_order_relaxed);
   open_until_ns_.store(now_ns() + backoff, std::memory_order_release);
   if (!warned_.exchange(true)) {

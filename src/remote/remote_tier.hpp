@@ -2,7 +2,8 @@
 // fleet shares. Reads are synchronous and bounded by the configuration's
 // timeouts; writes go out on a background thread through a bounded queue.
 // A failure opens a circuit breaker: no remote call for a back-off period
-// (60 s, doubling to an hour while failures go on), one warning per process;
+// (breaker_s, 60 s by default, doubling to an hour while failures go on),
+// one warning per process;
 // the local store keeps working throughout.
 //
 // Values are the store's entry format (magic, version, device hash, full

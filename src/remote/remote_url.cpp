@@ -159,8 +159,10 @@ remote_config parse_remote_url(std::string_view url) {
       c.timeout_ms = static_cast<std::uint32_t>(number(value, 1, 60000, "timeout_ms"));
     } else if (name == "ttl_s") {
       c.ttl_s = static_cast<std::uint32_t>(number(value, 0, 31536000, "ttl_s"));
+    } else if (name == "breaker_s") {
+      c.breaker_s = static_cast<std::uint32_t>(number(value, 1, 3600, "breaker_s"));
     } else {
-      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms and ttl_s are known)");
+      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms, ttl_s and breaker_s are known)");
     }
   }
   return c;
@@ -176,7 +178,7 @@ std::string remote_config::to_string() const {
   url += ":" + std::to_string(port) + "/" + std::to_string(db);
   url += "?prefix=" + prefix + "&read_only=" + (read_only ? "1" : "0") +
          "&connect_timeout_ms=" + std::to_string(connect_timeout_ms) + "&timeout_ms=" + std::to_string(timeout_ms) +
-         "&ttl_s=" + std::to_string(ttl_s);
+         "&ttl_s=" + std::to_string(ttl_s) + "&breaker_s=" + std::to_string(breaker_s);
   return url;
 }
 

@@ -31,11 +31,13 @@ TEST(RemoteUrl, AHostAloneTakesTheDefaults) {
   EXPECT_EQ(c.connect_timeout_ms, 100u);
   EXPECT_EQ(c.timeout_ms, 1000u);
   EXPECT_EQ(c.ttl_s, 0u);
+  EXPECT_EQ(c.breaker_s, 60u);
 }
 
 TEST(RemoteUrl, EveryPart) {
   const remote_config c = parse_remote_url(
-      "redis://ci:p%40ss%3Aw0rd@10.0.0.7:7000/3?prefix=fleet-a&read_only=1&connect_timeout_ms=50&timeout_ms=250&ttl_s=86400");
+      "redis://ci:p%40ss%3Aw0rd@10.0.0.7:7000/3?prefix=fleet-a&read_only=1&connect_timeout_ms=50&timeout_ms=250&ttl_s=86400"
+      "&breaker_s=5");
   EXPECT_EQ(c.host, "10.0.0.7");
   EXPECT_EQ(c.port, 7000);
   EXPECT_EQ(c.db, 3u);
@@ -46,6 +48,7 @@ TEST(RemoteUrl, EveryPart) {
   EXPECT_EQ(c.connect_timeout_ms, 50u);
   EXPECT_EQ(c.timeout_ms, 250u);
   EXPECT_EQ(c.ttl_s, 86400u);
+  EXPECT_EQ(c.breaker_s, 5u);
 }
 
 TEST(RemoteUrl, APasswordAloneAndAnIpv6Host) {
@@ -86,6 +89,7 @@ TEST(RemoteUrl, MalformedUrlsSayWhatIsWrong) {
       {"redis://h?connect_timeout_ms=-1", "connect_timeout_ms"},
       {"redis://h?read_only=yes", "read_only"},
       {"redis://h?ttl_s=31536001", "ttl_s"},
+      {"redis://h?breaker_s=0", "breaker_s"},
       {"redis://h?prefix=a%20b", "prefix"},
       {"redis://h?prefix=", "prefix"},
       {"redis://h?colour=blue", "unknown option"},

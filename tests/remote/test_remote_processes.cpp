@@ -1,0 +1,156 @@
+// The remote tier across processes, against a real redis-server: a second
+// process with an empty local store hits; eight processes share one server
+// while a ninth plants junk under their keys, with zero corrupt reads; a
+// server that dies in the middle of a run fails nothing, and is used again
+// once it is back and the breaker's back-off is over.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_server.hpp"
+#include "remote/remote_tier.hpp"
+#include "store_test_support.hpp"
+#include "unicache/store.hpp"
+
+namespace unicache {
+namespace {
+
+using testing::redis_server;
+
+// Forks `count` children running body(i) and returns their exit statuses
+// (128 + signal when one was killed; an alarm ends any that hangs).
+template <typename Body>
+std::vector<int> run_children(int count, Body body) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < count; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(60);
+      ::_exit(body(i));
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> statuses;
+  for (const pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    statuses.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return statuses;
+}
+
+class RemoteProcesses : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
+    ASSERT_TRUE(server_.started()) << "redis-server did not start";
+  }
+  redis_server server_;
+  testing::temp_dir root_;
+};
+
+TEST_F(RemoteProcesses, ASecondProcessWithAnEmptyLocalStoreHits) {
+  const std::string url = server_.url();
+  const std::string root = root_.path();
+  const auto writer = run_children(1, [&](int) {
+    kernel_store store(testing::store_in(root + "/a"));
+    store.set_remote(url);
+    store.put(testing::gpu_a(), "opencl-c gemm", testing::binary_for("gemm", 200000));
+    store.flush_remote();
+    return store.remote_statistics().puts == 1 ? 0 : 1;
+  });
+  ASSERT_EQ(writer[0], 0);
+  const auto reader = run_children(1, [&](int) {
+    kernel_store store(testing::store_in(root + "/b"));
+    store.set_remote(url);
+    const auto got = store.get(testing::gpu_a(), "opencl-c gemm");
+    return got == testing::binary_for("gemm", 200000) ? 0 : 1;
+  });
+  EXPECT_EQ(reader[0], 0);
+}
+
+TEST_F(RemoteProcesses, EightProcessesAndAVandalShareOneServerWithZeroCorruptReads) {
+  constexpr int kKeys = 24, kRounds = 150;
+  const std::string url = server_.url();
+  const std::string root = root_.path();
+  // Exit codes: 0 fine; 3 a corrupt read (served bytes that are not the key's).
+  const auto statuses = run_children(9, [&](int child) {
+    std::mt19937 rng(static_cast<unsigned>(child) * 7919u + 1);
+    std::uniform_int_distribution<int> pick(0, kKeys - 1);
+    if (child == 8) {
+      // The vandal: junk, another key's valid entry, and truncated entries
+      // under the others' Redis keys.
+      detail::redis_connection c(parse_remote_url(url));
+      detail::remote_tier shape(parse_remote_url(url + "?read_only=1"), "");
+      for (int round = 0; round < kRounds * 2; ++round) {
+        const std::string key = "opencl-c k" + std::to_string(pick(rng));
+        const std::string where = shape.redis_key(testing::gpu_a(), key);
+        byte_vector value;
+        switch (round % 3) {
+          case 0: value = {'j', 'u', 'n', 'k'}; break;
+          case 1: value = shape.encode(testing::gpu_a(), "opencl-c other", testing::binary_for("other", 3000)); break;
+          default: {
+            value = shape.encode(testing::gpu_a(), key, testing::binary_for(key, 3000));
+            value.resize(value.size() / 2);
+          }
+        }
+        c.set(where, value);
+      }
+      return 0;
+    }
+    kernel_store store(testing::store_in(root + "/p" + std::to_string(child)));
+    store.set_remote(url);
+    int corrupt = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      const std::string key = "opencl-c k" + std::to_string(pick(rng));
+      const byte_vector want = testing::binary_for(key, 3000);
+      if (const auto got = store.get(testing::gpu_a(), key)) {
+        if (*got != want) ++corrupt;
+      } else {
+        store.put(testing::gpu_a(), key, want);
+      }
+    }
+    store.flush_remote();
+    return corrupt ? 3 : 0;
+  });
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(statuses[static_cast<std::size_t>(i)], 0) << "process " << i;
+}
+
+TEST_F(RemoteProcesses, AServerThatDiesMidRunFailsNothingAndIsUsedAgainWhenBack) {
+  kernel_store store(testing::store_in(root_.path()));
+  store.set_remote(server_.url("connect_timeout_ms=100&timeout_ms=300&breaker_s=1"));
+  const device_identity device = testing::gpu_a();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 40; ++i) {
+    if (i == 10) server_.kill();
+    const std::string key = "opencl-c k" + std::to_string(i);
+    EXPECT_EQ(store.get(device, key), std::nullopt);
+    EXPECT_TRUE(store.put(device, key, testing::binary_for(key, 500))) << "the local store keeps working";
+    EXPECT_EQ(store.get(device, key), testing::binary_for(key, 500));
+  }
+  store.flush_remote();
+  ::testing::internal::GetCapturedStderr();
+  const remote_stats down = store.remote_statistics();
+  EXPECT_GE(down.errors + down.timeouts, 1u);
+  EXPECT_GT(down.skipped, 0u) << "the breaker opened";
+  ASSERT_TRUE(server_.start());
+  if (server_.port() != parse_remote_url(store.remote_statistics().url).port) GTEST_SKIP() << "the port was taken";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the back-off is over
+  store.put(device, "opencl-c after", testing::binary_for("after", 500));
+  store.flush_remote();
+  EXPECT_GT(store.remote_statistics().puts, down.puts) << "writes go out again";
+  testing::temp_dir other;
+  kernel_store fresh(testing::store_in(other.path()));
+  fresh.set_remote(server_.url());
+  EXPECT_EQ(fresh.get(device, "opencl-c after"), testing::binary_for("after", 500));
+}
+
+}  // namespace
+}  // namespace unicache
