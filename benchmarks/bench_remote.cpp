@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     remote.put(device, key, value);
     remote.flush();
     local.put(device, key, value);
-    const percentiles r = of(time_reads(reads, [&] { return remote.get(device, key).has_value(); }));
+    const percentiles r = of(time_reads(reads, [&] { return remote.get(device, key).binary.has_value(); }));
     const percentiles l = of(time_reads(reads, [&] { return local.get(device, key).has_value(); }));
     const std::string size = bytes >= (1 << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
     std::printf("%-8s %9.3f ms %9.3f ms %9.3f ms %9.3f ms\n", size.c_str(), r.p50, r.p99, l.p50, l.p99);

@@ -120,59 +120,63 @@ void remote_tier::give_back(std::unique_ptr<redis_connection> c) {
   if (idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
 }
 
-std::optional<byte_vector> remote_tier::get(const device_identity& device, std::string_view key) noexcept {
+tier_result remote_tier::get(const device_identity& device, std::string_view key) noexcept {
   try {
     if (breaker_open()) {
       counters_.skipped.fetch_add(1, std::memory_order_relaxed);
-      return std::nullopt;
+      return {tier_status::skipped, std::nullopt};
     }
     std::unique_ptr<redis_connection> c = take_connection();
     const remote_result r = c->get(redis_key(device, key), max_value_bytes(key));
     if (r.status == remote_status::error || r.status == remote_status::timeout) {
       record_failure(r);
-      return std::nullopt;
+      return {r.status == remote_status::timeout ? tier_status::timeout : tier_status::error, std::nullopt};
     }
     give_back(std::move(c));
     record_success();
     if (r.status != remote_status::hit) {
       (r.message.empty() ? counters_.misses : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
-      return std::nullopt;
+      return {tier_status::miss, std::nullopt};
     }
     counters_.bytes_read.fetch_add(r.value.size(), std::memory_order_relaxed);
     std::optional<byte_vector> binary = decode(device, key, r.value);
     (binary ? counters_.hits : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
-    return binary;
+    return {binary ? tier_status::hit : tier_status::miss, std::move(binary)};
   } catch (...) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
+    return {tier_status::error, std::nullopt};
   }
 }
 
-void remote_tier::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
-  if (config_.read_only) return;
+tier_result remote_tier::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
+  if (config_.read_only) return {tier_status::skipped, std::nullopt};
   try {
     write w{redis_key(device, key), encode(device, key, binary)};
     scoped_lock l(&queue_mu_);
     if (queue_.size() >= kQueueLimit || breaker_open()) {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-      return;
+      return {tier_status::skipped, std::nullopt};
     }
     queue_.push_back(std::move(w));
     queue_cv_.notify_all();
+    return {tier_status::done, std::nullopt};
   } catch (...) {
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    return {tier_status::error, std::nullopt};
   }
 }
 
-void remote_tier::remove(const device_identity& device, std::string_view key) noexcept {
-  if (config_.read_only) return;
+tier_result remote_tier::remove(const device_identity& device, std::string_view key) noexcept {
+  if (config_.read_only) return {tier_status::skipped, std::nullopt};
   try {
     write w{redis_key(device, key), {}};
     scoped_lock l(&queue_mu_);
-    if (queue_.size() >= kQueueLimit) return;
+    if (queue_.size() >= kQueueLimit) return {tier_status::skipped, std::nullopt};
     queue_.push_back(std::move(w));
     queue_cv_.notify_all();
+    return {tier_status::done, std::nullopt};
   } catch (...) {
+    return {tier_status::error, std::nullopt};
   }
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "remote/redis_client.hpp"
+#include "store/storage_tier.hpp"
 #include "unicache/remote.hpp"
 #include "unicache/store.hpp"
 #include "util/mutex.hpp"
@@ -36,22 +37,24 @@ struct remote_counters {
   std::atomic<std::uint64_t> puts{0}, dropped{0}, bytes_read{0}, bytes_written{0};
 };
 
-class remote_tier {
+class remote_tier final : public storage_tier {
  public:
   // `secret`: empty for unsigned values.
   remote_tier(remote_config config, std::string secret);
-  ~remote_tier();  // waits for queued writes, at most the operation timeout each
+  ~remote_tier() override;  // waits for queued writes, at most the operation timeout each
+  const char* name() const override { return "redis"; }
   remote_tier(const remote_tier&) = delete;
   remote_tier& operator=(const remote_tier&) = delete;
 
-  // The binary stored under (device, key), verified; nullopt on a miss, an
-  // error, a timeout, a rejected value or an open breaker. Never throws.
-  std::optional<byte_vector> get(const device_identity& device, std::string_view key) noexcept;
-  // Queues a write (nothing in read-only mode); a full queue drops it
-  // (counted). Never blocks on the network, never throws.
-  void put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
-  // Queues a removal (nothing in read-only mode).
-  void remove(const device_identity& device, std::string_view key) noexcept;
+  // The binary stored under (device, key), verified: hit; miss (none, or a
+  // value that failed a check: counted as rejected); skipped (the breaker
+  // is open); error or timeout (the breaker opens). Never throws.
+  tier_result get(const device_identity& device, std::string_view key) noexcept override;
+  // Queues a write: done; skipped in read-only mode, with the breaker open
+  // or the queue full (counted as dropped). Never waits for the network.
+  tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept override;
+  // Queues a removal: done, or skipped (read-only, queue full).
+  tier_result remove(const device_identity& device, std::string_view key) noexcept override;
   // Waits until the queue is empty (tests and tools), or at most `limit`;
   // returns whether it is.
   bool flush(std::chrono::milliseconds limit = std::chrono::milliseconds::max());

@@ -1,6 +1,7 @@
 // kernel_store's operations: get, put and remove on the current directory,
 // the run-time settings, and the blob API over the same entry format.
 #include <fcntl.h>
+#include <array>
 #include <cstdlib>
 #include <time.h>
 #include <unistd.h>
@@ -264,27 +265,39 @@ bool kernel_store::impl::remove_local(const device_identity& device, std::string
   return false;
 }
 
-// The chain: the local store, then the remote tier; a remote hit is written
-// to the local store. The caller never knows which tier answered.
+// The chain of tiers: the local store, then the remote one if configured.
+// get asks them in order and writes a hit to the tiers before the one that
+// answered; put and remove go to every tier. The caller never knows which
+// tier answered; the result is the local tier's (a remote write is queued).
+
 std::optional<byte_vector> kernel_store::get(const device_identity& device, std::string_view key) noexcept {
-  std::optional<byte_vector> found = impl_->get_local(device, key);
-  if (found) return found;
-  const std::shared_ptr<detail::remote_tier> remote = impl_->remote();
-  if (!remote) return std::nullopt;
-  found = remote->get(device, key);
-  if (found) impl_->put_local(device, key, *found);
-  return found;
+  const impl::chain c = impl_->tiers();
+  for (std::size_t i = 0; i < c.size; ++i) {
+    detail::tier_result r = c.tiers[i]->get(device, key);
+    if (r.status != detail::tier_status::hit) continue;
+    for (std::size_t earlier = 0; earlier < i; ++earlier) c.tiers[earlier]->put(device, key, *r.binary);
+    return std::move(r.binary);
+  }
+  return std::nullopt;
 }
 
 bool kernel_store::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
-  const bool stored = impl_->put_local(device, key, binary);
-  if (const std::shared_ptr<detail::remote_tier> remote = impl_->remote()) remote->put(device, key, binary);
+  const impl::chain c = impl_->tiers();
+  bool stored = false;
+  for (std::size_t i = 0; i < c.size; ++i) {
+    const detail::tier_result r = c.tiers[i]->put(device, key, binary);
+    if (i == 0) stored = r.status == detail::tier_status::done;
+  }
   return stored;
 }
 
 bool kernel_store::remove(const device_identity& device, std::string_view key) noexcept {
-  const bool removed = impl_->remove_local(device, key);
-  if (const std::shared_ptr<detail::remote_tier> remote = impl_->remote()) remote->remove(device, key);
+  const impl::chain c = impl_->tiers();
+  bool removed = false;
+  for (std::size_t i = 0; i < c.size; ++i) {
+    const detail::tier_result r = c.tiers[i]->remove(device, key);
+    if (i == 0) removed = r.status == detail::tier_status::done;
+  }
   return removed;
 }
 

@@ -7,9 +7,11 @@
 // one goes when the last operation using it finishes.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "remote/remote_tier.hpp"
+#include "store/storage_tier.hpp"
 #include "store/store_directory.hpp"
 #include "store/store_testing.hpp"
 #include "unicache/store.hpp"
@@ -46,10 +48,45 @@ struct kernel_store::impl {
 
   detail::store_testing::key_hasher hasher = &detail::key_hash;
 
-  // The local store's get, put and remove (kernel_store's chain adds the remote tier).
+  // The local store's get, put and remove: the first tier of kernel_store's chain.
   std::optional<byte_vector> get_local(const device_identity& device, std::string_view key) noexcept;
   bool put_local(const device_identity& device, std::string_view key, byte_span binary) noexcept;
   bool remove_local(const device_identity& device, std::string_view key) noexcept;
+
+  // The local store as a storage tier.
+  class local_tier final : public detail::storage_tier {
+   public:
+    explicit local_tier(impl& store) : store_(store) {}
+    const char* name() const override { return "local"; }
+    detail::tier_result get(const device_identity& device, std::string_view key) noexcept override {
+      std::optional<byte_vector> b = store_.get_local(device, key);
+      return {b ? detail::tier_status::hit : detail::tier_status::miss, std::move(b)};
+    }
+    detail::tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept override {
+      return {store_.put_local(device, key, binary) ? detail::tier_status::done : detail::tier_status::skipped, {}};
+    }
+    detail::tier_result remove(const device_identity& device, std::string_view key) noexcept override {
+      return {store_.remove_local(device, key) ? detail::tier_status::done : detail::tier_status::skipped, {}};
+    }
+
+   private:
+    impl& store_;
+  };
+  local_tier local{*this};
+
+  // The chain for one operation: the local tier, then the remote one.
+  struct chain {
+    std::shared_ptr<detail::remote_tier> remote;  // keeps the remote tier alive meanwhile
+    std::array<detail::storage_tier*, 2> tiers{};
+    std::size_t size = 0;
+  };
+  chain tiers() {
+    chain c;
+    c.remote = remote();
+    c.tiers[c.size++] = &local;
+    if (c.remote) c.tiers[c.size++] = c.remote.get();
+    return c;
+  }
 
   // The remote tier behind the local store, or null.
   std::shared_ptr<detail::remote_tier> remote() const {

@@ -50,9 +50,9 @@ TEST_F(RemoteTier, AnotherProcessGetsWhatOneWrote) {
     EXPECT_EQ(writer.counters().puts.load(), 1u);
   }
   remote_tier reader(config(), "");
-  EXPECT_EQ(reader.get(kDevice, "opencl-c gemm"), b);
-  EXPECT_EQ(reader.get(kDevice, "opencl-c other"), std::nullopt);
-  EXPECT_EQ(reader.get(kOtherDevice, "opencl-c gemm"), std::nullopt) << "another device's key";
+  EXPECT_EQ(reader.get(kDevice, "opencl-c gemm").binary, b);
+  EXPECT_EQ(reader.get(kDevice, "opencl-c other").binary, std::nullopt);
+  EXPECT_EQ(reader.get(kOtherDevice, "opencl-c gemm").status, detail::tier_status::miss) << "another device's key";
   EXPECT_EQ(reader.counters().hits.load(), 1u);
   EXPECT_EQ(reader.counters().misses.load(), 2u);
 }
@@ -70,12 +70,12 @@ TEST_F(RemoteTier, CorruptTruncatedAndForeignValuesAreRejectedNeverServed) {
   const std::string junk = "not an entry at all";
   for (const byte_vector& bad : {corrupt, truncated, foreign_device, other_key, byte_vector(junk.begin(), junk.end())}) {
     plant(where, bad);
-    EXPECT_EQ(tier.get(kDevice, key), std::nullopt);
+    EXPECT_EQ(tier.get(kDevice, key).binary, std::nullopt);
   }
   EXPECT_EQ(tier.counters().rejected.load(), 5u);
   EXPECT_EQ(tier.counters().hits.load(), 0u);
   plant(where, good);
-  EXPECT_EQ(tier.get(kDevice, key), binary(4096, 9));
+  EXPECT_EQ(tier.get(kDevice, key).binary, binary(4096, 9));
 }
 
 TEST_F(RemoteTier, WithASecretUnsignedAndWronglySignedValuesAreRejected) {
@@ -85,13 +85,13 @@ TEST_F(RemoteTier, WithASecretUnsignedAndWronglySignedValuesAreRejected) {
   remote_tier other_signer(config(), "another secret, also long enough");
   const std::string where = signer.redis_key(kDevice, key);
   plant(where, unsigned_tier.encode(kDevice, key, binary(1000, 1)));
-  EXPECT_EQ(signer.get(kDevice, key), std::nullopt);
+  EXPECT_EQ(signer.get(kDevice, key).binary, std::nullopt);
   plant(where, other_signer.encode(kDevice, key, binary(1000, 1)));
-  EXPECT_EQ(signer.get(kDevice, key), std::nullopt);
+  EXPECT_EQ(signer.get(kDevice, key).binary, std::nullopt);
   EXPECT_EQ(signer.counters().rejected.load(), 2u);
   plant(where, signer.encode(kDevice, key, binary(1000, 1)));
-  EXPECT_EQ(signer.get(kDevice, key), binary(1000, 1));
-  EXPECT_EQ(unsigned_tier.get(kDevice, key), std::nullopt) << "a signed value is not an unsigned entry";
+  EXPECT_EQ(signer.get(kDevice, key).binary, binary(1000, 1));
+  EXPECT_EQ(unsigned_tier.get(kDevice, key).binary, std::nullopt) << "a signed value is not an unsigned entry";
 }
 
 TEST_F(RemoteTier, ReadOnlyWritesNothing) {
@@ -107,11 +107,12 @@ TEST_F(RemoteTier, AServerThatDiesOpensTheBreakerAndNothingThrows) {
   remote_tier tier(config("connect_timeout_ms=100&timeout_ms=200"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();
-  ASSERT_EQ(tier.get(kDevice, "k"), binary(100, 5));
+  ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));
   server_.kill();
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
-  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
+  const auto failed = tier.get(kDevice, "k").status;
+  EXPECT_TRUE(failed == detail::tier_status::error || failed == detail::tier_status::timeout);
+  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped) << "the breaker is open";
   tier.put(kDevice, "k2", binary(100, 6));
   tier.flush();
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -130,8 +131,8 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
   redis_connection admin(config());
   ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "1500", "ALL"}).status, remote_status::ok);
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
-  EXPECT_EQ(tier.get(kDevice, "k"), std::nullopt);
+  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::timeout);
+  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped);
   ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(tier.counters().timeouts.load(), 1u);
   EXPECT_EQ(tier.counters().skipped.load(), 1u);

@@ -1,0 +1,40 @@
+// One tier of the kernel store's chain (local directory, then remote
+// server), as ccache's storage backends are: get, put and remove of
+// self-describing entries, with results that tell a miss from an error and
+// from a timeout. kernel_store asks its tiers in order; a hit is written to
+// the tiers before it, and put and remove go to all of them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "unicache/store.hpp"
+
+namespace unicache::detail {
+
+enum class tier_status : std::uint8_t {
+  hit,      // get: the value is in `binary`
+  miss,     // get: none (or one that failed a check: never served)
+  done,     // put, remove: done, or queued (a tier that writes in the background)
+  skipped,  // not tried: off, full, read-only, or a breaker open
+  error,
+  timeout,
+};
+
+struct tier_result {
+  tier_status status = tier_status::miss;
+  std::optional<byte_vector> binary;
+};
+
+class storage_tier {
+ public:
+  virtual ~storage_tier() = default;
+  virtual const char* name() const = 0;
+  // None of these throws.
+  virtual tier_result get(const device_identity& device, std::string_view key) noexcept = 0;
+  virtual tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept = 0;
+  virtual tier_result remove(const device_identity& device, std::string_view key) noexcept = 0;
+};
+
+}  // namespace unicache::detail
