@@ -10,6 +10,10 @@
 //   remote  empty local store, the remote tier (a redis-server on loopback
 //           that this program starts) warm, driver caches off: a fresh
 //           machine of a fleet. Left out, saying why, without redis-server.
+//   down    as cold, with the remote tier's server down (a closed port)
+//   stalled as cold, with a server that accepts connections and never
+//           answers (timeout_ms=250): the first lookup waits for the
+//           timeout, the breaker opens, the rest run at local speed
 //
 // Time to first result is compile() + the first execution + the copy back;
 // it is also reported with engine creation added. And engine creation with
@@ -83,6 +87,34 @@ std::string counters_of() {
                 c.loaded, c.stored);
   return text;
 }
+
+// A TCP socket on loopback that listens and never accepts: connections
+// complete in its backlog and nothing is ever answered (a stalled server).
+class blackhole {
+ public:
+  blackhole() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 64) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+  }
+  ~blackhole() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  blackhole(const blackhole&) = delete;
+  blackhole& operator=(const blackhole&) = delete;
+  int listen_port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // --- Child: one fresh process ---------------------------------------------------
 
@@ -342,12 +374,27 @@ int main(int argc, char** argv) {
   // The remote condition: a server of its own, filled by a warm-up process
   // with a local store of its own.
   unicache::testing::redis_server redis;
+  blackhole stalled_server;
   if (redis.started()) {
     const std::string remote = "UNICACHE_REMOTE_CACHE=" + redis.url() + " " + drivers_off;
     conditions.push_back({"remote", "empty local store, remote tier warm, driver caches off",
                           remote + " UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/remote",
                           remote + " UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/remote-fill",
                           {}});
+    // A closed port, and a listening socket nobody reads (connections
+    // complete in its backlog; commands are never answered).
+    const int closed_port = unicache::testing::free_port();
+    conditions.push_back({"down", "empty local store, remote server down", "", "", {}});
+    conditions.back().environment = "UNICACHE_REMOTE_CACHE=redis://127.0.0.1:" + std::to_string(closed_port) + " " +
+                                    drivers_off + " UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root +
+                                    "/down";
+    if (const int port = stalled_server.listen_port(); port > 0) {
+      conditions.push_back({"stalled", "empty local store, remote server never answers (timeout_ms=250)",
+                            "UNICACHE_REMOTE_CACHE=redis://127.0.0.1:" + std::to_string(port) + "?timeout_ms=250 " +
+                                drivers_off + " UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root +
+                                "/stalled",
+                            "", {}});
+    }
   } else {
     std::fprintf(stderr, "bench_warm_start: no remote condition: %s\n",
                  unicache::testing::redis_server_binary().empty() ? "no redis-server (apt-get install redis-server)"
@@ -370,7 +417,7 @@ int main(int argc, char** argv) {
         env = "UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + root + "/cold" + std::to_string(r) + " " +
               drivers_off;
       }
-      if (c.name == "remote") env += std::to_string(r);  // a new empty local store every run
+      if (c.name == "remote" || c.name == "down" || c.name == "stalled") env += std::to_string(r);  // empty every run
       child_run one = run_child(env, size_args);
       if (!one.ok) {
         std::fprintf(stderr, "bench_warm_start: a %s run failed:\n%s", c.name.c_str(), one.output.c_str());
@@ -440,6 +487,11 @@ int main(int argc, char** argv) {
     const double remote = conditions[3].median_of("partition_ms"), remote_total = conditions[3].median_of("total_ms");
     std::printf("remote tier, empty local store: first result %.2fx warm local store's (with engine %.2fx)\n",
                 remote / warm, remote_total / warm_total);
+    for (std::size_t i = 4; i < conditions.size(); ++i) {
+      std::printf("remote %s: first result with engine %.1f ms against cold's %.1f ms (%+.1f ms)\n",
+                  conditions[i].name.c_str(), conditions[i].median_of("total_ms"), cold_total,
+                  conditions[i].median_of("total_ms") - cold_total);
+    }
   }
   if (cuda) {
     std::printf("warm first result with engine: %.1f ms = %.2fx CUDA context creation alone (%.1f ms)\n", warm_total,
