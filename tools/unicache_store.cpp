@@ -200,6 +200,19 @@ int run_remote(std::string_view command, bool fix, bool json, const std::string&
       std::printf("server:           redis %s, used memory %llu, maxmemory %llu (%s)\n", s.server_version.c_str(),
                   static_cast<unsigned long long>(s.used_memory), static_cast<unsigned long long>(s.maxmemory),
                   s.maxmemory_policy.c_str());
+      const unicache::remote_stats& f = s.fleet;
+      std::printf("fleet counters:   (added up by the processes that write to this prefix)\n");
+      std::printf("  hits:           %llu\n", static_cast<unsigned long long>(f.hits));
+      std::printf("  misses:         %llu\n", static_cast<unsigned long long>(f.misses));
+      std::printf("  rejected:       %llu (values that failed a check: never loaded)\n",
+                  static_cast<unsigned long long>(f.rejected));
+      std::printf("  errors:         %llu\n", static_cast<unsigned long long>(f.errors));
+      std::printf("  timeouts:       %llu\n", static_cast<unsigned long long>(f.timeouts));
+      std::printf("  skipped:        %llu (the breaker was open)\n", static_cast<unsigned long long>(f.skipped));
+      std::printf("  writes:         %llu, dropped %llu\n", static_cast<unsigned long long>(f.puts),
+                  static_cast<unsigned long long>(f.dropped));
+      std::printf("  bytes:          %llu read, %llu written\n", static_cast<unsigned long long>(f.bytes_read),
+                  static_cast<unsigned long long>(f.bytes_written));
       std::printf("server hits:      %llu (every client and prefix)\n", static_cast<unsigned long long>(s.keyspace_hits));
       std::printf("server misses:    %llu\n", static_cast<unsigned long long>(s.keyspace_misses));
       return kOk;

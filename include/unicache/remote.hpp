@@ -98,6 +98,10 @@ struct remote_summary {
   std::string url;  // no password
   std::uint64_t entries = 0;  // values under the prefix
   std::uint64_t bytes = 0;    // their sizes
+  // What the processes using the prefix counted, added up on the server
+  // (each reports its counters every few seconds and at flush or exit;
+  // read-only processes write nothing, so they report nothing).
+  remote_stats fleet;
   // The server's own (INFO): every client and prefix together.
   std::string server_version;
   std::uint64_t used_memory = 0;

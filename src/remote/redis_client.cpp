@@ -226,6 +226,10 @@ remote_result redis_connection::set(std::string_view key, std::span<const unsign
 
 remote_result redis_connection::del(std::string_view key) { return run({"DEL", key}, 64); }
 
+remote_result redis_connection::hgetall(std::string_view key, std::vector<std::string>& pairs) {
+  return run({"HGETALL", key}, 64, &pairs);
+}
+
 remote_result redis_connection::scan(std::string_view cursor, std::string_view pattern,
                                      std::vector<std::string>& keys) {
   return run({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, 64, &keys);

@@ -58,6 +58,9 @@ class redis_connection {
   // next cursor as the value ("0" when done), the keys appended to `keys`.
   remote_result scan(std::string_view cursor, std::string_view pattern, std::vector<std::string>& keys);
 
+  // HGETALL: ok, the field and value pairs appended to `pairs` (field, value, ...).
+  remote_result hgetall(std::string_view key, std::vector<std::string>& pairs);
+
   const remote_config& config() const { return config_; }
 
  private:

@@ -100,6 +100,24 @@ remote_summary remote_maintenance::stats() {
     ++s.entries;
     s.bytes += std::stoull(std::string(r.value.begin(), r.value.end()));
   }
+  std::vector<std::string> pairs;
+  impl_->checked(impl_->connection.hgetall(impl_->tier->stats_key(), pairs), "reading the fleet's counters");
+  for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    const std::string& v = pairs[i + 1];
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::uint64_t n = std::stoull(v);
+    const std::string& f = pairs[i];
+    if (f == "hits") s.fleet.hits = n;
+    if (f == "misses") s.fleet.misses = n;
+    if (f == "rejected") s.fleet.rejected = n;
+    if (f == "errors") s.fleet.errors = n;
+    if (f == "timeouts") s.fleet.timeouts = n;
+    if (f == "skipped") s.fleet.skipped = n;
+    if (f == "puts") s.fleet.puts = n;
+    if (f == "dropped") s.fleet.dropped = n;
+    if (f == "bytes_read") s.fleet.bytes_read = n;
+    if (f == "bytes_written") s.fleet.bytes_written = n;
+  }
   const remote_result info = impl_->checked(impl_->connection.command({"INFO"}), "reading the server's INFO");
   const std::string text(info.value.begin(), info.value.end());
   auto field = [&](const std::string& name) -> std::string {

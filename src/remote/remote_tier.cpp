@@ -182,6 +182,10 @@ tier_result remote_tier::remove(const device_identity& device, std::string_view 
 
 bool remote_tier::flush(std::chrono::milliseconds limit) {
   scoped_lock l(&queue_mu_);
+  if (!config_.read_only && !stopping_) {
+    queue_.push_back(write{});  // a report of the counters, then the queue is done
+    queue_cv_.notify_all();
+  }
   auto done = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return queue_.empty() && !writing_; };
   if (limit == std::chrono::milliseconds::max()) {
     queue_mu_.wait(queue_cv_, done);
@@ -190,19 +194,55 @@ bool remote_tier::flush(std::chrono::milliseconds limit) {
   return queue_mu_.wait_for(queue_cv_, limit, done);
 }
 
+void remote_tier::report(redis_connection& c) {
+  if (breaker_open()) return;
+  const std::array<std::pair<const char*, const std::atomic<std::uint64_t>*>, 10> fields{{
+      {"hits", &counters_.hits},
+      {"misses", &counters_.misses},
+      {"rejected", &counters_.rejected},
+      {"errors", &counters_.errors},
+      {"timeouts", &counters_.timeouts},
+      {"skipped", &counters_.skipped},
+      {"puts", &counters_.puts},
+      {"dropped", &counters_.dropped},
+      {"bytes_read", &counters_.bytes_read},
+      {"bytes_written", &counters_.bytes_written},
+  }};
+  const std::string key = stats_key();
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const std::uint64_t now = fields[i].second->load(std::memory_order_relaxed);
+    if (now == reported_[i]) continue;
+    const std::string delta = std::to_string(now - reported_[i]);
+    const remote_result r = c.command({"HINCRBY", key, fields[i].first, delta});
+    if (r.status != remote_status::ok) {
+      record_failure(r);
+      return;
+    }
+    reported_[i] = now;
+  }
+}
+
 void remote_tier::writer_loop() {
   redis_connection c(config_);
   for (;;) {
     write w;
     {
       scoped_lock l(&queue_mu_);
-      queue_mu_.wait(queue_cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      w = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
+      // Idle for a while: the counts go out anyway.
+      const bool woke = queue_mu_.wait_for(queue_cv_, std::chrono::seconds(5),
+                                           [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
+      if (!woke) {
+        writing_ = true;
+      } else {
+        if (queue_.empty()) return;  // stopping, and nothing left
+        w = std::move(queue_.front());
+        queue_.pop_front();
+        writing_ = true;
+      }
     }
-    if (breaker_open()) {
+    if (w.key.empty()) {
+      report(c);  // idle, or flush() asked
+    } else if (breaker_open()) {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     } else {
       const remote_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);

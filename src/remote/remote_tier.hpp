@@ -13,6 +13,7 @@
 // full key inside the value decides.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -55,12 +56,15 @@ class remote_tier final : public storage_tier {
   tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept override;
   // Queues a removal: done, or skipped (read-only, queue full).
   tier_result remove(const device_identity& device, std::string_view key) noexcept override;
-  // Waits until the queue is empty (tests and tools), or at most `limit`;
-  // returns whether it is.
+  // Sends this process's counts to the server and waits until the queue is
+  // empty (tests, tools, exit), or at most `limit`; returns whether it is.
   bool flush(std::chrono::milliseconds limit = std::chrono::milliseconds::max());
 
   const remote_config& config() const { return config_; }
   const remote_counters& counters() const { return counters_; }
+  // The hash where the tier's processes add up their counters (HINCRBY):
+  // what `unicache-store --remote stats` shows. Outside the entries' keys.
+  std::string stats_key() const { return config_.prefix + ":stats:1"; }
   // The Redis key of (device, key).
   std::string redis_key(const device_identity& device, std::string_view key) const;
   // The value a put writes (the entry, signed when there is a secret).
@@ -76,7 +80,7 @@ class remote_tier final : public storage_tier {
  private:
   struct write {
     std::string key;
-    byte_vector value;  // empty: a removal
+    byte_vector value;  // empty: a removal (or, with an empty key, a report of the counters)
   };
   bool breaker_open() const;
   void record_failure(const remote_result& r);
@@ -84,6 +88,9 @@ class remote_tier final : public storage_tier {
   std::unique_ptr<redis_connection> take_connection();
   void give_back(std::unique_ptr<redis_connection> c);
   void writer_loop();
+  // Adds what the counters gained since the last report to stats_key()
+  // (the writer thread only).
+  void report(redis_connection& c);
 
   const remote_config config_;
   const std::string secret_;
@@ -103,6 +110,7 @@ class remote_tier final : public storage_tier {
   bool writing_ ABSL_GUARDED_BY(queue_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::thread writer_;
+  std::array<std::uint64_t, 10> reported_{};  // the writer's: counters as last reported
 };
 
 }  // namespace unicache::detail

@@ -48,12 +48,21 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
     store.set_remote(server_.url());
     for (int i = 0; i < 3; ++i) store.put(testing::gpu_a(), "opencl-c k" + std::to_string(i), testing::binary_for("k", 1000));
     store.flush_remote();
+    testing::temp_dir other;
+    kernel_store reader(testing::store_in(other.path()));
+    reader.set_remote(server_.url());
+    EXPECT_TRUE(reader.get(testing::gpu_a(), "opencl-c k1").has_value());
+    EXPECT_FALSE(reader.get(testing::gpu_a(), "opencl-c none").has_value());
+    reader.flush_remote();
   }
   const std::string remote = "--remote '" + server_.url() + "'";
   run_result r = tool(remote + " stats");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("entries:          3"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("tool-password-123"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  hits:           1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  misses:         1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  writes:         3, dropped 0"), std::string::npos) << r.out;
 
   r = tool(remote + " list --json");
   EXPECT_EQ(r.status, 0) << r.out;
