@@ -16,20 +16,10 @@
 namespace unicache {
 namespace {
 
-struct run_result {
-  int status = -1;
-  std::string out;
-};
+using run_result = testing::command_result;
 
 run_result tool(const std::string& args) {
-  run_result r;
-  const std::string command = std::string(UNICACHE_STORE_TOOL) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 512> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.out += buf.data();
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing::run_command(std::string(UNICACHE_STORE_TOOL) + " " + args + " 2>&1");
 }
 
 class RemoteTool : public ::testing::Test {

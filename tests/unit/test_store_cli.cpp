@@ -18,20 +18,10 @@ namespace {
 using namespace unicache::testing;
 namespace fs = std::filesystem;
 
-struct run_result {
-  int status = -1;
-  std::string out;
-};
+using run_result = command_result;
 
 run_result tool(const std::string& args) {
-  const std::string command = std::string("UNICACHE_PERSISTENT_CACHE_DIR= ") + UNICACHE_STORE_TOOL + " " + args + " 2>&1";
-  run_result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 512> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.out += buf.data();
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_command(std::string("UNICACHE_PERSISTENT_CACHE_DIR= ") + UNICACHE_STORE_TOOL + " " + args + " 2>&1");
 }
 
 TEST(StoreTool, StatsListVerifyPruneClear) {
