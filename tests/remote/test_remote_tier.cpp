@@ -4,7 +4,11 @@
 // (the breaker opens, nothing throws).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "redis_server.hpp"
 #include "remote/remote_tier.hpp"
@@ -136,6 +140,39 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
   ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(tier.counters().timeouts.load(), 1u);
   EXPECT_EQ(tier.counters().skipped.load(), 1u);
+}
+
+// Many threads on one tier: the connection pool, the write queue and the
+// counters under concurrent gets, puts and removes (ThreadSanitizer runs it).
+TEST_F(RemoteTier, ManyThreadsShareOneTierWithZeroCorruptReads) {
+  remote_tier tier(config(), "a secret for this test, long enough");
+  std::atomic<int> corrupt{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 150; ++i) {
+        const int k = (t * 31 + i * 7) % 16;
+        const std::string key = "cuda k" + std::to_string(k);
+        const byte_vector want = binary(2000 + static_cast<std::size_t>(k), static_cast<unsigned char>(k));
+        if (i % 13 == 0) {
+          tier.remove(kDevice, key);
+        } else if (const auto got = tier.get(kDevice, key).binary) {
+          if (*got != want) corrupt.fetch_add(1);
+          hits.fetch_add(1);
+        } else {
+          tier.put(kDevice, key, want);
+        }
+      }
+      tier.flush(std::chrono::milliseconds(5000));
+    });
+  }
+  for (auto& th : threads) th.join();
+  tier.flush();
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_GT(hits.load(), 0);
+  const auto& n = tier.counters();
+  EXPECT_EQ(n.errors.load() + n.timeouts.load(), 0u);
+  EXPECT_EQ(n.hits.load(), static_cast<std::uint64_t>(hits.load()));
 }
 
 }  // namespace
