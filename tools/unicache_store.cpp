@@ -226,15 +226,16 @@ int run_remote(std::string_view command, bool fix, bool json, const std::string&
         if (json) {
           std::printf("%s\n  {\"key\": %s, \"device_hash\": %s, \"kind\": %s, \"name\": %s, \"key_preview\": %s, "
                       "\"value_bytes\": %llu, \"binary_bytes\": %llu, \"created_unix\": %lld, \"valid\": %s, "
-                      "\"problem\": %s}",
+                      "\"signature_unchecked\": %s, \"problem\": %s}",
                       i == 0 ? "" : ",", json_string(e.redis_key).c_str(), json_string(e.device_hash).c_str(),
                       json_string(e.kind).c_str(), json_string(e.name).c_str(), json_string(e.key_preview).c_str(),
                       static_cast<unsigned long long>(e.value_bytes), static_cast<unsigned long long>(e.binary_bytes),
                       static_cast<long long>(e.created_unix), e.valid ? "true" : "false",
-                      json_string(e.problem).c_str());
+                      e.signature_unchecked ? "true" : "false", json_string(e.problem).c_str());
         } else if (e.valid) {
-          std::printf("%s  device %.12s  %10llu B  %s\n", utc(e.created_unix).c_str(), e.device_hash.c_str(),
-                      static_cast<unsigned long long>(e.binary_bytes), what.c_str());
+          std::printf("%s  device %.12s  %10llu B  %s%s\n", utc(e.created_unix).c_str(), e.device_hash.c_str(),
+                      static_cast<unsigned long long>(e.binary_bytes), what.c_str(),
+                      e.signature_unchecked ? "  (signed; give --secret-file to check it)" : "");
         } else {
           std::printf("BAD: %s: %s\n", e.problem.c_str(), e.redis_key.c_str());
         }

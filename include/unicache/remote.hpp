@@ -10,7 +10,7 @@
 //   db         the database number, 0..1000000 (default 0; SELECT)
 //   user       an ACL user (Redis 6+); with only a password, the default user
 //   password   AUTH's password; percent-encode ':', '@', '/', '?', '#', '%'
-//   options    prefix=TEXT            key prefix, 1..64 of [A-Za-z0-9._-:] (default "unicache")
+//   options    prefix=TEXT            key prefix, 1..64 of [A-Za-z0-9._-] (default "unicache")
 //              read_only=0|1          never write (default 0)
 //              connect_timeout_ms=N   1..60000 (default 100)
 //              timeout_ms=N           each operation, 1..60000 (default 1000)
@@ -92,6 +92,9 @@ struct remote_entry_info {
   std::int64_t created_unix = 0;
   bool valid = false;
   std::string problem;  // why it is not valid
+  // A signed value read without the secret: its entry is well formed but
+  // its signature was not checked (verify leaves it alone).
+  bool signature_unchecked = false;
 };
 
 struct remote_summary {

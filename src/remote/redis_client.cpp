@@ -1,13 +1,18 @@
 // redis_connection (remote/redis_client.hpp) on hiredis's blocking API.
 #include "remote/redis_client.hpp"
 
+#include "util/env.hpp"
+
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <memory>
 #include <cstring>
 #include <ctime>
@@ -17,9 +22,6 @@
 namespace unicache::detail {
 namespace {
 
-timeval to_timeval(std::uint32_t ms) {
-  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
-}
 
 // SIGPIPE is blocked in this thread while a command runs; one that the
 // command raised is taken off the thread's pending set before the mask is
@@ -66,6 +68,7 @@ const char* to_string(remote_status s) {
     case remote_status::miss: return "miss";
     case remote_status::error: return "error";
     case remote_status::timeout: return "timeout";
+    case remote_status::refused: return "refused";
   }
   return "unknown";
 }
@@ -76,17 +79,12 @@ redis_connection::~redis_connection() {
   if (context_) redisFree(context_);
 }
 
-// An I/O error of the context (which is then dropped): a timeout when the
-// socket's timeout expired, else an error.
-remote_result redis_connection::failure(const char* what) {
+// Drops the context after a failure, and describes it (server text
+// escaped: it is untrusted).
+remote_result redis_connection::failure(remote_status status, const char* what, const std::string& detail) {
   remote_result r;
-  const int err = context_ ? context_->err : REDIS_ERR_OTHER;
-  const std::string detail = context_ ? context_->errstr : "no context";
-  const bool timed_out = err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
-                                                 detail.find("timed out") != std::string::npos ||
-                                                 detail.find("Resource temporarily unavailable") != std::string::npos);
-  r.status = timed_out ? remote_status::timeout : remote_status::error;
-  r.message = std::string(what) + " " + config_.to_string() + ": " + (detail.empty() ? "failed" : detail);
+  r.status = status;
+  r.message = std::string(what) + " " + config_.to_string() + ": " + (detail.empty() ? "failed" : quoted(detail, 200));
   if (context_) {
     redisFree(context_);
     context_ = nullptr;
@@ -94,29 +92,88 @@ remote_result redis_connection::failure(const char* what) {
   return r;
 }
 
-remote_result redis_connection::connect() {
-  context_ = redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(config_.connect_timeout_ms));
-  if (!context_) return {remote_status::error, {}, "connecting to " + config_.to_string() + ": out of memory"};
-  if (context_->err) return failure("connecting to");
-  if (redisSetTimeout(context_, to_timeval(config_.timeout_ms)) != REDIS_OK) return failure("setting the timeout of");
-  auto hello = [&](std::vector<std::string_view> args, const char* what) -> remote_result {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const std::string_view a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
+namespace {
+
+// Waits until `fd` is ready for `events` or `deadline` passes: 1 ready, 0 the
+// deadline, -1 an error.
+int wait_for(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 60000)));
+    if (n > 0) return (p.revents & (POLLERR | POLLNVAL)) && !(p.revents & events) ? -1 : 1;
+    if (n == 0) continue;  // the loop checks the deadline again
+    if (errno != EINTR) return -1;
+  }
+}
+
+}  // namespace
+
+// One command on the non-blocking context, the whole exchange bounded by
+// `deadline`, the reply by `max_reply_bytes` (a server that sends more is
+// an error, whatever it sends).
+remote_result redis_connection::exchange(const std::vector<std::string_view>& args,
+                                         std::chrono::steady_clock::time_point deadline, std::size_t max_reply_bytes,
+                                         redisReply** out) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  for (const std::string_view a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+    return failure(remote_status::error, "sending to", context_->errstr);
+  }
+  for (int done = 0; !done;) {
+    if (redisBufferWrite(context_, &done) != REDIS_OK) return failure(remote_status::error, "writing to", context_->errstr);
+    if (done) break;
+    const int ready = wait_for(context_->fd, POLLOUT, deadline);
+    if (ready == 0) return failure(remote_status::timeout, "writing to", "timed out");
+    if (ready < 0) return failure(remote_status::error, "writing to", std::strerror(errno));
+  }
+  void* reply = nullptr;
+  for (;;) {
+    if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
+      return failure(remote_status::error, "reading from", context_->errstr);
     }
-    reply_ptr reply(static_cast<redisReply*>(
-        redisCommandArgv(context_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-    if (!reply) return failure(what);
+    if (reply) break;
+    if (context_->reader && context_->reader->len > max_reply_bytes + 65536) {
+      return failure(remote_status::error, "reading from", "a reply over " + std::to_string(max_reply_bytes) + " bytes");
+    }
+    const int ready = wait_for(context_->fd, POLLIN, deadline);
+    if (ready == 0) return failure(remote_status::timeout, "reading from", "timed out");
+    if (ready < 0) return failure(remote_status::error, "reading from", std::strerror(errno));
+    if (redisBufferRead(context_) != REDIS_OK) return failure(remote_status::error, "reading from", context_->errstr);
+  }
+  *out = static_cast<redisReply*>(reply);
+  return {remote_status::ok, {}, {}};
+}
+
+remote_result redis_connection::connect() {
+  // Name resolution (getaddrinfo) is not bounded by the timeout: give an
+  // address, or a name /etc/hosts resolves, where DNS may stall.
+  context_ = redisConnectNonBlock(config_.host.c_str(), config_.port);
+  if (!context_) return {remote_status::error, {}, "connecting to " + config_.to_string() + ": out of memory"};
+  if (context_->err) return failure(remote_status::error, "connecting to", context_->errstr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
+  const int ready = wait_for(context_->fd, POLLOUT, deadline);
+  if (ready == 0) return failure(remote_status::timeout, "connecting to", "timed out");
+  int so_error = 0;
+  socklen_t len = sizeof so_error;
+  if (ready < 0 || ::getsockopt(context_->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error != 0) {
+    return failure(remote_status::error, "connecting to", std::strerror(so_error ? so_error : errno));
+  }
+  auto hello = [&](std::vector<std::string_view> args, const char* what) -> remote_result {
+    redisReply* raw = nullptr;
+    remote_result r = exchange(args, std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms),
+                               4096, &raw);
+    if (r.status != remote_status::ok) return r;
+    reply_ptr reply(raw);
     if (reply->type == REDIS_REPLY_ERROR) {
-      // The server's message may quote a command, never our password: AUTH's
-      // errors are fixed texts ("WRONGPASS ...", "NOAUTH ...").
-      remote_result r{remote_status::error, {}, std::string(what) + " " + config_.to_string() + ": " +
-                                                    std::string(reply->str, reply->len)};
-      redisFree(context_);
-      context_ = nullptr;
-      return r;
+      // AUTH's errors are fixed texts ("WRONGPASS ...", "NOAUTH ..."): they
+      // never quote the password.
+      return failure(remote_status::error, what, std::string(reply->str, reply->len));
     }
     return {remote_status::ok, {}, {}};
   };
@@ -136,15 +193,10 @@ remote_result redis_connection::connect() {
 remote_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes,
                                     std::vector<std::string>* array) {
   sigpipe_guard no_sigpipe;
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  for (const std::string_view a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
   // A connection made earlier may have been closed by a server that has
-  // restarted since: an I/O error on it (not a timeout) is tried once more
-  // on a new connection.
+  // restarted since: an error on it (not a timeout) is tried once more on
+  // a new connection, within the same deadline.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms);
   const bool reused = context_ != nullptr;
   reply_ptr reply;
   for (int attempt = 0; attempt < 2 && !reply; ++attempt) {
@@ -152,10 +204,12 @@ remote_result redis_connection::run(const std::vector<std::string_view>& args, s
       remote_result r = connect();
       if (r.status != remote_status::ok) return r;
     }
-    reply.reset(
-        static_cast<redisReply*>(redisCommandArgv(context_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-    if (reply) break;
-    remote_result r = failure("talking to");
+    redisReply* raw = nullptr;
+    remote_result r = exchange(args, deadline, max_bytes + 1024, &raw);
+    if (r.status == remote_status::ok) {
+      reply.reset(raw);
+      break;
+    }
     if (!reused || attempt == 1 || r.status == remote_status::timeout) return r;
   }
   remote_result r;
@@ -164,9 +218,9 @@ remote_result redis_connection::run(const std::vector<std::string_view>& args, s
       r.status = remote_status::miss;
       break;
     case REDIS_REPLY_ERROR:
-      r.status = remote_status::error;
+      r.status = remote_status::refused;
       r.message = "the server " + config_.to_string() + " answered " + std::string(args.front()) + ": " +
-                  std::string(reply->str, std::min<std::size_t>(reply->len, 200));
+                  quoted(std::string_view(reply->str, reply->len), 200);
       break;
     case REDIS_REPLY_INTEGER: {
       r.status = remote_status::ok;
@@ -182,8 +236,13 @@ remote_result redis_connection::run(const std::vector<std::string_view>& args, s
         // SCAN: [cursor, [keys...]]; other arrays: their string elements.
         const bool scan_reply = reply->elements == 2 && reply->element[1]->type == REDIS_REPLY_ARRAY;
         const redisReply* items = scan_reply ? reply->element[1] : reply.get();
-        if (scan_reply && reply->element[0]->type == REDIS_REPLY_STRING) {
-          r.value.assign(reply->element[0]->str, reply->element[0]->str + reply->element[0]->len);
+        if (scan_reply) {
+          // The next cursor; anything else ends the walk ("0").
+          const redisReply* cursor = reply->element[0];
+          const bool digits = cursor->type == REDIS_REPLY_STRING && cursor->len > 0 && cursor->len <= 20 &&
+                              std::string_view(cursor->str, cursor->len).find_first_not_of("0123456789") ==
+                                  std::string_view::npos;
+          r.value = digits ? byte_vector(cursor->str, cursor->str + cursor->len) : byte_vector{'0'};
         }
         for (std::size_t i = 0; i < items->elements; ++i) {
           const redisReply* e = items->element[i];
@@ -227,12 +286,12 @@ remote_result redis_connection::set(std::string_view key, std::span<const unsign
 remote_result redis_connection::del(std::string_view key) { return run({"DEL", key}, 64); }
 
 remote_result redis_connection::hgetall(std::string_view key, std::vector<std::string>& pairs) {
-  return run({"HGETALL", key}, 64, &pairs);
+  return run({"HGETALL", key}, 64 << 10, &pairs);
 }
 
 remote_result redis_connection::scan(std::string_view cursor, std::string_view pattern,
                                      std::vector<std::string>& keys) {
-  return run({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, 64, &keys);
+  return run({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, 8 << 20, &keys);
 }
 
 remote_result redis_connection::command(std::initializer_list<std::string_view> args) {

@@ -1,9 +1,11 @@
 // A connection to a Redis server on hiredis, with the remote tier's rules:
-// bounded connect and operation times, a timeout told from other errors, a
-// bounded read, and no SIGPIPE (a peer that closed the socket never kills
-// the process).
+// bounded connect and command times (the whole exchange of a command, on a
+// non-blocking socket: a server that trickles its reply still times out), a
+// timeout told from other errors, bounded replies, and no SIGPIPE (a peer
+// that closed the socket never kills the process).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -16,6 +18,7 @@
 #include "unicache/store.hpp"
 
 struct redisContext;
+struct redisReply;
 
 namespace unicache::detail {
 
@@ -23,8 +26,9 @@ enum class remote_status : std::uint8_t {
   ok,       // stored, removed, or a command that answered
   hit,      // get found a value
   miss,     // get found none (or one over the size bound)
-  error,    // refused, closed, a protocol or server error
-  timeout,  // connect or operation took longer than its timeout
+  error,    // refused connection, closed, a protocol error, a reply too large
+  timeout,  // connect or the whole command took longer than its timeout
+  refused,  // the server answered with an error (WRONGTYPE, NOPERM, OOM, ...); the connection is fine
 };
 const char* to_string(remote_status s);
 
@@ -67,7 +71,9 @@ class redis_connection {
   remote_result connect();
   remote_result run(const std::vector<std::string_view>& args, std::size_t max_bytes,
                     std::vector<std::string>* array = nullptr);
-  remote_result failure(const char* what);
+  remote_result exchange(const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline,
+                         std::size_t max_reply_bytes, redisReply** out);
+  remote_result failure(remote_status status, const char* what, const std::string& detail);
 
   remote_config config_;
   redisContext* context_ = nullptr;

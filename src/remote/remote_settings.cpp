@@ -25,7 +25,7 @@ std::string read_remote_secret(const std::string& path) {
   if (!fd) throw std::invalid_argument(where + " cannot be opened");
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw std::invalid_argument(where + " is not a regular file");
-  if (st.st_mode & S_IWOTH) throw std::invalid_argument(where + " is writable by others");
+  if (st.st_mode & (S_IWOTH | S_IWGRP)) throw std::invalid_argument(where + " is writable by its group or others");
   if (st.st_size > static_cast<off_t>(kMaxSecretBytes) + 1) {
     throw std::invalid_argument(where + " is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
   }

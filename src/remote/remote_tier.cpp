@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,23 +25,34 @@ std::int64_t now_ns() {
       .count();
 }
 
-std::array<unsigned char, kMacBytes> mac_of(const std::string& secret, byte_span data) {
+// HMAC-SHA256 under `secret` of the prefix, a zero byte and the entry: a
+// value signed for one prefix is no value of another's. nullopt if OpenSSL
+// fails (the value is then neither signed nor accepted).
+std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& secret, const std::string& prefix,
+                                                           byte_span entry) {
   std::array<unsigned char, kMacBytes> out{};
   unsigned int length = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), data.data(), data.size(), out.data(), &length);
+  byte_vector data(prefix.begin(), prefix.end());
+  data.push_back(0);
+  data.insert(data.end(), entry.begin(), entry.end());
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), data.data(), data.size(), out.data(),
+            &length) ||
+      length != kMacBytes) {
+    return std::nullopt;
+  }
   return out;
 }
 
-// The largest value a get reads: the largest entry the local store keeps,
-// plus a MAC.
+// The largest value a get reads: an entry of the largest binary the remote
+// tier writes, plus a MAC.
 std::size_t max_value_bytes(std::string_view key) {
-  return max_entry_file_bytes(key.size(), store_config{}.max_entry_bytes) + kMacBytes;
+  return max_entry_file_bytes(key.size(), remote_tier::kMaxBinaryBytes) + kMacBytes;
 }
 
 }  // namespace
 
 remote_tier::remote_tier(remote_config config, std::string secret)
-    : config_(std::move(config)), secret_(std::move(secret)) {
+    : config_(std::move(config)), secret_(std::move(secret)), owner_(::getpid()) {
   if (!config_.read_only) writer_ = std::thread([this] { writer_loop(); });
 }
 
@@ -48,10 +60,14 @@ remote_tier::~remote_tier() {
   {
     scoped_lock l(&queue_mu_);
     stopping_ = true;
+    stop_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(2);  // for what is still queued
   }
   queue_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  if (writer_.joinable() && in_owner()) writer_.join();
+  if (writer_.joinable()) writer_.detach();  // a child of fork(): the thread is not there
 }
+
+bool remote_tier::in_owner() const { return ::getpid() == owner_; }
 
 std::string remote_tier::redis_key(const device_identity& device, std::string_view key) const {
   return config_.prefix + ":1:" + to_hex(device_hash(device)) + ":" + to_hex(key_hash(key));
@@ -60,8 +76,9 @@ std::string remote_tier::redis_key(const device_identity& device, std::string_vi
 byte_vector remote_tier::encode(const device_identity& device, std::string_view key, byte_span binary) const {
   byte_vector value = encode_entry(device_hash(device), key, binary, ::time(nullptr));
   if (!secret_.empty()) {
-    const auto mac = mac_of(secret_, value);
-    value.insert(value.end(), mac.begin(), mac.end());
+    const auto mac = mac_of(secret_, config_.prefix, value);
+    if (!mac) return {};  // not written (put drops an empty value)
+    value.insert(value.end(), mac->begin(), mac->end());
   }
   return value;
 }
@@ -70,8 +87,8 @@ std::optional<byte_span> remote_tier::signed_entry(byte_span value) const {
   if (secret_.empty()) return value;
   if (value.size() < kMacBytes) return std::nullopt;
   const byte_span entry = value.first(value.size() - kMacBytes);
-  const auto mac = mac_of(secret_, entry);
-  if (CRYPTO_memcmp(mac.data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
+  const auto mac = mac_of(secret_, config_.prefix, entry);
+  if (!mac || CRYPTO_memcmp(mac->data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
   return entry;
 }
 
@@ -122,13 +139,21 @@ void remote_tier::give_back(std::unique_ptr<redis_connection> c) {
 
 tier_result remote_tier::get(const device_identity& device, std::string_view key) noexcept {
   try {
+    if (!in_owner()) return {tier_status::skipped, std::nullopt};  // a child of fork(): its sockets are the parent's
     if (breaker_open()) {
       counters_.skipped.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::skipped, std::nullopt};
     }
     std::unique_ptr<redis_connection> c = take_connection();
     const remote_result r = c->get(redis_key(device, key), max_value_bytes(key));
-    if (r.status == remote_status::error || r.status == remote_status::timeout) {
+    if (r.status == remote_status::refused && r.message.find("WRONGTYPE") != std::string::npos) {
+      // Something else stored under the key (a hash, a list): a value that
+      // fails the checks, not a server that fails.
+      give_back(std::move(c));
+      counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+      return {tier_status::miss, std::nullopt};
+    }
+    if (r.status == remote_status::error || r.status == remote_status::timeout || r.status == remote_status::refused) {
       record_failure(r);
       return {r.status == remote_status::timeout ? tier_status::timeout : tier_status::error, std::nullopt};
     }
@@ -149,14 +174,17 @@ tier_result remote_tier::get(const device_identity& device, std::string_view key
 }
 
 tier_result remote_tier::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
-  if (config_.read_only) return {tier_status::skipped, std::nullopt};
+  if (config_.read_only || !in_owner()) return {tier_status::skipped, std::nullopt};
+  if (binary.size() > kMaxBinaryBytes || key.size() > kMaxKeyBytes) return {tier_status::skipped, std::nullopt};
   try {
     write w{redis_key(device, key), encode(device, key, binary)};
+    if (w.value.empty()) return {tier_status::error, std::nullopt};
     scoped_lock l(&queue_mu_);
-    if (queue_.size() >= kQueueLimit || breaker_open()) {
+    if (queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes || breaker_open()) {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::skipped, std::nullopt};
     }
+    queued_bytes_ += w.value.size();
     queue_.push_back(std::move(w));
     queue_cv_.notify_all();
     return {tier_status::done, std::nullopt};
@@ -167,7 +195,7 @@ tier_result remote_tier::put(const device_identity& device, std::string_view key
 }
 
 tier_result remote_tier::remove(const device_identity& device, std::string_view key) noexcept {
-  if (config_.read_only) return {tier_status::skipped, std::nullopt};
+  if (config_.read_only || !in_owner()) return {tier_status::skipped, std::nullopt};
   try {
     write w{redis_key(device, key), {}};
     scoped_lock l(&queue_mu_);
@@ -181,8 +209,9 @@ tier_result remote_tier::remove(const device_identity& device, std::string_view 
 }
 
 bool remote_tier::flush(std::chrono::milliseconds limit) {
+  if (config_.read_only || !in_owner()) return true;  // no writer here
   scoped_lock l(&queue_mu_);
-  if (!config_.read_only && !stopping_) {
+  if (!stopping_) {
     queue_.push_back(write{});  // a report of the counters, then the queue is done
     queue_cv_.notify_all();
   }
@@ -195,7 +224,7 @@ bool remote_tier::flush(std::chrono::milliseconds limit) {
 }
 
 void remote_tier::report(redis_connection& c) {
-  if (breaker_open()) return;
+  if (!reporting_ || breaker_open()) return;
   const std::array<std::pair<const char*, const std::atomic<std::uint64_t>*>, 10> fields{{
       {"hits", &counters_.hits},
       {"misses", &counters_.misses},
@@ -214,6 +243,12 @@ void remote_tier::report(redis_connection& c) {
     if (now == reported_[i]) continue;
     const std::string delta = std::to_string(now - reported_[i]);
     const remote_result r = c.command({"HINCRBY", key, fields[i].first, delta});
+    if (r.status == remote_status::refused) {
+      // Not allowed (an ACL without HINCRBY) or not possible: counters are
+      // a convenience, never a reason to stop using the server.
+      reporting_ = false;
+      return;
+    }
     if (r.status != remote_status::ok) {
       record_failure(r);
       return;
@@ -223,42 +258,64 @@ void remote_tier::report(redis_connection& c) {
 }
 
 void remote_tier::writer_loop() {
-  redis_connection c(config_);
-  for (;;) {
-    write w;
-    {
-      scoped_lock l(&queue_mu_);
-      // Idle for a while: the counts go out anyway.
-      const bool woke = queue_mu_.wait_for(queue_cv_, std::chrono::seconds(5),
-                                           [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
-      if (!woke) {
-        writing_ = true;
-      } else {
-        if (queue_.empty()) return;  // stopping, and nothing left
-        w = std::move(queue_.front());
-        queue_.pop_front();
-        writing_ = true;
-      }
-    }
-    if (w.key.empty()) {
-      report(c);  // idle, or flush() asked
-    } else if (breaker_open()) {
-      counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      const remote_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
-      if (r.status == remote_status::ok) {
-        record_success();
-        if (!w.value.empty()) {
-          counters_.puts.fetch_add(1, std::memory_order_relaxed);
-          counters_.bytes_written.fetch_add(w.value.size(), std::memory_order_relaxed);
+  try {
+    redis_connection c(config_);
+    for (;;) {
+      write w;
+      {
+        scoped_lock l(&queue_mu_);
+        // Idle for a while: the counts go out anyway.
+        const bool woke = queue_mu_.wait_for(queue_cv_, std::chrono::seconds(5), [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return stopping_ || !queue_.empty();
+        });
+        if (stopping_ && (queue_.empty() || std::chrono::steady_clock::now() > stop_deadline_)) return;
+        if (woke) {
+          w = std::move(queue_.front());
+          queue_.pop_front();
+          queued_bytes_ -= w.value.size();
         }
-      } else {
-        record_failure(r);
+        writing_ = true;
       }
+      write_one(c, w);
+      scoped_lock l(&queue_mu_);
+      writing_ = false;
+      queue_cv_.notify_all();
     }
+  } catch (...) {
+    // Out of memory: the tier stops writing; reads go on.
     scoped_lock l(&queue_mu_);
+    stopping_ = true;
     writing_ = false;
+    queue_.clear();
+    queued_bytes_ = 0;
     queue_cv_.notify_all();
+  }
+}
+
+void remote_tier::write_one(redis_connection& c, const write& w) {
+  if (w.key.empty()) {
+    report(c);  // idle, or flush() asked
+    return;
+  }
+  if (breaker_open()) {
+    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const remote_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
+  if (r.status == remote_status::ok) {
+    record_success();
+    if (!w.value.empty()) {
+      counters_.puts.fetch_add(1, std::memory_order_relaxed);
+      counters_.bytes_written.fetch_add(w.value.size(), std::memory_order_relaxed);
+    }
+  } else if (r.status == remote_status::refused) {
+    // The server refuses this write (OOM under noeviction, NOPERM for a
+    // read-only ACL user, READONLY on a replica): dropped and said once;
+    // reads go on.
+    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    if (!warned_.exchange(true)) warn("remote kernel cache: " + r.message + "; writes are dropped, reads go on");
+  } else {
+    record_failure(r);
   }
 }
 

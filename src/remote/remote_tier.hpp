@@ -13,6 +13,8 @@
 // full key inside the value decides.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -76,6 +78,8 @@ class remote_tier final : public storage_tier {
   std::optional<byte_vector> decode(const device_identity& device, std::string_view key, byte_span value) const;
 
   static constexpr std::size_t kQueueLimit = 256;
+  static constexpr std::size_t kQueueBytes = std::size_t{256} << 20;    // queued values, in all
+  static constexpr std::size_t kMaxBinaryBytes = std::size_t{64} << 20;  // larger binaries stay local
 
  private:
   struct write {
@@ -88,6 +92,10 @@ class remote_tier final : public storage_tier {
   std::unique_ptr<redis_connection> take_connection();
   void give_back(std::unique_ptr<redis_connection> c);
   void writer_loop();
+  void write_one(redis_connection& c, const write& w);
+  // Whether this is the process that made the tier (a child of fork() has
+  // the parent's sockets and no writer thread: it leaves the tier alone).
+  bool in_owner() const;
   // Adds what the counters gained since the last report to stats_key()
   // (the writer thread only).
   void report(redis_connection& c);
@@ -109,6 +117,10 @@ class remote_tier final : public storage_tier {
   std::deque<write> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool writing_ ABSL_GUARDED_BY(queue_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::size_t queued_bytes_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  std::chrono::steady_clock::time_point stop_deadline_ ABSL_GUARDED_BY(queue_mu_);
+  const pid_t owner_;
+  bool reporting_ = true;  // the writer's: false once the server refused a report
   std::thread writer_;
   std::array<std::uint64_t, 10> reported_{};  // the writer's: counters as last reported
 };

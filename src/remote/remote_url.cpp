@@ -64,10 +64,11 @@ std::uint64_t number(std::string_view text, std::uint64_t low, std::uint64_t hig
   return *v;
 }
 
+// No ':' (the separator): no prefix is the start of another's keys.
 bool valid_prefix(std::string_view p) {
   if (p.empty() || p.size() > 64) return false;
   for (const char c : p) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == ':')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
   }
   return true;
 }
@@ -149,7 +150,7 @@ remote_config parse_remote_url(std::string_view url) {
     if (eq == std::string_view::npos) bad("an option without a value");
     const std::string_view name = item.substr(0, eq), value = item.substr(eq + 1);
     if (name == "prefix") {
-      if (!valid_prefix(value)) bad("prefix must be 1 to 64 of A-Z a-z 0-9 . _ - :");
+      if (!valid_prefix(value)) bad("prefix must be 1 to 64 of A-Z a-z 0-9 . _ -");
       c.prefix = std::string(value);
     } else if (name == "read_only") {
       c.read_only = number(value, 0, 1, "read_only") == 1;

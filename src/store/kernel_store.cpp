@@ -90,17 +90,19 @@ kernel_store::~kernel_store() { delete impl_; }
 kernel_store& kernel_store::instance() {
   static kernel_store* const store = [] {
     auto* s = new kernel_store(store_config::from_environment());
-    if (std::shared_ptr<detail::remote_tier> remote = detail::remote_tier_from_environment()) {
-      s->impl_->set_remote(std::move(remote));
-      // Writes still queued at exit get two seconds to go out: a process
-      // that compiled and exits (a CI job filling the fleet's cache) would
-      // otherwise publish nothing.
-      std::atexit([] {
+    s->impl_->set_remote(detail::remote_tier_from_environment());
+    // Writes still queued at exit (from the environment's tier or one
+    // set_remote made) get two seconds to go out: a process that compiled
+    // and exits (a CI job filling the fleet's cache) would otherwise publish
+    // nothing.
+    std::atexit([] {
+      try {
         if (const std::shared_ptr<detail::remote_tier> r = kernel_store::instance().impl_->remote()) {
           r->flush(std::chrono::milliseconds(2000));
         }
-      });
-    }
+      } catch (...) {
+      }
+    });
     return s;
   }();
   return *store;

@@ -93,9 +93,13 @@ struct kernel_store::impl {
     detail::mutex_lock l(&state_mu);
     return remote_;
   }
+  // The old tier is destroyed after the lock is released (it drains its
+  // queue, bounded), or by the last operation still using it.
   void set_remote(std::shared_ptr<detail::remote_tier> r) {
-    detail::mutex_lock l(&state_mu);
-    remote_ = std::move(r);
+    {
+      detail::mutex_lock l(&state_mu);
+      std::swap(remote_, r);
+    }
   }
 
  private:

@@ -135,7 +135,7 @@ TEST_F(RedisClientAuth, APasswordIsSentAndNeverShown) {
   c.password.clear();
   redis_connection none(c);
   const auto noauth = none.get("k", 64);
-  EXPECT_EQ(noauth.status, remote_status::error);
+  EXPECT_EQ(noauth.status, remote_status::refused) << "the server answered, with an error";
   EXPECT_NE(noauth.message.find("NOAUTH"), std::string::npos) << noauth.message;
 }
 

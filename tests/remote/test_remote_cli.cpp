@@ -2,11 +2,13 @@
 // (with and without --fix), clear, read-only refusals, and a password that
 // is never printed.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "redis_server.hpp"
@@ -65,7 +67,10 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
 
   {
     detail::redis_connection c(parse_remote_url(server_.url()));
-    ASSERT_EQ(c.set("unicache:1:00:00", byte_vector{'j', 'u', 'n', 'k'}).status, detail::remote_status::ok);
+    const std::string junk_key = "unicache:1:" + std::string(32, '0') + ":" + std::string(32, '0');
+    ASSERT_EQ(c.set(junk_key, byte_vector{'j', 'u', 'n', 'k'}).status, detail::remote_status::ok);
+    // Not an entry's name: never listed, verified or removed.
+    ASSERT_EQ(c.set("unicache:1:x", byte_vector{'o'}).status, detail::remote_status::ok);
   }
   r = tool(remote + " verify");
   EXPECT_EQ(r.status, 1) << r.out;
@@ -82,6 +87,34 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
   EXPECT_NE(r.out.find("3 remote entries removed"), std::string::npos) << r.out;
   r = tool(remote + " stats");
   EXPECT_NE(r.out.find("entries:          0"), std::string::npos) << r.out;
+  detail::redis_connection c(parse_remote_url(server_.url()));
+  EXPECT_EQ(c.get("unicache:1:x", 64).status, detail::remote_status::hit) << "another name under the prefix stays";
+}
+
+TEST_F(RemoteTool, WithoutTheSecretSignedValuesAreListedAndNeverRemoved) {
+  testing::temp_dir dir;
+  const std::string secret = dir.path() + "/secret";
+  {
+    std::ofstream(secret) << "the fleet's secret, long enough\n";
+  }
+  ::chmod(secret.c_str(), 0600);
+  {
+    kernel_store store(testing::store_in(dir.path() + "/store"));
+    store.set_remote(server_.url(), secret);
+    store.put(testing::gpu_a(), "opencl-c signed", testing::binary_for("s", 1000));
+    store.flush_remote();
+  }
+  const std::string remote = "--remote '" + server_.url() + "'";
+  run_result r = tool(remote + " verify --fix");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("0 bad entries"), std::string::npos) << r.out;
+  r = tool(remote + " list");
+  EXPECT_NE(r.out.find("signed; give --secret-file"), std::string::npos) << r.out;
+  r = tool(remote + " --secret-file " + dir.path() + "/none verify");
+  EXPECT_NE(r.status, 0) << r.out;
+  r = tool("--remote '" + server_.url() + "' --secret-file " + secret + " verify");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("0 bad entries"), std::string::npos) << r.out;
 }
 
 TEST_F(RemoteTool, ABadUrlOrAWrongPasswordIsReportedWithoutThePassword) {

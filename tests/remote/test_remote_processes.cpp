@@ -142,9 +142,14 @@ TEST_F(RemoteProcesses, AServerThatDiesMidRunFailsNothingAndIsUsedAgainWhenBack)
   EXPECT_GT(down.skipped, 0u) << "the breaker opened";
   ASSERT_TRUE(server_.start());
   if (server_.port() != parse_remote_url(store.remote_statistics().url).port) GTEST_SKIP() << "the port was taken";
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the back-off is over
-  store.put(device, "opencl-c after", testing::binary_for("after", 500));
-  store.flush_remote();
+  // Once the back-off is over (1 s, or 2 or 4 if a failure came after it
+  // opened), writes go out again.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (store.remote_statistics().puts == down.puts && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    store.put(device, "opencl-c after", testing::binary_for("after", 500));
+    store.flush_remote();
+  }
   EXPECT_GT(store.remote_statistics().puts, down.puts) << "writes go out again";
   testing::temp_dir other;
   kernel_store fresh(testing::store_in(other.path()));

@@ -94,6 +94,8 @@ TEST_F(RemoteStore, BadSettingsAreRefusedWithoutQuotingSecrets) {
   }
   ::chmod(secret_path.c_str(), 0666);
   EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "writable by others";
+  ::chmod(secret_path.c_str(), 0620);
+  EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "writable by its group";
   ::chmod(secret_path.c_str(), 0600);
   EXPECT_NO_THROW(store.set_remote(server_.url(), secret_path));
   EXPECT_THROW(store.set_remote(server_.url(), dir.path()), std::invalid_argument) << "a directory";

@@ -4,13 +4,20 @@
 // (the breaker opens, nothing throws).
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "redis_server.hpp"
+#include "store_test_support.hpp"
 #include "remote/remote_tier.hpp"
 
 namespace unicache {
@@ -140,6 +147,83 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
   ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(tier.counters().timeouts.load(), 1u);
   EXPECT_EQ(tier.counters().skipped.load(), 1u);
+}
+
+TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
+  redis_connection admin(config());
+  ASSERT_EQ(admin.command({"ACL", "SETUSER", "ci", "on", ">ci-password-1", "~unicache:*", "+getrange", "+set", "+del"})
+                .status,
+            remote_status::ok);
+  remote_config ci = config();
+  ci.user = "ci";
+  ci.password = "ci-password-1";
+  remote_tier tier(ci, "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.flush();  // the counter report is refused (no HINCRBY): no breaker
+  tier.put(kDevice, "k2", binary(100, 6));
+  tier.flush();
+  EXPECT_EQ(tier.get(kDevice, "k2").binary, binary(100, 6));
+  EXPECT_EQ(tier.counters().errors.load() + tier.counters().skipped.load() + tier.counters().dropped.load(), 0u);
+}
+
+TEST_F(RemoteTier, AValueOfAnotherTypeUnderAKeyIsRejectedNotAServerFailure) {
+  remote_tier tier(config(), "");
+  redis_connection c(config());
+  ASSERT_EQ(c.command({"HSET", tier.redis_key(kDevice, "k"), "f", "v"}).status, remote_status::ok);
+  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::miss);
+  EXPECT_EQ(tier.counters().rejected.load(), 1u);
+  EXPECT_EQ(tier.get(kDevice, "other").status, detail::tier_status::miss) << "the breaker stays closed";
+  EXPECT_EQ(tier.counters().errors.load() + tier.counters().skipped.load(), 0u);
+}
+
+// A server that trickles its reply (a byte every 100 ms, forever) is bound
+// by the command's timeout as a whole, not per read.
+TEST(RemoteTierTrickle, ATricklingServerTimesOutAsAWhole) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    char request[4096];
+    (void)::read(fd, request, sizeof request);
+    const char* reply = "$1000000\r\n";
+    (void)::write(fd, reply, std::strlen(reply));
+    for (int i = 0; i < 300 && !stop.load(); ++i) {  // 30 s at most
+      (void)::send(fd, "x", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::close(fd);
+  });
+  remote_config c = parse_remote_url("redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "?timeout_ms=400");
+  redis_connection conn(c);
+  const auto r = conn.get("k", 2 << 20);
+  stop = true;
+  server.join();
+  ::close(listener);
+  EXPECT_EQ(r.status, remote_status::timeout) << r.message;
+}
+
+TEST_F(RemoteTier, AChildOfForkLeavesItsParentsTierAlone) {
+  remote_tier tier(config(), "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.flush();
+  ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));  // a pooled connection the child inherits
+  const testing::child_result child = testing::run_in_child(
+      [&] {
+        const bool skipped = tier.get(kDevice, "k").status == detail::tier_status::skipped;
+        const bool not_written = tier.put(kDevice, "k3", binary(10, 1)).status == detail::tier_status::skipped;
+        const bool flushed = tier.flush();  // no writer thread here: returns at once
+        return skipped && not_written && flushed ? 0 : 1;
+      },
+      testing::kHangAlarmSeconds);
+  EXPECT_EQ(child.status, 0) << child.err;
+  EXPECT_EQ(tier.get(kDevice, "k").binary, binary(100, 5)) << "the parent's connections still work";
 }
 
 // Many threads on one tier: the connection pool, the write queue and the

@@ -92,6 +92,7 @@ TEST(RemoteUrl, MalformedUrlsSayWhatIsWrong) {
       {"redis://h?breaker_s=0", "breaker_s"},
       {"redis://h?prefix=a%20b", "prefix"},
       {"redis://h?prefix=", "prefix"},
+      {"redis://h?prefix=a:1", "prefix"},
       {"redis://h?colour=blue", "unknown option"},
       {"redis://h?timeout_ms", "without a value"},
       {"redis://h#frag", "fragment"},
