@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -144,7 +145,18 @@ remote_result redis_connection::exchange(const std::vector<std::string_view>& ar
     const int ready = wait_for(context_->fd, POLLIN, deadline);
     if (ready == 0) return failure(remote_status::timeout, "reading from", "timed out");
     if (ready < 0) return failure(remote_status::error, "reading from", std::strerror(errno));
-    if (redisBufferRead(context_) != REDIS_OK) return failure(remote_status::error, "reading from", context_->errstr);
+    // Read what the socket has in one call (hiredis's own reads are 16 KB)
+    // and feed it to the reply parser.
+    thread_local std::vector<char> chunk(std::size_t{256} << 10);  // per reading thread
+    const ssize_t n = ::read(context_->fd, chunk.data(), chunk.size());
+    if (n == 0) return failure(remote_status::error, "reading from", "the server closed the connection");
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+      return failure(remote_status::error, "reading from", std::strerror(errno));
+    }
+    if (redisReaderFeed(context_->reader, chunk.data(), static_cast<std::size_t>(n)) != REDIS_OK) {
+      return failure(remote_status::error, "reading from", context_->reader->errstr);
+    }
   }
   *out = static_cast<redisReply*>(reply);
   return {remote_status::ok, {}, {}};

@@ -3,7 +3,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,14 +30,19 @@ std::int64_t now_ns() {
 // fails (the value is then neither signed nor accepted).
 std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& secret, const std::string& prefix,
                                                            byte_span entry) {
+  static EVP_MAC* const hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (!hmac) return std::nullopt;
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(hmac), &EVP_MAC_CTX_free);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+  const unsigned char zero = 0;
   std::array<unsigned char, kMacBytes> out{};
-  unsigned int length = 0;
-  byte_vector data(prefix.begin(), prefix.end());
-  data.push_back(0);
-  data.insert(data.end(), entry.begin(), entry.end());
-  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), data.data(), data.size(), out.data(),
-            &length) ||
-      length != kMacBytes) {
+  std::size_t length = 0;
+  if (!ctx ||
+      !EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), params) ||
+      !EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(prefix.data()), prefix.size()) ||
+      !EVP_MAC_update(ctx.get(), &zero, 1) || !EVP_MAC_update(ctx.get(), entry.data(), entry.size()) ||
+      !EVP_MAC_final(ctx.get(), out.data(), &length, out.size()) || length != kMacBytes) {
     return std::nullopt;
   }
   return out;
