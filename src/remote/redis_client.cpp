@@ -1,28 +1,27 @@
-// redis_connection (remote/redis_client.hpp) on hiredis's blocking API.
+// redis_connection (remote/redis_client.hpp): hiredis's command encoder
+// and reply parser over a non-blocking socket that this file polls.
 #include "remote/redis_client.hpp"
-
-#include "util/env.hpp"
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <memory>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "util/env.hpp"
+
 namespace unicache::detail {
 namespace {
-
 
 // SIGPIPE is blocked in this thread while a command runs; one that the
 // command raised is taken off the thread's pending set before the mask is

@@ -14,8 +14,6 @@ namespace unicache {
 
 using namespace detail;
 
-constexpr std::size_t kMacBytes = 32;
-
 struct remote_maintenance::impl {
   bool read_only;
   bool has_secret;
@@ -23,7 +21,9 @@ struct remote_maintenance::impl {
   redis_connection connection;
 
   impl(const remote_config& config, std::string secret)
-      : read_only(config.read_only), has_secret(!secret.empty()), tier(std::make_unique<remote_tier>(read_only_copy(config), std::move(secret))),
+      : read_only(config.read_only),
+        has_secret(!secret.empty()),
+        tier(std::make_unique<remote_tier>(read_only_copy(config), std::move(secret))),
         connection(config) {}
   static remote_config read_only_copy(remote_config c) {
     c.read_only = true;
@@ -82,11 +82,11 @@ struct remote_maintenance::impl {
       info.problem = "unsigned, or signed with another secret";
       return info;
     }
-    if (!has_secret && !parse_entry(*entry, nullptr).ok() && entry->size() > kMacBytes &&
-        parse_entry(entry->first(entry->size() - kMacBytes), nullptr).ok()) {
+    if (!has_secret && !parse_entry(*entry, nullptr).ok() && entry->size() > remote_tier::kMacBytes &&
+        parse_entry(entry->first(entry->size() - remote_tier::kMacBytes), nullptr).ok()) {
       // A signed value, and no secret to check it with: described, never
       // called bad (verify --fix without the secret must not delete it).
-      entry = entry->first(entry->size() - kMacBytes);
+      entry = entry->first(entry->size() - remote_tier::kMacBytes);
       info.signature_unchecked = true;
     }
     const parsed_entry e = parse_entry(*entry, nullptr);

@@ -16,7 +16,7 @@
 namespace unicache::detail {
 namespace {
 
-constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256
+constexpr std::size_t kMacBytes = remote_tier::kMacBytes;
 constexpr std::int64_t kLongestBackoffNs = std::int64_t{3600} * 1'000'000'000;
 constexpr std::size_t kMaxIdleConnections = 8;
 

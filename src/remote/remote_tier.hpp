@@ -77,6 +77,7 @@ class remote_tier final : public storage_tier {
   // The binary in `value` if it passes every check for (device, key).
   std::optional<byte_vector> decode(const device_identity& device, std::string_view key, byte_span value) const;
 
+  static constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256, after the entry of a signed value
   static constexpr std::size_t kQueueLimit = 256;
   static constexpr std::size_t kQueueBytes = std::size_t{256} << 20;    // queued values, in all
   static constexpr std::size_t kMaxBinaryBytes = std::size_t{64} << 20;  // larger binaries stay local

@@ -1,10 +1,11 @@
 // kernel_store's operations: get, put and remove on the current directory,
 // the run-time settings, and the blob API over the same entry format.
 #include <fcntl.h>
-#include <array>
-#include <cstdlib>
 #include <time.h>
 #include <unistd.h>
+
+#include <array>
+#include <cstdlib>
 
 #include "remote/remote_settings.hpp"
 #include "store/entry_format.hpp"
@@ -134,13 +135,12 @@ bool kernel_store::writable() const noexcept {
 store_config kernel_store::config() const { return impl_->state()->config; }
 
 std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& device, std::string_view key) noexcept {
-  impl& store = *this;
   try {
-    const std::shared_ptr<const store_state> s = store.state();
+    const std::shared_ptr<const store_state> s = state();
     if (!s->directory) return std::nullopt;
     store_directory& d = *s->directory;
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = store.hasher(key);
+    const hash128 key_h = hasher(key);
     const directory_handle dir = d.open_key_directory(device_h, key_h, /*create=*/false);
     if (!dir.ok()) return std::nullopt;
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);
@@ -168,9 +168,8 @@ std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& 
 }
 
 bool kernel_store::impl::put_local(const device_identity& device, std::string_view key, byte_span binary) noexcept {
-  impl& store = *this;
   try {
-    const std::shared_ptr<const store_state> s = store.state();
+    const std::shared_ptr<const store_state> s = state();
     if (!s->directory || !s->directory->writable()) return false;
     store_directory& d = *s->directory;
     const store_config& c = s->config;
@@ -178,7 +177,7 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
       return false;
     }
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = store.hasher(key);
+    const hash128 key_h = hasher(key);
     const byte_vector bytes = encode_entry(device_h, key, binary, ::time(nullptr));
     // An entry larger than the whole store would be evicted by its own put.
     if (limits_size(c) && bytes.size() > c.max_size_bytes) return false;
@@ -243,13 +242,12 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
 }
 
 bool kernel_store::impl::remove_local(const device_identity& device, std::string_view key) noexcept {
-  impl& store = *this;
   try {
-    const std::shared_ptr<const store_state> s = store.state();
+    const std::shared_ptr<const store_state> s = state();
     if (!s->directory || !s->directory->writable()) return false;
     store_directory& d = *s->directory;
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = store.hasher(key);
+    const hash128 key_h = hasher(key);
     const directory_handle dir = d.open_key_directory(device_h, key_h, /*create=*/false);
     if (!dir.ok()) return false;
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);

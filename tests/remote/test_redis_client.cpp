@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "redis_server.hpp"
+#include "redis_test.hpp"
 #include "remote/redis_client.hpp"
 
 namespace unicache {
@@ -17,20 +17,10 @@ namespace {
 
 using detail::redis_connection;
 using detail::remote_status;
-using testing::redis_server;
 
 byte_vector bytes_of(const std::string& s) { return byte_vector(s.begin(), s.end()); }
 
-class RedisClient : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
-    ASSERT_TRUE(server_.started()) << "redis-server did not start";
-  }
-  remote_config config(const std::string& options = "") { return parse_remote_url(server_.url(options)); }
-
-  redis_server server_;
-};
+using RedisClient = testing::redis_test;
 
 TEST_F(RedisClient, SetGetDeleteAndMiss) {
   redis_connection c(config());
@@ -111,13 +101,9 @@ TEST_F(RedisClient, APeerThatClosedTheSocketRaisesNoSigpipe) {
   EXPECT_EQ(sigismember(&pending, SIGPIPE), 0) << "no SIGPIPE left pending";
 }
 
-class RedisClientAuth : public ::testing::Test {
+class RedisClientAuth : public testing::redis_test {
  protected:
-  void SetUp() override {
-    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
-    ASSERT_TRUE(server_.started());
-  }
-  redis_server server_{"correct-horse"};
+  RedisClientAuth() : redis_test("correct-horse") {}
 };
 
 TEST_F(RedisClientAuth, APasswordIsSentAndNeverShown) {

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "redis_server.hpp"
+#include "redis_test.hpp"
 #include "store_test_support.hpp"
 #include "unicache/store.hpp"
 
@@ -24,13 +24,9 @@ run_result tool(const std::string& args) {
   return testing::run_command(std::string(UNICACHE_STORE_TOOL) + " " + args + " 2>&1");
 }
 
-class RemoteTool : public ::testing::Test {
+class RemoteTool : public testing::redis_test {
  protected:
-  void SetUp() override {
-    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
-    ASSERT_TRUE(server_.started()) << "redis-server did not start";
-  }
-  testing::redis_server server_{"tool-password-123"};
+  RemoteTool() : redis_test("tool-password-123") {}
 };
 
 TEST_F(RemoteTool, StatsListVerifyClear) {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "redis_server.hpp"
+#include "redis_test.hpp"
 #include "remote/remote_tier.hpp"
 #include "store_test_support.hpp"
 #include "unicache/store.hpp"
@@ -22,7 +22,6 @@
 namespace unicache {
 namespace {
 
-using testing::redis_server;
 
 // Forks `count` children running body(i) and returns their exit statuses
 // (128 + signal when one was killed; an alarm ends any that hangs).
@@ -46,13 +45,8 @@ std::vector<int> run_children(int count, Body body) {
   return statuses;
 }
 
-class RemoteProcesses : public ::testing::Test {
+class RemoteProcesses : public testing::redis_test {
  protected:
-  void SetUp() override {
-    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
-    ASSERT_TRUE(server_.started()) << "redis-server did not start";
-  }
-  redis_server server_;
   testing::temp_dir root_;
 };
 

@@ -9,14 +9,13 @@
 #include <fstream>
 #include <string>
 
-#include "redis_server.hpp"
+#include "redis_test.hpp"
 #include "store_test_support.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache {
 namespace {
 
-using testing::redis_server;
 
 byte_vector binary(std::size_t n, unsigned char seed) {
   byte_vector b(n);
@@ -24,14 +23,7 @@ byte_vector binary(std::size_t n, unsigned char seed) {
   return b;
 }
 
-class RemoteStore : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
-    ASSERT_TRUE(server_.started()) << "redis-server did not start";
-  }
-  redis_server server_;
-};
+using RemoteStore = testing::redis_test;
 
 TEST_F(RemoteStore, AnEmptyLocalStoreGetsAnotherMachinesBinaryAndKeepsIt) {
   testing::temp_dir dir_a, dir_b;

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "redis_server.hpp"
+#include "redis_test.hpp"
 #include "store_test_support.hpp"
 #include "remote/remote_tier.hpp"
 
@@ -26,7 +26,6 @@ namespace {
 using detail::remote_tier;
 using detail::redis_connection;
 using detail::remote_status;
-using testing::redis_server;
 
 const device_identity kDevice{"Portable Computing Language", "cpu-x86-64", "OpenCL 3.0 PoCL", "3.1"};
 const device_identity kOtherDevice{"NVIDIA CUDA", "NVIDIA H200", "OpenCL 3.0 CUDA", "560.35.03"};
@@ -37,19 +36,13 @@ byte_vector binary(std::size_t n, unsigned char seed) {
   return b;
 }
 
-class RemoteTier : public ::testing::Test {
+class RemoteTier : public testing::redis_test {
  protected:
-  void SetUp() override {
-    if (testing::redis_server_binary().empty()) GTEST_SKIP() << "no redis-server (Debian: apt-get install redis-server)";
-    ASSERT_TRUE(server_.started()) << "redis-server did not start";
-  }
-  remote_config config(const std::string& options = "") { return parse_remote_url(server_.url(options)); }
   void plant(const std::string& key, const byte_vector& value) {
     redis_connection c(config());
     ASSERT_EQ(c.set(key, value).status, remote_status::ok);
   }
 
-  redis_server server_;
 };
 
 TEST_F(RemoteTier, AnotherProcessGetsWhatOneWrote) {
