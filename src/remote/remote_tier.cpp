@@ -185,7 +185,10 @@ tier_result remote_tier::put(const device_identity& device, std::string_view key
     write w{redis_key(device, key), encode(device, key, binary)};
     if (w.value.empty()) return {tier_status::error, std::nullopt};
     scoped_lock l(&queue_mu_);
-    if (queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes || breaker_open()) {
+    // stopping_: being destroyed, or the writer gave up (out of memory):
+    // nothing would take the write off the queue.
+    if (stopping_ || queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes ||
+        breaker_open()) {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::skipped, std::nullopt};
     }
@@ -204,7 +207,7 @@ tier_result remote_tier::remove(const device_identity& device, std::string_view 
   try {
     write w{redis_key(device, key), {}};
     scoped_lock l(&queue_mu_);
-    if (queue_.size() >= kQueueLimit) return {tier_status::skipped, std::nullopt};
+    if (stopping_ || queue_.size() >= kQueueLimit) return {tier_status::skipped, std::nullopt};
     queue_.push_back(std::move(w));
     queue_cv_.notify_all();
     return {tier_status::done, std::nullopt};
