@@ -7,6 +7,10 @@
 //   BM_floor_write_64k    write a temporary file + rename it (what any atomic put costs)
 //   BM_store_get_processes/N  N processes doing gets at once: aggregate rate
 //
+// bench_store --eviction 1000,10000,100000 instead runs the eviction mode
+// (store_eviction.cpp): what evicting a store of that many 4 KB entries
+// costs the put that triggers it and another process's gets and puts.
+//
 // Per-operation latency is timed one operation at a time; p50 and p99 are
 // reported as counters (microseconds) beside the mean.
 #include <benchmark/benchmark.h>
@@ -16,11 +20,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "store_eviction.hpp"
 #include "unicache/store.hpp"
 
 namespace {
@@ -176,6 +182,23 @@ BENCHMARK(BM_store_get_processes)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Iterations(1)
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--eviction") continue;
+    std::vector<std::uint64_t> sizes;
+    for (std::string list = argv[i + 1]; !list.empty();) {
+      const std::size_t comma = std::min(list.find(','), list.size());
+      sizes.push_back(std::strtoull(list.substr(0, comma).c_str(), nullptr, 10));
+      list.erase(0, comma + 1);
+    }
+    if (sizes.empty() || std::find(sizes.begin(), sizes.end(), 0u) != sizes.end()) {
+      std::fprintf(stderr, "bench_store: --eviction takes entry counts, such as 1000,10000,100000\n");
+      return 2;
+    }
+    const int status = unicache::bench::run_eviction(bench_root(), sizes);
+    std::error_code ignored;
+    std::filesystem::remove_all(bench_root(), ignored);
+    return status;
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
