@@ -28,7 +28,7 @@ const char* const kMainHelp =
     "Inspects and maintains the persistent kernel store of unicache.\n"
     "\n"
     "commands:\n"
-    "  stats                       entries, bytes (on disk and recorded), devices\n"
+    "  stats [--recount]           entries, bytes and devices (--recount: walk the store)\n"
     "  list [--json]               every entry: what it is, its device, size, last use\n"
     "  verify [--fix]              check every entry; --fix removes bad ones\n"
     "  prune [--max-size MB] [--older-than DAYS]\n"
@@ -56,10 +56,12 @@ struct command_help {
 };
 const command_help kCommandHelp[] = {
     {"stats",
-     "usage: unicache-store [--dir DIR] stats\n\n"
-     "Prints the number of entries, their bytes as found on disk and as the\n"
-     "store's size file records them, the number of devices and of temporary\n"
-     "files left by writers that died. Exit 0, or 1 if the store is unusable.\n"},
+     "usage: unicache-store [--dir DIR] stats [--recount]\n\n"
+     "Prints the number of entries and their bytes as the shards' size records\n"
+     "say (a shard without a valid record is walked), and the number of\n"
+     "devices. With --recount, walks the whole store and prints the entries and\n"
+     "bytes found on disk beside the recorded bytes, and the temporary files\n"
+     "left by writers that died. Exit 0, or 1 if the store is unusable.\n"},
     {"list",
      "usage: unicache-store [--dir DIR] list [--json]\n\n"
      "Prints every entry, grouped by device: a line per device (its hash and\n"
@@ -77,7 +79,7 @@ const command_help kCommandHelp[] = {
      "reports anything else that does not belong (a directory, FIFO, link or\n"
      "stray file where the store keeps entries or its directories). Prints\n"
      "each bad thing and why. With --fix, removes them (a link, never what it\n"
-     "points to) and temporary files, and recounts the size file. Exit 0 if\n"
+     "points to) and temporary files, and recounts the shards' records. Exit 0 if\n"
      "every entry is valid (or --fix removed the bad ones), 1 if bad entries\n"
      "remain or the store is unusable.\n"},
     {"prune",
@@ -335,6 +337,7 @@ int main(int argc, char** argv) {
   // Parse the command's options before touching the store.
   bool fix = false;
   bool json = false;
+  bool recount = false;
   std::optional<std::uint64_t> max_mb, older_than_days;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
@@ -342,6 +345,8 @@ int main(int argc, char** argv) {
       fix = true;
     } else if (command == "list" && a == "--json") {
       json = true;
+    } else if (command == "stats" && a == "--recount" && !remote) {
+      recount = true;
     } else if (command == "prune" && (a == "--max-size" || a == "--older-than") && i + 1 < args.size()) {
       const auto value = number(args[i + 1]);
       if (!value) return usage_error("bad number " + std::string(args[i + 1]) + " for " + std::string(a), help);
@@ -386,10 +391,11 @@ int main(int argc, char** argv) {
 
   try {
     if (command == "stats") {
-      const unicache::store_stats s = store.stats();
+      const unicache::store_stats s = store.stats(recount);
       std::printf("directory:        %s\n", config.directory.c_str());
-      std::printf("entries:          %llu\n", static_cast<unsigned long long>(s.entries));
-      std::printf("bytes on disk:    %llu\n", static_cast<unsigned long long>(s.bytes));
+      std::printf("entries:          %llu%s\n", static_cast<unsigned long long>(s.entries),
+                  s.recounted ? "" : " (recorded)");
+      if (s.recounted) std::printf("bytes on disk:    %llu\n", static_cast<unsigned long long>(s.bytes));
       std::printf("bytes recorded:   %llu\n", static_cast<unsigned long long>(s.recorded_bytes));
       if (config.max_size_bytes == 0 || !config.size_eviction) {
         std::printf("maximum:          none (%s)\n", config.max_size_bytes == 0 ? "no size limit" : "size eviction off");
@@ -397,7 +403,9 @@ int main(int argc, char** argv) {
         std::printf("maximum:          %llu\n", static_cast<unsigned long long>(config.max_size_bytes));
       }
       std::printf("devices:          %llu\n", static_cast<unsigned long long>(s.devices));
-      std::printf("temporary files:  %llu\n", static_cast<unsigned long long>(s.temporary_files));
+      if (s.recounted) {
+        std::printf("temporary files:  %llu\n", static_cast<unsigned long long>(s.temporary_files));
+      }
       return kOk;
     }
     if (command == "list") {

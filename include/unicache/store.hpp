@@ -48,10 +48,22 @@
 //
 // Thread and process safety: any number of threads and processes may use one
 // store directory at once. Entries are published by rename and never
-// modified, so a reader never sees a partial entry; the size file is updated
-// under an advisory flock(2) lock, which the kernel releases when a process
+// modified, so a reader never sees a partial entry. The store is split into
+// 16 shards by key hash; each shard's size record is updated under the
+// shard's advisory flock(2) lock, which the kernel releases when a process
 // dies, so a crash never leaves the store locked. Nothing blocks on a file
-// another process planted while holding that lock.
+// another process planted while holding a lock. Gets take no lock.
+//
+// Eviction never stalls a put: a put that finds its shard over its share of
+// the limit (a sixteenth) asks this process's evictor thread to clean the
+// shard and returns. The evictor walks that shard alone, without the lock,
+// and removes least recently used entries in batches of at most 2 ms under
+// the shard's lock, down to half the shard's share; a put into the shard
+// waits for one batch at most. LRU order therefore holds within a shard,
+// not across the store: the store as a whole holds up to its limit (each
+// shard up to a sixteenth of it), and an entry can outlive an older one in
+// another shard. The thread starts at the first eviction a process needs
+// and stops at exit, after its current batch.
 //
 // Keys that describe themselves: `unicache-store list` shows what each
 // entry is. A key written with unicache::cache_key whose first field is a
@@ -98,8 +110,9 @@ struct device_identity {
 struct store_config {
   bool enabled = true;
   std::string directory;  // the root; empty means "not set" (the store is off)
-  // The store's size. Over it, a put evicts least recently used entries
-  // down to half of it; a binary whose entry alone is larger is not stored.
+  // The store's size, enforced per shard: a shard over a sixteenth of it is
+  // cleaned down to half of that in the background (see above); a binary
+  // whose entry alone is larger than a sixteenth is not stored.
   // 0: no size limit (as SYCL_CACHE_MAX_SIZE=0).
   std::uint64_t max_size_bytes = std::uint64_t{1024} << 20;
   std::uint32_t threshold_days = 30;  // entries unused this long are removed; 0: never
@@ -123,10 +136,11 @@ struct store_config {
 
 struct store_stats {
   std::uint64_t entries = 0;
-  std::uint64_t bytes = 0;           // bytes of entry files on disk (recounted)
-  std::uint64_t recorded_bytes = 0;  // what the size file says
+  std::uint64_t bytes = 0;           // bytes of entry files: recounted, or as recorded
+  std::uint64_t recorded_bytes = 0;  // what the shards' size records say
   std::uint64_t devices = 0;
-  std::uint64_t temporary_files = 0;  // left behind by writers that died
+  std::uint64_t temporary_files = 0;  // left behind by writers that died (recounted only)
+  bool recounted = false;             // whether the store was walked
 };
 
 // One entry (or, from verify, anything else that does not belong in the
@@ -185,12 +199,13 @@ class kernel_store {
   // (at most once a minute per entry). Never throws.
   std::optional<byte_vector> get(const device_identity& device, std::string_view key) noexcept;
 
-  // Stores `binary` under `key` for `device`, then evicts if the store is
-  // over its size (least recently used first, down to half the maximum;
-  // never the entry just stored). Returns whether the binary is now stored
-  // where get finds it (false: disabled, outside the entry size limits,
-  // larger than the whole store, a key over 1 MiB, no usable slot for the
-  // key, or a write failed). Never throws.
+  // Stores `binary` under `key` for `device`. If its shard is then over its
+  // share of the size, the shard is cleaned in the background (least
+  // recently used first, down to half its share; never the entry just
+  // stored). Returns whether the binary is now stored where get finds it
+  // (false: disabled, outside the entry size limits, larger than a
+  // sixteenth of the store, a key over 1 MiB, no usable slot for the key,
+  // or a write failed). Never throws.
   bool put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
 
   // Removes the binary stored under `key` for `device` (a backend calls it
@@ -211,6 +226,11 @@ class kernel_store {
   // Waits until the remote tier's queued writes are done.
   void flush_remote();
 
+  // Waits until this process's evictor has finished the cleanups its puts
+  // asked for (of every store in the process). For programs that fill a
+  // store and exit, tests and benchmarks; puts never need it.
+  void finish_eviction() const;
+
   // Whether get/put can use the disk at all, and whether writes still work
   // (a write failure turns writes off for the rest of the process).
   bool enabled() const noexcept;
@@ -218,10 +238,15 @@ class kernel_store {
   // The settings operations that start now use.
   store_config config() const;
 
-  // Maintenance (the unicache-store tool). These walk the whole store
-  // (never following a link) and take its lock; they throw store_error if
-  // the store is disabled.
-  store_stats stats() const;
+  // Maintenance (the unicache-store tool); each throws store_error if the
+  // store is disabled. Apart from stats without `recount`, they walk the
+  // whole store (never following a link; about 10 µs per entry).
+  //
+  // stats: by default from the shards' size records (milliseconds at any
+  // size); a shard whose record is missing or damaged makes it walk. With
+  // `recount`, walks and counts what is on disk (temporary files included)
+  // beside what the records say.
+  store_stats stats(bool recount = false) const;
   // Every entry, with what its key says it is; reads each device's
   // description once.
   std::vector<store_entry_info> list() const;
@@ -229,11 +254,12 @@ class kernel_store {
   // (directories, FIFOs, links or files where the store keeps entries or
   // its own directories). With `fix`, removes them (a link, never what it
   // points to), temporary files left by dead writers and empty key
-  // directories, and rewrites the size file. Returns what was bad.
+  // directories, and rewrites the shards' size records. Returns what was bad.
   std::vector<store_entry_info> verify(bool fix) const;
-  // Removes least recently used entries until at most `max_bytes` remain,
-  // and entries unused for more than `max_age_days` (0: no age limit).
-  // Returns the number of entries removed.
+  // Removes least recently used entries (across all shards) until at most
+  // `max_bytes` remain, and entries unused for more than `max_age_days` (0:
+  // no age limit), in batches under each shard's lock; then recounts every
+  // shard. Returns the number of entries removed.
   std::uint64_t prune(std::uint64_t max_bytes, std::uint32_t max_age_days) const;
   // Removes every entry of every device.
   void clear() const;

@@ -1,70 +1,279 @@
-// The store's size accounting and its walks: recount, age and LRU eviction.
+// The store's size accounting, its shard walks and its batched removals.
 #include "store/eviction.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
+#include <thread>
+#include <cstdio>
 
-#include "store/store_walk.hpp"
+#include "store/store_layout.hpp"
 
 namespace unicache::detail {
 namespace {
 
-constexpr std::int64_t kWalkIntervalS = 86400;    // age-based eviction at least daily
-constexpr std::int64_t kStaleTemporaryS = 3600;   // temp files of writers that died
+constexpr std::int64_t kWalkIntervalS = 86400;   // age-based eviction at least daily
+constexpr std::int64_t kStaleTemporaryS = 3600;  // temp files of writers that died
+// One batch of removals holds the shard's lock for at most this long, or
+// this many removals, whichever comes first.
+constexpr auto kBatchTime = std::chrono::milliseconds(8);
+constexpr std::size_t kBatchFiles = 256;
+// Between batches the lock stays free for a quarter of the time the last
+// batch held it, within these bounds.
+constexpr std::chrono::steady_clock::duration kMinPause = std::chrono::microseconds(500);
+constexpr std::chrono::steady_clock::duration kMaxPause = std::chrono::milliseconds(2);
 
-}  // namespace
+std::uint64_t sub(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
 
-bool limits_size(const store_config& config) { return config.size_eviction && config.max_size_bytes > 0; }
-
-void account_locked(store_directory& d, const store_config& config, std::int64_t delta, const std::string& keep) {
-  const std::uint64_t limit = limits_size(config) ? config.max_size_bytes : UINT64_MAX;
-  std::optional<size_record> record = d.sizes().read();
-  if (!record) {
-    evict_locked(d, limit, config.threshold_days, false, keep);
-    return;
-  }
-  record->bytes = static_cast<std::uint64_t>(
-      std::max<std::int64_t>(0, static_cast<std::int64_t>(record->bytes) + delta));
-  if (record->bytes > limit) {
-    evict_locked(d, limit / 2, config.threshold_days, false, keep);  // to half: evictions stay rare
-  } else if (config.threshold_days > 0 && ::time(nullptr) - record->last_walk_unix > kWalkIntervalS) {
-    evict_locked(d, limit, config.threshold_days, false, keep);
-  } else if (const int err = d.sizes().write(*record); err != 0) {
-    d.write_failed(err, "writing the size file");
-  }
+void write_totals(store_directory& d, int shard, const shard_totals& t) {
+  if (const int err = d.record(shard).write(t); err != 0) d.write_failed(err, "writing a shard's size record");
 }
 
-std::uint64_t evict_locked(store_directory& d, std::uint64_t target, std::uint32_t max_age_days,
-                           bool remove_empty_directories, const std::string& keep) {
-  const std::int64_t now = ::time(nullptr);
-  walk_result w = walk_store(d.root());
-  std::uint64_t total = 0;
-  for (const store_file& f : w.entries) total += f.bytes;
-  std::uint64_t removed = 0;
-  std::sort(w.entries.begin(), w.entries.end(),
-            [](const store_file& a, const store_file& b) { return a.mtime < b.mtime; });
-  const std::int64_t oldest_allowed = max_age_days > 0 ? now - std::int64_t{max_age_days} * 86400 : INT64_MIN;
-  for (const store_file& f : w.entries) {
-    if (total <= target && f.mtime >= oldest_allowed) break;
-    if (!keep.empty() && f.relative_path() == keep) continue;
-    if (const int err = remove_beneath(d.root(), f); err == 0 || err == ENOENT) {
-      total -= f.bytes;
-      ++removed;
+int shard_of_directory(const store_file& f) {
+  // <device>/<kk>/<key>: the shard is kk's first digit.
+  const std::size_t slash = f.directory.find('/');
+  if (slash == std::string::npos || slash + 1 >= f.directory.size()) return -1;
+  const char c = f.directory[slash + 1];
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+// Removes `victims` (all of one shard) in batches under the shard's lock.
+// Each victim is checked again first: one that is gone stays gone, and with
+// `keep_used`, one that was used or replaced since the walk saw it stays. With `target`, stops once the
+// record says the shard holds at most that many bytes and the next victim
+// has not expired. Returns (entries, batches).
+struct removal {
+  std::uint64_t entries = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t batches = 0;
+};
+removal remove_in_batches(store_directory& d, int shard, const std::vector<store_file>& victims,
+                          std::uint64_t target, std::int64_t oldest_allowed, bool keep_used,
+                          const std::atomic<bool>* stop) {
+  removal out;
+  std::size_t i = 0;
+  bool done = victims.empty();
+  std::chrono::steady_clock::duration held{};
+  while (!done && !(stop && stop->load(std::memory_order_relaxed))) {
+    // Between batches the lock stays free for a while: flock(2) hands a
+    // released lock to nobody in particular, and an evictor that took it
+    // again at once would keep a waiting put out for the whole cleanup.
+    if (held.count() > 0) std::this_thread::sleep_for(std::clamp(held / 4, kMinPause, kMaxPause));
+    lock_file_holder l(&d.lock(shard));
+    const auto hold0 = std::chrono::steady_clock::now();
+    shard_totals t = read_totals_locked(d, shard);
+    // Marked before the first removal: a holder that finds the mark knows
+    // this batch died half done and recounts.
+    t.pending_removal = 1;
+    write_totals(d, shard, t);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t bytes = 0, entries = 0;
+    for (std::size_t n = 0; n < kBatchFiles && std::chrono::steady_clock::now() - t0 < kBatchTime; ++n) {
+      if (i == victims.size()) {
+        done = true;
+        break;
+      }
+      const store_file& v = victims[i];
+      if (sub(t.bytes, bytes) <= target && v.mtime >= oldest_allowed) {
+        done = true;
+        break;
+      }
+      ++i;
+      const directory_handle dir = open_beneath(d.root(), v.directory);
+      struct stat st {};
+      if (!dir.ok() || ::fstatat(dir.fd(), v.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (!S_ISREG(st.st_mode)) continue;
+      if (keep_used && (st.st_mtim.tv_sec != v.mtime || static_cast<std::uint64_t>(st.st_size) != v.bytes)) {
+        continue;  // used or replaced since the walk
+      }
+      if (::unlinkat(dir.fd(), v.name.c_str(), 0) != 0) continue;
+      bytes += static_cast<std::uint64_t>(st.st_size);
+      ++entries;
+      remove_key_directory_if_empty(d.root(), v.directory);
     }
+    t.bytes = sub(t.bytes, bytes);
+    t.entries = sub(t.entries, entries);
+    t.generation += 1;
+    t.pending_removal = 0;
+    write_totals(d, shard, t);
+    out.entries += entries;
+    out.bytes += bytes;
+    ++out.batches;
+    held = std::chrono::steady_clock::now() - hold0;
   }
+  return out;
+}
+
+void remove_stale_temporaries(const store_directory& d, const walk_result& w, std::int64_t now) {
   for (const store_file& t : w.temporaries) {
     if (now - t.mtime > kStaleTemporaryS) remove_beneath(d.root(), t);
   }
-  if (remove_empty_directories) {
-    for (const store_file& dir : w.key_directories) remove_if_empty(d.root(), dir);
+}
+
+std::uint64_t total_bytes(const std::vector<store_file>& entries) {
+  std::uint64_t total = 0;
+  for (const store_file& f : entries) total += f.bytes;
+  return total;
+}
+
+void sort_least_recently_used_first(std::vector<store_file>& entries) {
+  std::sort(entries.begin(), entries.end(), [](const store_file& a, const store_file& b) { return a.mtime < b.mtime; });
+}
+
+}  // namespace
+
+void remove_key_directory_if_empty(const directory_handle& root, const std::string& relative) {
+  const std::size_t slash = relative.rfind('/');
+  if (slash == std::string::npos) return;
+  const directory_handle parent = open_beneath(root, relative.substr(0, slash));
+  if (parent.ok()) ::unlinkat(parent.fd(), relative.c_str() + slash + 1, AT_REMOVEDIR);
+}
+
+bool limits_size(const store_config& config) { return config.size_eviction && config.max_size_bytes > 0; }
+
+std::uint64_t shard_limit(const store_config& config) {
+  return limits_size(config) ? std::max<std::uint64_t>(1, config.max_size_bytes / kShards) : UINT64_MAX;
+}
+
+shard_totals recount_shard_locked(store_directory& d, int shard) {
+  const walk_result w = walk_shard(d.root(), shard);
+  shard_totals t;
+  if (const std::optional<shard_totals> old = d.record(shard).read()) t.generation = old->generation + 1;
+  t.bytes = total_bytes(w.entries);
+  t.entries = w.entries.size();
+  t.last_walk_unix = ::time(nullptr);
+  for (const store_file& dir : w.key_directories) remove_key_directory_if_empty(d.root(), dir.relative_path());
+  write_totals(d, shard, t);
+  return t;
+}
+
+shard_totals read_totals_locked(store_directory& d, int shard) {
+  const std::optional<shard_totals> t = d.record(shard).read();
+  if (t && t->pending_removal == 0) return *t;
+  return recount_shard_locked(d, shard);
+}
+
+bool account_locked(store_directory& d, int shard, const store_config& config, std::int64_t delta_bytes,
+                    std::int64_t delta_entries) {
+  std::optional<shard_totals> t = d.record(shard).read();
+  if (!t || t->pending_removal != 0) {
+    // The recount sees the change this call records: it is on disk already.
+    t = recount_shard_locked(d, shard);
+  } else {
+    t->bytes = delta_bytes >= 0 ? t->bytes + static_cast<std::uint64_t>(delta_bytes)
+                                : sub(t->bytes, static_cast<std::uint64_t>(-delta_bytes));
+    t->entries = delta_entries >= 0 ? t->entries + static_cast<std::uint64_t>(delta_entries)
+                                    : sub(t->entries, static_cast<std::uint64_t>(-delta_entries));
+    t->generation += 1;
+    write_totals(d, shard, *t);
   }
-  if (const int err = d.sizes().write({total, now}); err != 0) d.write_failed(err, "writing the size file");
+  return t->bytes > shard_limit(config) ||
+         (config.threshold_days > 0 && ::time(nullptr) - t->last_walk_unix > kWalkIntervalS);
+}
+
+std::uint64_t clean_shard(store_directory& d, int shard, const store_config& config, const std::string& keep,
+                          const std::atomic<bool>* stop) {
+  shard_totals before;
+  {
+    lock_file_holder l(&d.lock(shard));
+    before = read_totals_locked(d, shard);
+  }
+  const std::int64_t now = ::time(nullptr);
+  // Another evictor (of this process or another) may have cleaned the
+  // shard since the request.
+  if (before.bytes <= shard_limit(config) &&
+      !(config.threshold_days > 0 && now - before.last_walk_unix > kWalkIntervalS)) {
+    return 0;
+  }
+  walk_result w = walk_shard(d.root(), shard);
+  const std::uint64_t walked_bytes = total_bytes(w.entries);
+  const std::uint64_t limit = shard_limit(config);
+  const std::uint64_t target = std::max(before.bytes, walked_bytes) > limit ? limit / 2 : UINT64_MAX;
+  const std::int64_t oldest_allowed =
+      config.threshold_days > 0 ? now - std::int64_t{config.threshold_days} * 86400 : INT64_MIN;
+
+  // The victims, as the walk saw the shard: expired ones, then the least
+  // recently used until the walk's total is down to the target.
+  sort_least_recently_used_first(w.entries);
+  std::vector<store_file> victims;
+  std::uint64_t remaining = walked_bytes;
+  for (const store_file& f : w.entries) {
+    if (remaining <= target && f.mtime >= oldest_allowed) break;
+    if (!keep.empty() && f.relative_path() == keep) continue;
+    victims.push_back(f);
+    remaining -= f.bytes;
+  }
+  const removal r = remove_in_batches(d, shard, victims, target, oldest_allowed, /*keep_used=*/true, stop);
+  remove_stale_temporaries(d, w, now);
+
+  // The record becomes the walk's count (less what was removed) when
+  // nothing else changed the shard since the walk began: that corrects
+  // what a writer killed between publishing and recording left uncounted.
+  // Otherwise it keeps its running totals, and only the walk time.
+  lock_file_holder l(&d.lock(shard));
+  shard_totals t = read_totals_locked(d, shard);
+  if (t.generation == before.generation + r.batches) {
+    t.bytes = sub(walked_bytes, r.bytes);
+    t.entries = sub(w.entries.size(), r.entries);
+  }
+  t.last_walk_unix = now;
+  t.generation += 1;
+  write_totals(d, shard, t);
+  return r.entries;
+}
+
+std::uint64_t clean_shards(store_directory& d, int first, const store_config& config, const std::string& keep,
+                           const std::atomic<bool>* stop) {
+  std::uint64_t removed = clean_shard(d, first, config, keep, stop);
+  // Keys spread evenly over the shards, so when one is over its share the
+  // others are about to be: those whose record says so are cleaned now too
+  // (a record read without the lock is the old one or the new one, whole).
+  const std::int64_t now = ::time(nullptr);
+  for (int s = 0; s < kShards && !(stop && stop->load(std::memory_order_relaxed)); ++s) {
+    if (s == first) continue;
+    const std::optional<shard_totals> t = d.record(s).read();
+    if (!t) continue;
+    if (t->bytes > shard_limit(config) ||
+        (config.threshold_days > 0 && now - t->last_walk_unix > kWalkIntervalS)) {
+      removed += clean_shard(d, s, config, "", stop);
+    }
+  }
   return removed;
 }
 
-void recount_locked(store_directory& d, bool remove_empty_directories) {
-  evict_locked(d, UINT64_MAX, 0, remove_empty_directories);
+std::uint64_t prune_store(store_directory& d, std::uint64_t max_bytes, std::uint32_t max_age_days) {
+  const std::int64_t now = ::time(nullptr);
+  walk_result w = walk_store(d.root());
+  const std::int64_t oldest_allowed = max_age_days > 0 ? now - std::int64_t{max_age_days} * 86400 : INT64_MIN;
+  sort_least_recently_used_first(w.entries);
+  std::array<std::vector<store_file>, kShards> victims;
+  std::uint64_t remaining = total_bytes(w.entries);
+  for (const store_file& f : w.entries) {
+    if (remaining <= max_bytes && f.mtime >= oldest_allowed) break;
+    const int shard = shard_of_directory(f);
+    if (shard < 0) continue;
+    victims[static_cast<std::size_t>(shard)].push_back(f);
+    remaining -= f.bytes;
+  }
+  std::uint64_t removed = 0;
+  for (int s = 0; s < kShards; ++s) {
+    removed += remove_in_batches(d, s, victims[static_cast<std::size_t>(s)], 0, INT64_MAX, /*keep_used=*/false, nullptr).entries;
+  }
+  remove_stale_temporaries(d, w, now);
+  recount_store(d);
+  return removed;
+}
+
+void recount_store(store_directory& d) {
+  for (int s = 0; s < kShards; ++s) {
+    lock_file_holder l(&d.lock(s));
+    recount_shard_locked(d, s);
+  }
 }
 
 }  // namespace unicache::detail

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "remote/remote_settings.hpp"
+#include "store/background_evictor.hpp"
 #include "store/entry_format.hpp"
 #include "store/eviction.hpp"
 #include "store/kernel_store_impl.hpp"
@@ -86,7 +87,13 @@ kernel_store::kernel_store(store_config config) : impl_(new impl) {
   impl_->update([&](store_config& c) { c = std::move(config); });
 }
 
-kernel_store::~kernel_store() { delete impl_; }
+kernel_store::~kernel_store() {
+  // A cleanup of this store's directory in progress ends after its batch.
+  if (background_evictor* e = background_evictor::existing()) {
+    if (const std::shared_ptr<const store_state> s = impl_->state(); s && s->directory) e->forget(s->directory.get());
+  }
+  delete impl_;
+}
 
 kernel_store& kernel_store::instance() {
   static kernel_store* const store = [] {
@@ -152,12 +159,14 @@ std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& 
         touch_if_older(found.file, kTouchIntervalS);
         return byte_vector(found.entry.binary.begin(), found.entry.binary.end());
       }
-      if (found.what == slot::state::damaged) {
-        // A truncated, corrupt or foreign file is a miss, and goes. Its size
-        // on disk need not be what the size file counted: recount.
-        if (::unlinkat(dir.fd(), entry_name(n).c_str(), 0) == 0 && d.writable()) {
-          lock_file_holder l(&d.lock());
-          recount_locked(d);
+      if (found.what == slot::state::damaged && d.writable()) {
+        // A truncated, corrupt or foreign file is a miss, and goes.
+        const int shard = shard_of(key_h);
+        lock_file_holder l(&d.lock(shard));
+        if (::unlinkat(dir.fd(), entry_name(n).c_str(), 0) == 0) {
+          // Its size on disk need not be what the record counted: recount.
+          remove_key_directory_if_empty(d.root(), relative_dir);
+          recount_shard_locked(d, shard);
         }
       }
     }
@@ -179,8 +188,9 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
     const hash128 device_h = device_hash(device);
     const hash128 key_h = hasher(key);
     const byte_vector bytes = encode_entry(device_h, key, binary, ::time(nullptr));
-    // An entry larger than the whole store would be evicted by its own put.
-    if (limits_size(c) && bytes.size() > c.max_size_bytes) return false;
+    // An entry larger than its shard's share of the store would be evicted
+    // by the next put into the shard.
+    if (bytes.size() > shard_limit(c)) return false;
 
     // ENOENT: explicit maintenance removed the (then empty) key directory
     // after it was opened; create it again.
@@ -199,18 +209,22 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
     d.describe_device(device_h, device);
 
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);
+    const int shard = shard_of(key_h);
     bool stored = false;
+    bool clean = false;
+    std::string published;
     int err = 0;
     {
-      // Publishing and accounting happen together under the lock, so a walk
-      // never sees a published entry the size file does not count yet. The
-      // slots are read as get reads them, never blocking.
-      lock_file_holder l(&d.lock());
+      // Publishing and accounting happen together under the shard's lock,
+      // so a walk under it never sees a published entry the record does not
+      // count yet. The slots are read as get reads them, never blocking.
+      lock_file_holder l(&d.lock(shard));
       int broken_removed = 0;
       for (int n = 0; n < kMaxCollisions; ++n) {
         err = publish_no_replace(dir, temp, entry_name(n));
         if (err == 0) {
-          account_locked(d, c, static_cast<std::int64_t>(bytes.size()), relative_dir + "/" + entry_name(n));
+          clean = account_locked(d, shard, c, static_cast<std::int64_t>(bytes.size()), 1);
+          published = relative_dir + "/" + entry_name(n);
           stored = true;
           break;
         }
@@ -225,7 +239,7 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
         }
         if (taken.what == slot::state::damaged && broken_removed < kMaxCollisions &&
             ::unlinkat(dir.fd(), entry_name(n).c_str(), 0) == 0) {
-          recount_locked(d);
+          recount_shard_locked(d, shard);  // as get does for a damaged entry
           ++broken_removed;
           --n;  // retry the slot it occupied
         }
@@ -235,6 +249,9 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
       ::unlinkat(dir.fd(), temp.c_str(), 0);
       if (err != 0 && err != EEXIST) d.write_failed(err, "publishing an entry");
     }
+    // Over its share, or due its daily walk: the shard is cleaned in the
+    // background, never by this put.
+    if (clean) background_evictor::instance().request(s->directory, c, shard, published);
     return stored;
   } catch (...) {
     return false;
@@ -251,12 +268,14 @@ bool kernel_store::impl::remove_local(const device_identity& device, std::string
     const directory_handle dir = d.open_key_directory(device_h, key_h, /*create=*/false);
     if (!dir.ok()) return false;
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);
-    lock_file_holder l(&d.lock());
+    const int shard = shard_of(key_h);
+    lock_file_holder l(&d.lock(shard));
     for (int n = 0; n < kMaxCollisions; ++n) {
       const slot found = read_slot(d, dir, relative_dir, n, device_h, key, s->config);
       if (found.what != slot::state::this_key) continue;
       if (::unlinkat(dir.fd(), entry_name(n).c_str(), 0) != 0) return false;
-      account_locked(d, s->config, -static_cast<std::int64_t>(found.file.status.st_size));
+      account_locked(d, shard, s->config, -static_cast<std::int64_t>(found.file.status.st_size), -1);
+      remove_key_directory_if_empty(d.root(), relative_dir);
       return true;
     }
   } catch (...) {
@@ -299,6 +318,10 @@ bool kernel_store::remove(const device_identity& device, std::string_view key) n
     if (i == 0) removed = r.status == detail::tier_status::done;
   }
   return removed;
+}
+
+void kernel_store::finish_eviction() const {
+  if (background_evictor* e = background_evictor::existing()) e->wait_idle();
 }
 
 void kernel_store::set_remote(const std::string& url, const std::string& secret_file) {

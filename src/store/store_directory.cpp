@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "store/entry_format.hpp"
+#include "store/eviction.hpp"
 #include "store/store_layout.hpp"
 #include "util/env.hpp"
 #include "util/file_io.hpp"
@@ -62,17 +63,40 @@ std::shared_ptr<store_directory> store_directory::open(const std::string& direct
 }
 
 store_directory::store_directory(const std::string& path, directory_handle root, bool shared)
-    : path_(path),
-      root_(std::move(root)),
-      permissions_(shared),
-      lock_(root_, kLockName, permissions_.file_mode()),
-      sizes_(root_, permissions_.file_mode()) {
-  if (!lock_.ok()) {
-    // Readable but not writable (a read-only deployment): serve, never write.
-    write_failed(lock_.error(), "opening " + shown(path_ + "/" + kLockName));
+    : path_(path), root_(std::move(root)), permissions_(shared) {
+  // Readable but not writable (a read-only deployment): serve, never write.
+  shards_ = root_.make_subdirectory(kShardsDirectory, permissions_.directory_mode());
+  if (shards_.ok() && permissions_.distrust(shards_.status()).empty()) {
+    for (int s = 0; s < kShards; ++s) {
+      records_[static_cast<std::size_t>(s)] =
+          std::make_unique<shard_record>(shards_, shard_record_name(s), permissions_.file_mode());
+    }
+  }
+  if (!shards_.ok()) {
+    write_failed(shards_.error(), "opening " + shown(path_ + "/" + kShardsDirectory));
     return;
   }
+  if (const std::string why = permissions_.distrust(shards_.status()); !why.empty()) {
+    write_failed(kUntrusted, "trusting " + shown(path_ + "/" + kShardsDirectory) + " (" + why + ")");
+    return;
+  }
+  for (int s = 0; s < kShards; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    locks_[i] = std::make_unique<lock_file>(shards_, shard_lock_name(s), permissions_.file_mode());
+    if (!locks_[i]->ok()) {
+      write_failed(locks_[i]->error(), "opening " + shown(path_ + "/" + kShardsDirectory + "/" + shard_lock_name(s)));
+      return;
+    }
+  }
   writable_.store(true, std::memory_order_relaxed);
+  // A shard without a valid record (a new store) gets one now, so that
+  // stats never needs to walk a shard that nobody has written yet.
+  for (int s = 0; s < kShards; ++s) {
+    if (!records_[static_cast<std::size_t>(s)]->read()) {
+      lock_file_holder l(locks_[static_cast<std::size_t>(s)].get());
+      read_totals_locked(*this, s);
+    }
+  }
 }
 
 void store_directory::write_failed(int err, const std::string& what) noexcept {

@@ -1,6 +1,6 @@
-// One store directory in use: its format root (<directory>/v1) held open,
-// with the lock and size files, whether writes still work, and the warnings
-// it has printed. Every operation on the directory, from any thread, shares
+// One store directory in use: its format root (<directory>/v2) held open,
+// with each shard's lock and size record, whether writes still work, and the
+// warnings it has printed. Every operation on the directory, from any thread, shares
 // one (std::shared_ptr); the store opens another when its directory changes.
 #pragma once
 
@@ -10,7 +10,10 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_set.h"
-#include "store/size_file.hpp"
+#include <array>
+
+#include "store/shard_record.hpp"
+#include "store/store_layout.hpp"
 #include "store/store_permissions.hpp"
 #include "unicache/store.hpp"
 #include "util/directory_handle.hpp"
@@ -29,11 +32,17 @@ class store_directory {
   // nullptr, after one warning, when they cannot be used or are not trusted.
   static std::shared_ptr<store_directory> open(const std::string& directory, bool shared);
 
-  const std::string& path() const { return path_; }  // "<directory>/v1", for messages
+  const std::string& path() const { return path_; }  // "<directory>/v2", for messages
   const directory_handle& root() const { return root_; }
   const store_permissions& permissions() const { return permissions_; }
-  lock_file& lock() ABSL_LOCK_RETURNED(lock_) { return lock_; }
-  const size_file& sizes() const { return sizes_; }
+  // Shard `shard`'s lock (held for every publish, removal and record
+  // update in the shard) and size record. Only valid when writable() was
+  // true at opening; a read-only store has neither.
+  lock_file& lock(int shard) { return *locks_[static_cast<std::size_t>(shard)]; }
+  const shard_record& record(int shard) const { return *records_[static_cast<std::size_t>(shard)]; }
+  // Whether the shards' records can be read (a read-only store may have
+  // them without the locks).
+  bool has_records() const { return records_[0] != nullptr; }
 
   // Whether writes still work: a failed write turns them off for the rest
   // of the process (with one warning).
@@ -61,8 +70,9 @@ class store_directory {
   std::string path_;
   directory_handle root_;
   store_permissions permissions_;
-  lock_file lock_;
-  size_file sizes_;
+  directory_handle shards_;
+  std::array<std::unique_ptr<lock_file>, kShards> locks_;
+  std::array<std::unique_ptr<shard_record>, kShards> records_;
   std::atomic<bool> writable_{false};
   std::atomic<bool> warned_write_{false};
   std::atomic<bool> warned_trust_{false};

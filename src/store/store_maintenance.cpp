@@ -92,15 +92,39 @@ std::string device_description(const store_directory& d, const std::string& devi
 
 }  // namespace
 
-store_stats kernel_store::stats() const {
+store_stats kernel_store::stats(bool recount) const {
   const std::shared_ptr<const store_state> s = impl_->require_enabled();
-  const walk_result w = walk_store(s->directory->root());
+  store_directory& d = *s->directory;
   store_stats out;
-  out.entries = w.entries.size();
-  for (const store_file& f : w.entries) out.bytes += f.bytes;
-  out.devices = w.devices;
-  out.temporary_files = w.temporaries.size();
-  if (auto record = s->directory->sizes().read()) out.recorded_bytes = record->bytes;
+  if (recount) {
+    const walk_result w = walk_store(d.root());
+    out.entries = w.entries.size();
+    for (const store_file& f : w.entries) out.bytes += f.bytes;
+    out.devices = w.devices;
+    out.temporary_files = w.temporaries.size();
+    out.recounted = true;
+  }
+  for (int shard = 0; shard < kShards; ++shard) {
+    const std::optional<shard_totals> t = d.has_records() ? d.record(shard).read() : std::nullopt;
+    if (t && t->pending_removal == 0) {
+      out.recorded_bytes += t->bytes;
+      if (!recount) out.entries += t->entries;
+      continue;
+    }
+    // No valid record (damaged, or a read-only store without them): that
+    // shard is walked. stats never writes.
+    if (recount) continue;
+    const walk_result w = walk_shard(d.root(), shard);
+    out.entries += w.entries.size();
+    for (const store_file& f : w.entries) out.recorded_bytes += f.bytes;
+    out.recounted = true;
+  }
+  if (!recount) {
+    out.bytes = out.recorded_bytes;
+    for (const std::string& name : directory_names(d.root())) {
+      if (is_hex_name(name, kHashDigits)) ++out.devices;
+    }
+  }
   return out;
 }
 
@@ -124,28 +148,20 @@ std::vector<store_entry_info> kernel_store::verify(bool fix) const {
   store_directory& d = *s->directory;
   if (fix && !d.writable()) throw store_error("the store at " + s->config.directory + " is not writable");
   std::vector<store_entry_info> bad;
-  auto check = [&] {
-    const walk_result w = walk_store(d.root());
-    for (const store_file& f : w.entries) {
-      store_entry_info info = inspect(d, s->config, f);
-      if (info.valid) continue;
-      if (fix) remove_beneath(d.root(), f);
-      bad.push_back(std::move(info));
-    }
-    for (const store_file& f : w.strays) {
-      if (fix) remove_beneath(d.root(), f);
-      bad.push_back(stray_info(d, f));
-    }
-    if (fix) {
-      for (const store_file& t : w.temporaries) remove_beneath(d.root(), t);
-    }
-  };
+  const walk_result w = walk_store(d.root());
+  for (const store_file& f : w.entries) {
+    store_entry_info info = inspect(d, s->config, f);
+    if (info.valid) continue;
+    if (fix) remove_beneath(d.root(), f);
+    bad.push_back(std::move(info));
+  }
+  for (const store_file& f : w.strays) {
+    if (fix) remove_beneath(d.root(), f);
+    bad.push_back(stray_info(d, f));
+  }
   if (fix) {
-    lock_file_holder l(&d.lock());
-    check();
-    recount_locked(d, /*remove_empty_directories=*/true);
-  } else {
-    check();
+    for (const store_file& t : w.temporaries) remove_beneath(d.root(), t);
+    recount_store(d);
   }
   return bad;
 }
@@ -154,8 +170,7 @@ std::uint64_t kernel_store::prune(std::uint64_t max_bytes, std::uint32_t max_age
   const std::shared_ptr<const store_state> s = impl_->require_enabled();
   store_directory& d = *s->directory;
   if (!d.writable()) throw store_error("the store at " + s->config.directory + " is not writable");
-  lock_file_holder l(&d.lock());
-  return evict_locked(d, max_bytes, max_age_days, /*remove_empty_directories=*/true);
+  return prune_store(d, max_bytes, max_age_days);
 }
 
 void kernel_store::clear() const { prune(0, 0); }

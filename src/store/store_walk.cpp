@@ -32,14 +32,22 @@ struct expectation {
   bool directory;
 };
 
+bool is_shard_file_name(std::string_view name) {
+  return name.size() == 6 && is_hex_name(name.substr(0, 1), 1) && (name.substr(1) == ".lock" || name.substr(1) == ".size");
+}
+
 class walker {
  public:
   walk_result out;
+  int only_shard = -1;  // >= 0: only that shard's key directories
 
   void walk_root(const directory_handle& root) {
     for (const std::string& name : directory_names(root)) {
-      if (name == kLockName || name == kSizeName) {
-        expect(root, "", name, "", {name == kLockName ? "the store's lock file" : "the store's size file", false});
+      if (only_shard >= 0 && !is_hex_name(name, kHashDigits)) continue;
+      if (name == kShardsDirectory) {
+        if (expect(root, "", name, "", {"the shards' directory", true}) && only_shard < 0) {
+          walk_shards(root.open_subdirectory(name));
+        }
       } else if (is_temporary_name(name)) {
         expect(root, "", name, "", {"a temporary file", false}, &out.temporaries);
       } else if (is_hex_name(name, kHashDigits)) {
@@ -54,14 +62,29 @@ class walker {
   }
 
  private:
+  void walk_shards(const directory_handle& dir) {
+    if (!dir.ok()) return;
+    for (const std::string& name : directory_names(dir)) {
+      if (is_shard_file_name(name)) {
+        expect(dir, kShardsDirectory, name, "", {name.ends_with(".lock") ? "a shard's lock file" : "a shard's size record", false});
+      } else if (is_temporary_name(name)) {
+        expect(dir, kShardsDirectory, name, "", {"a temporary file", false}, &out.temporaries);
+      } else {
+        expect(dir, kShardsDirectory, name, "", {nullptr, false});
+      }
+    }
+  }
+
   void walk_device(const directory_handle& dir, const std::string& device) {
     if (!dir.ok()) return;
     for (const std::string& name : directory_names(dir)) {
+      if (only_shard >= 0 && !is_hex_name(name, kPrefixDigits)) continue;
       if (name == kDeviceDescriptionName) {
         expect(dir, device, name, device, {"the device's description", false});
       } else if (is_temporary_name(name)) {
         expect(dir, device, name, device, {"a temporary file", false}, &out.temporaries);
       } else if (is_hex_name(name, kPrefixDigits)) {
+        if (only_shard >= 0 && name[0] != shard_digit(only_shard)) continue;
         if (expect(dir, device, name, device, {"a directory of key directories", true})) {
           walk_prefix(dir.open_subdirectory(name), device + "/" + name, name, device);
         }
@@ -122,6 +145,13 @@ class walker {
 
 walk_result walk_store(const directory_handle& root) {
   walker w;
+  w.walk_root(root);
+  return std::move(w.out);
+}
+
+walk_result walk_shard(const directory_handle& root, int shard) {
+  walker w;
+  w.only_shard = shard;
   w.walk_root(root);
   return std::move(w.out);
 }

@@ -36,6 +36,10 @@ struct walk_result {
 
 walk_result walk_store(const directory_handle& root);
 
+// The same, for the key directories of one shard on every device (its
+// entries, their temporary files and strays; nothing at the upper levels).
+walk_result walk_shard(const directory_handle& root, int shard);
+
 // The directory `relative` (a store_file's directory) below `root`, opened
 // one real directory at a time.
 directory_handle open_beneath(const directory_handle& root, const std::string& relative);

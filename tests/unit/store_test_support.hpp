@@ -17,7 +17,10 @@
 #include <optional>
 #include <string>
 
+#include "store/background_evictor.hpp"
 #include "store/entry_format.hpp"
+#include "store/store_layout.hpp"
+#include "util/lock_file.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::testing {
@@ -65,10 +68,37 @@ inline byte_vector binary_for(const std::string& key, std::size_t bytes) {
   return out;
 }
 
-// Where the store in `root` keeps `key`'s entries for device `d`.
-inline std::string entry_dir_of(const std::string& root, const device_identity& d, std::string_view key) {
-  const std::string k = detail::to_hex(detail::key_hash(key));
-  return root + "/v1/" + detail::to_hex(detail::device_hash(d)) + "/" + k.substr(0, 2) + "/" + k;
+// Where the store in `root` keeps `key`'s entries for device `d` (keys
+// hashed with `hasher`, the store's own by default).
+using key_hasher = detail::hash128 (*)(std::string_view);
+inline std::string entry_dir_of(const std::string& root, const device_identity& d, std::string_view key,
+                                key_hasher hasher = &detail::key_hash) {
+  const std::string k = detail::to_hex(hasher(key));
+  return root + "/v2/" + detail::to_hex(detail::device_hash(d)) + "/" + k.substr(0, 2) + "/" + k;
+}
+
+// The store's key hash with its shard digit zeroed: every key in shard 0,
+// for tests of one shard's eviction (use with store_access::use_key_hasher).
+inline detail::hash128 shard_zero_hash(std::string_view key) {
+  detail::hash128 h = detail::key_hash(key);
+  h[0] &= 0x0f;
+  return h;
+}
+
+// A store limit whose shards each hold `bytes`.
+inline std::uint64_t limit_with_shard_share(std::uint64_t bytes) { return bytes * detail::kShards; }
+
+// Waits until this process's background evictor has nothing to do.
+inline void wait_for_eviction() {
+  if (detail::background_evictor* e = detail::background_evictor::existing()) e->wait_idle();
+}
+
+// Whether another process holds any shard's lock of the store in `root`.
+inline bool a_shard_is_locked(const std::string& root) {
+  for (int s = 0; s < detail::kShards; ++s) {
+    if (detail::is_locked_by_another_process(root + "/v2/shards/" + detail::shard_lock_name(s))) return true;
+  }
+  return false;
 }
 
 // Every *.entry file under `dir`.

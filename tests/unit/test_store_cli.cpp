@@ -35,6 +35,11 @@ TEST(StoreTool, StatsListVerifyPruneClear) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("entries:          4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("devices:          1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("entries:          4 (recorded)"), std::string::npos) << "from the records:\n" << r.out;
+  r = tool(d + " stats --recount");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("entries:          4\n"), std::string::npos) << "counted on disk:\n" << r.out;
+  EXPECT_NE(r.out.find("temporary files:  0"), std::string::npos) << r.out;
 
   r = tool(d + " list");
   EXPECT_EQ(r.status, 0);

@@ -18,7 +18,7 @@
 
 #include "store/entry_format.hpp"
 #include "store/key_description.hpp"
-#include "store/size_file.hpp"
+#include "store/shard_record.hpp"
 #include "store/store_testing.hpp"
 #include "util/directory_handle.hpp"
 #include "store_test_support.hpp"
@@ -94,7 +94,7 @@ TEST(KernelStore, HashCollisionAddsEntryNPlusOneAndNeverServesAnotherKey) {
   EXPECT_TRUE(store.put(gpu_a(), "second", binary_for("second", 20)));
   EXPECT_TRUE(store.put(gpu_a(), "first", binary_for("first", 10))) << "already there";
   const std::string key_dir =
-      dir.path() + "/v1/" + detail::to_hex(detail::device_hash(gpu_a())) + "/" +
+      dir.path() + "/v2/" + detail::to_hex(detail::device_hash(gpu_a())) + "/" +
       detail::to_hex(constant_hash("")).substr(0, 2) + "/" + detail::to_hex(constant_hash(""));
   EXPECT_TRUE(fs::exists(key_dir + "/0.entry"));
   EXPECT_TRUE(fs::exists(key_dir + "/1.entry"));
@@ -122,7 +122,7 @@ TEST_P(KernelStoreDamagedEntry, IsAMissAndIsRemoved) {
   write_bytes(path, GetParam().apply(read_bytes(path)));
   EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
   EXPECT_FALSE(fs::exists(path)) << "a bad entry must be removed";
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.recorded_bytes, s.bytes) << "the size file follows the removal";
   EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 4000))) << "and the key can be stored again";
   EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 4000));
@@ -155,7 +155,7 @@ TEST(KernelStore, RemoveDeletesOnlyThatKeysEntryAndKeepsTheSizeExact) {
   EXPECT_TRUE(store.get(gpu_a(), "softmax").has_value()) << "another key stays";
   EXPECT_TRUE(store.get(pocl_cpu(), "gemm").has_value()) << "the same key of another device stays";
   EXPECT_FALSE(store.remove(gpu_a(), "gemm")) << "nothing left to remove";
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.entries, 2u);
   EXPECT_EQ(s.recorded_bytes, s.bytes);
   const byte_vector rebuilt = binary_for("gemm-rebuilt", 6000);
@@ -163,44 +163,145 @@ TEST(KernelStore, RemoveDeletesOnlyThatKeysEntryAndKeepsTheSizeExact) {
   EXPECT_EQ(store.get(gpu_a(), "gemm"), rebuilt);
 }
 
-TEST(KernelStore, SizeFileEqualsTheRecountAndIsRebuiltWhenMissingOrCorrupt) {
-  temp_dir dir;
-  kernel_store store(store_in(dir.path()));
-  for (int i = 0; i < 20; ++i) store.put(gpu_a(), "k" + std::to_string(i), binary_for("k", 1000 + i));
-  store_stats s = store.stats();
-  EXPECT_EQ(s.entries, 20u);
-  EXPECT_EQ(s.recorded_bytes, s.bytes);
-  fs::remove(dir.path() + "/v1/size");
-  store.put(gpu_a(), "after_missing", binary_for("x", 10));
-  s = store.stats();
-  EXPECT_EQ(s.recorded_bytes, s.bytes) << "a missing size file is recounted";
-  write_bytes(dir.path() + "/v1/size", byte_vector(40, 0xff));
-  store.put(gpu_a(), "after_corrupt", binary_for("x", 10));
-  s = store.stats();
-  EXPECT_EQ(s.recorded_bytes, s.bytes) << "a corrupt size file is recounted";
+// Every shard's size record, for tests that damage them.
+std::vector<std::string> record_files(const std::string& root) {
+  std::vector<std::string> out;
+  for (int s = 0; s < detail::kShards; ++s) out.push_back(root + "/v2/shards/" + detail::shard_record_name(s));
+  return out;
 }
 
-TEST(KernelStore, OverTheLimitLeastRecentlyUsedEntriesGoUntilHalfTheLimit) {
+TEST(KernelStore, RecordsEqualTheRecountAndAreRebuiltWhenMissingOrCorrupt) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  for (int i = 0; i < 40; ++i) store.put(gpu_a(), "k" + std::to_string(i), binary_for("k", 1000 + i));
+  store_stats s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.entries, 40u);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+  const store_stats quick = store.stats();
+  EXPECT_FALSE(quick.recounted) << "every record is valid: no walk";
+  EXPECT_EQ(quick.entries, 40u);
+  EXPECT_EQ(quick.bytes, s.bytes);
+  for (const std::string& f : record_files(dir.path())) fs::remove(f);
+  const store_stats missing = store.stats();
+  EXPECT_TRUE(missing.recounted) << "a missing record makes stats walk";
+  EXPECT_EQ(missing.entries, 40u);
+  for (int i = 0; i < 200; ++i) store.put(gpu_a(), "after_missing" + std::to_string(i), binary_for("x", 10));
+  s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.recorded_bytes, s.bytes) << "a missing record is recounted";
+  for (const std::string& f : record_files(dir.path())) write_bytes(f, byte_vector(64, 0xff));
+  for (int i = 0; i < 200; ++i) store.put(gpu_a(), "after_corrupt" + std::to_string(i), binary_for("x", 10));
+  s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.recorded_bytes, s.bytes) << "a corrupt record is recounted";
+  EXPECT_EQ(store.stats().entries, s.entries);
+}
+
+TEST(KernelStore, ARecordLeftMidBatchByADeadEvictorIsRecounted) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
+  for (int i = 0; i < 10; ++i) store.put(gpu_a(), "k" + std::to_string(i), binary_for("k", 1000));
+  // As a batch that died after marking the record and removing an entry.
+  const detail::directory_handle shards = detail::directory_handle::open(dir.path() + "/v2/shards");
+  const detail::shard_record record(shards, detail::shard_record_name(0), 0600);
+  std::optional<detail::shard_totals> t = record.read();
+  ASSERT_TRUE(t);
+  t->pending_removal = 1;
+  ASSERT_EQ(record.write(*t), 0);
+  fs::remove(entry_dir_of(dir.path(), gpu_a(), "k0", &shard_zero_hash) + "/0.entry");
+  EXPECT_TRUE(store.stats().recounted) << "stats does not trust a record marked mid-batch";
+  store.put(gpu_a(), "k10", binary_for("k", 1000));
+  t = record.read();
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->pending_removal, 0u);
+  EXPECT_EQ(t->entries, 10u) << "nine left, and the new one";
+  const store_stats s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+}
+
+TEST(KernelStore, OverItsShareAShardsLeastRecentlyUsedEntriesGoUntilHalfItsShare) {
   temp_dir dir;
   const std::uint64_t entry_bytes = 10000 + detail::kEntryHeaderBytes + 2;
-  kernel_store store(store_in(dir.path(), /*max_bytes=*/10 * entry_bytes));
-  // Ten entries, last used at t0 + i (k0 the least recently used)...
+  kernel_store store(store_in(dir.path(), limit_with_shard_share(10 * entry_bytes)));
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
+  auto path_of = [&](const std::string& key) { return entry_dir_of(dir.path(), gpu_a(), key, &shard_zero_hash); };
+  // Ten entries in shard 0, last used at t0 + i (k0 the least recently used)...
   const std::int64_t t0 = 1'700'000'000;
   for (int i = 0; i < 10; ++i) {
     const std::string key = "k" + std::to_string(i);
     ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 10000)));
-    set_mtime(entry_dir_of(dir.path(), gpu_a(), key) + "/0.entry", t0 + i);
+    set_mtime(path_of(key) + "/0.entry", t0 + i);
   }
   // ...then k0 and k1 are used, which records their use (they were old).
   ASSERT_TRUE(store.get(gpu_a(), "k0").has_value());
   ASSERT_TRUE(store.get(gpu_a(), "k1").has_value());
-  // One more entry crosses the limit: down to half.
+  // One more entry crosses the shard's share: down to half, in the background.
   ASSERT_TRUE(store.put(gpu_a(), "k10", binary_for("k10", 10000)));
-  const store_stats s = store.stats();
+  wait_for_eviction();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_LE(s.bytes, 5 * entry_bytes);
   EXPECT_EQ(s.recorded_bytes, s.bytes);
   for (const char* kept : {"k0", "k1", "k10"}) EXPECT_TRUE(store.get(gpu_a(), kept).has_value()) << kept;
-  for (const char* gone : {"k2", "k3", "k4", "k5"}) EXPECT_FALSE(store.get(gpu_a(), gone).has_value()) << gone;
+  for (const char* gone : {"k2", "k3", "k4", "k5"}) {
+    EXPECT_FALSE(store.get(gpu_a(), gone).has_value()) << gone;
+    EXPECT_FALSE(fs::exists(path_of(gone))) << gone << ": its key directory goes with its last entry";
+  }
+}
+
+TEST(KernelStore, OtherShardsAreNotEvictedForOneShardsSize) {
+  temp_dir dir;
+  const std::uint64_t entry_bytes = 1000 + detail::kEntryHeaderBytes + 2;
+  kernel_store store(store_in(dir.path(), limit_with_shard_share(4 * entry_bytes)));
+  // Keys of several shards, then many more keys of shard 0 only.
+  std::vector<std::string> elsewhere;
+  for (int i = 0; elsewhere.size() < 8; ++i) {
+    const std::string key = "e" + std::to_string(i);
+    if (detail::shard_of(detail::key_hash(key)) == 0) continue;
+    ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 1000)));
+    elsewhere.push_back(key);
+  }
+  int in_zero = 0;
+  for (int i = 0; in_zero < 20; ++i) {
+    const std::string key = "z" + std::to_string(i);
+    if (detail::shard_of(detail::key_hash(key)) != 0) continue;
+    ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 1000)));
+    ++in_zero;
+  }
+  wait_for_eviction();
+  for (const std::string& key : elsewhere) EXPECT_TRUE(store.get(gpu_a(), key).has_value()) << key;
+  const store_stats s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+  EXPECT_LE(s.entries, elsewhere.size() + 4) << "shard 0 holds at most its share";
+}
+
+TEST(KernelStore, ThreadsPutGetAndRemoveWhileTheEvictorCleans) {
+  temp_dir dir;
+  // About six entries per shard: the evictor runs all the time.
+  kernel_store store(store_in(dir.path(), limit_with_shard_share(6 * 2100)));
+  constexpr int kThreads = 4;
+  std::atomic<int> wrong{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1500; ++i) {
+        const std::string key = "k" + std::to_string((i * 13 + t * 7) % 400);
+        store.put(gpu_a(), key, binary_for(key, 2000));
+        if (const auto got = store.get(gpu_a(), key)) {
+          ++hits;
+          if (*got != binary_for(key, 2000)) ++wrong;
+        }
+        if (i % 9 == 0) store.remove(gpu_a(), key);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  store.finish_eviction();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(hits.load(), 0);
+  const store_stats s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+  EXPECT_LE(s.bytes, store.config().max_size_bytes) << "every shard within its share once the evictor is done";
+  EXPECT_EQ(store.stats().entries, s.entries);
+  EXPECT_TRUE(store.verify(false).empty());
 }
 
 TEST(KernelStore, UseIsRecordedAtMostOnceAMinuteAndNeverReadFromAtime) {
@@ -222,22 +323,30 @@ TEST(KernelStore, EntriesUnusedForThresholdDaysAreRemovedByTheDailyWalk) {
   store_config c = store_in(dir.path());
   c.threshold_days = 7;
   kernel_store store(c);
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
+  auto path_of = [&](const std::string& key) { return entry_dir_of(dir.path(), gpu_a(), key, &shard_zero_hash); };
   store.put(gpu_a(), "stale", binary_for("stale", 100));
   store.put(gpu_a(), "fresh", binary_for("fresh", 100));
   const std::int64_t now = ::time(nullptr);
-  set_mtime(entry_dir_of(dir.path(), gpu_a(), "stale") + "/0.entry", now - 8 * 86400);
-  set_mtime(entry_dir_of(dir.path(), gpu_a(), "fresh") + "/0.entry", now - 6 * 86400);
-  // The last walk was two days ago: the next write walks and ages entries out.
-  const detail::directory_handle root = detail::directory_handle::open(dir.path() + "/v1");
-  detail::size_file sizes(root, 0600);
-  auto record = sizes.read();
-  ASSERT_TRUE(record);
-  record->last_walk_unix = now - 2 * 86400;
-  ASSERT_EQ(sizes.write(*record), 0);
+  set_mtime(path_of("stale") + "/0.entry", now - 8 * 86400);
+  set_mtime(path_of("fresh") + "/0.entry", now - 6 * 86400);
+  // The shard's last walk was two days ago: its next write has it walked
+  // (in the background), which ages entries out.
+  const detail::directory_handle shards = detail::directory_handle::open(dir.path() + "/v2/shards");
+  const detail::shard_record record(shards, detail::shard_record_name(0), 0600);
+  auto totals = record.read();
+  ASSERT_TRUE(totals);
+  totals->last_walk_unix = now - 2 * 86400;
+  ASSERT_EQ(record.write(*totals), 0);
   store.put(gpu_a(), "new", binary_for("new", 100));
-  EXPECT_FALSE(fs::exists(entry_dir_of(dir.path(), gpu_a(), "stale") + "/0.entry"));
+  wait_for_eviction();
+  EXPECT_FALSE(fs::exists(path_of("stale") + "/0.entry"));
   EXPECT_TRUE(store.get(gpu_a(), "fresh").has_value());
   EXPECT_TRUE(store.get(gpu_a(), "new").has_value());
+  totals = record.read();
+  ASSERT_TRUE(totals);
+  EXPECT_GE(totals->last_walk_unix, now) << "the walk is recorded";
+  EXPECT_EQ(totals->entries, 2u);
 }
 
 TEST(KernelStore, BinariesOutsideTheEntrySizeLimitsAreNotStored) {
@@ -249,7 +358,7 @@ TEST(KernelStore, BinariesOutsideTheEntrySizeLimitsAreNotStored) {
   EXPECT_FALSE(store.put(gpu_a(), "small", binary_for("s", 99)));
   EXPECT_FALSE(store.put(gpu_a(), "large", binary_for("l", 1001)));
   EXPECT_TRUE(store.put(gpu_a(), "fits", binary_for("f", 1000)));
-  EXPECT_EQ(store.stats().entries, 1u);
+  EXPECT_EQ(store.stats(/*recount=*/true).entries, 1u);
 }
 
 TEST(KernelStore, DisabledStoreMissesAndTouchesNothing) {
@@ -261,7 +370,7 @@ TEST(KernelStore, DisabledStoreMissesAndTouchesNothing) {
   EXPECT_FALSE(store.put(gpu_a(), "k", binary_for("k", 10)));
   EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
   EXPECT_FALSE(fs::exists(dir.path() + "/never"));
-  EXPECT_THROW(store.stats(), store_error);
+  EXPECT_THROW(store.stats(/*recount=*/true), store_error);
 }
 
 TEST(KernelStore, UnusableDirectoryWarnsOnceAndTheProcessCarriesOn) {
@@ -294,14 +403,15 @@ int fill_until_full(const std::string& dir) {
 
 TEST(KernelStore, FullDiskWarnsOnceAndTheProcessCarriesOnWithoutPersistence) {
   temp_dir dir;
-  // A real full disk: a 64 KB tmpfs in a private mount namespace; where
+  // A real full disk: a 192 KB tmpfs (the shards' 16 size records take 64
+  // KB of it, a page each) in a private mount namespace; where
   // mounting is not allowed, a real write failure from the file size limit.
   const child_result r = run_in_child([&] {
     const std::string mount_point = dir.path() + "/disk";
     fs::create_directory(mount_point);
     const bool tmpfs = ::unshare(CLONE_NEWNS) == 0 &&
                        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
-                       ::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=64k,mode=0700") == 0;
+                       ::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=192k,mode=0700") == 0;
     if (!tmpfs) {
       ::signal(SIGXFSZ, SIG_IGN);
       struct rlimit limit {48 * 1024, 48 * 1024};
@@ -334,8 +444,11 @@ TEST(KernelStore, PermissionErrorWarnsOnceAndStoredBinariesStillServe) {
       // Root ignores permissions: drop to nobody for a real EACCES.
       if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 20;
     } else {
-      ::chmod((dir.path() + "/v1").c_str(), 0555);
-      ::chmod((dir.path() + "/v1/lock").c_str(), 0400);  // the lock file exists: its own mode decides
+      ::chmod((dir.path() + "/v2").c_str(), 0555);
+      ::chmod((dir.path() + "/v2/shards").c_str(), 0555);
+      for (int s = 0; s < detail::kShards; ++s) {  // the lock files exist: their own mode decides
+        ::chmod((dir.path() + "/v2/shards/" + detail::shard_lock_name(s)).c_str(), 0400);
+      }
     }
     kernel_store store(store_in(dir.path()));
     if (store.writable()) return 21;
@@ -343,7 +456,8 @@ TEST(KernelStore, PermissionErrorWarnsOnceAndStoredBinariesStillServe) {
     if (store.get(gpu_a(), "k") != binary_for("k", 100)) return 23;
     return 0;
   });
-  ::chmod((dir.path() + "/v1").c_str(), 0755);
+  ::chmod((dir.path() + "/v2").c_str(), 0755);
+  ::chmod((dir.path() + "/v2/shards").c_str(), 0755);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
@@ -358,7 +472,7 @@ TEST(KernelStore, ConcurrentPutsOfOneKeyStoreOneEntryCountedOnce) {
     });
   }
   for (auto& t : threads) t.join();
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.entries, 1u);
   EXPECT_EQ(s.recorded_bytes, s.bytes);
   EXPECT_EQ(s.temporary_files, 0u);
@@ -373,9 +487,9 @@ TEST(KernelStore, TemporaryFileOfADeadWriterIsNeverReadAndVerifyFixRemovesIt) {
   const byte_vector full = detail::encode_entry(detail::device_hash(gpu_a()), "other", binary_for("o", 100), 0);
   write_bytes(key_dir + "/.tmp.99999.0", byte_vector(full.begin(), full.begin() + 50));
   EXPECT_FALSE(store.get(gpu_a(), "other").has_value());
-  EXPECT_EQ(store.stats().temporary_files, 1u);
+  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 1u);
   EXPECT_TRUE(store.verify(/*fix=*/true).empty());
-  EXPECT_EQ(store.stats().temporary_files, 0u);
+  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 0u);
   EXPECT_TRUE(store.get(gpu_a(), "k").has_value());
 }
 
@@ -395,7 +509,7 @@ TEST(KernelStore, VerifyReportsBadEntriesAndFixRemovesThem) {
   EXPECT_TRUE(fs::exists(bad)) << "verify without --fix changes nothing";
   EXPECT_EQ(store.verify(true).size(), 2u);
   EXPECT_TRUE(store.verify(false).empty());
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.entries, 1u);
   EXPECT_EQ(s.recorded_bytes, s.bytes);
 }
@@ -404,11 +518,11 @@ TEST(KernelStore, PruneAndClear) {
   temp_dir dir;
   kernel_store store(store_in(dir.path()));
   for (int i = 0; i < 10; ++i) store.put(gpu_a(), "k" + std::to_string(i), binary_for("k", 1000));
-  const std::uint64_t entry_bytes = store.stats().bytes / 10;
+  const std::uint64_t entry_bytes = store.stats(/*recount=*/true).bytes / 10;
   EXPECT_EQ(store.prune(4 * entry_bytes, 0), 6u);
-  EXPECT_EQ(store.stats().entries, 4u);
+  EXPECT_EQ(store.stats(/*recount=*/true).entries, 4u);
   store.clear();
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.entries, 0u);
   EXPECT_EQ(s.recorded_bytes, 0u);
 }
@@ -456,7 +570,7 @@ TEST(KernelStore, AFifoInAnEntrysPlaceIsSkippedAndNothingBlocks) {
         if (store.get(gpu_a(), "k") != binary_for("k", 100)) return 3;
         if (!store.put(gpu_a(), "another", binary_for("another", 100))) return 4;
         if (!store.remove(gpu_a(), "k")) return 5;
-        if (store.stats().entries != 2) return 6;  // "other" and "another"
+        if (store.stats(/*recount=*/true).entries != 2) return 6;  // "other" and "another"
         return 0;
       },
       kHangAlarmSeconds);
@@ -527,12 +641,12 @@ TEST(KernelStore, WalksNeverFollowLinksOutOfTheStore) {
               entry_bytes_for(pocl_cpu(), "k", binary_for("k", 100)));
   set_mtime(outside.path() + "/" + prefix + "/" + key_hex + "/0.entry", 1'000'000'000);
   // Linked in as another device's directory, and as a prefix directory of ours.
-  fs::create_directory_symlink(outside.path(), dir.path() + "/v1/" + detail::to_hex(detail::device_hash(pocl_cpu())));
+  fs::create_directory_symlink(outside.path(), dir.path() + "/v2/" + detail::to_hex(detail::device_hash(pocl_cpu())));
   const std::string device_dir = fs::path(real_key_dir).parent_path().parent_path().string();
   fs::create_directory_symlink(outside.path() + "/" + prefix, device_dir + "/ff");
   const auto before = contents_of(outside.path());
 
-  EXPECT_EQ(store.stats().entries, 1u);
+  EXPECT_EQ(store.stats(/*recount=*/true).entries, 1u);
   EXPECT_EQ(store.list().size(), 1u);
   EXPECT_FALSE(store.get(pocl_cpu(), "k").has_value());
   EXPECT_EQ(store.verify(false).size(), 2u) << "both links are reported";
@@ -641,7 +755,7 @@ TEST(KernelStore, WhatTheStoreCreatesIsPrivateToItsUser) {
     EXPECT_EQ(st.st_mode & 07777, S_ISDIR(st.st_mode) ? 0700u : 0600u) << e.path();
     ++checked;
   }
-  EXPECT_GE(checked, 9) << "new, store, v1, lock, size, device, device.txt, prefix, key, entry";
+  EXPECT_GE(checked, 10) << "new, store, v2, shards, a lock, a record, device, device.txt, prefix, key, entry";
 }
 
 TEST(KernelStore, ARootOwnedByAnotherUserIsRefusedWithOneWarning) {
@@ -708,32 +822,34 @@ TEST(KernelStore, MaxSizeZeroMeansNoSizeLimit) {
     const std::string key = "k" + std::to_string(i);
     EXPECT_EQ(store.get(gpu_a(), key), binary_for(key, 10000)) << key;
   }
-  EXPECT_EQ(store.stats().entries, 5u);
+  EXPECT_EQ(store.stats(/*recount=*/true).entries, 5u);
 }
 
-TEST(KernelStore, ABinaryLargerThanTheWholeStoreIsRefusedUpFront) {
+TEST(KernelStore, ABinaryLargerThanItsShardsShareIsRefusedUpFront) {
   temp_dir dir;
-  kernel_store store(store_in(dir.path(), /*max_bytes=*/1000));
+  kernel_store store(store_in(dir.path(), limit_with_shard_share(1000)));
   ASSERT_TRUE(store.put(gpu_a(), "small", binary_for("small", 100)));
-  EXPECT_FALSE(store.put(gpu_a(), "huge", binary_for("huge", 1 << 20)));
+  EXPECT_FALSE(store.put(gpu_a(), "huge", binary_for("huge", 1000)));
   EXPECT_FALSE(store.get(gpu_a(), "huge").has_value());
   EXPECT_TRUE(store.get(gpu_a(), "small").has_value()) << "and nothing was evicted for it";
-  EXPECT_EQ(store.stats().entries, 1u);
+  EXPECT_EQ(store.stats(/*recount=*/true).entries, 1u);
 }
 
-TEST(KernelStore, AnEntryLargerThanHalfTheLimitIsKeptByItsOwnPut) {
+TEST(KernelStore, AnEntryLargerThanHalfItsShardsShareIsKeptByItsOwnPut) {
   temp_dir dir;
-  kernel_store store(store_in(dir.path(), /*max_bytes=*/10000));
+  kernel_store store(store_in(dir.path(), limit_with_shard_share(10000)));
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
   for (int i = 0; i < 5; ++i) {
     const std::string key = "small" + std::to_string(i);
     ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 1000)));
-    set_mtime(entry_dir_of(dir.path(), gpu_a(), key) + "/0.entry", 1'700'000'000 + i);
+    set_mtime(entry_dir_of(dir.path(), gpu_a(), key, &shard_zero_hash) + "/0.entry", 1'700'000'000 + i);
   }
-  // Over the limit: eviction down to half (5000 B) cannot keep this 6000 B
+  // Over the share: eviction down to half (5000 B) cannot keep this 6000 B
   // entry, but it must not evict the entry its own put reports as stored.
   ASSERT_TRUE(store.put(gpu_a(), "large", binary_for("large", 6000)));
+  wait_for_eviction();
   EXPECT_EQ(store.get(gpu_a(), "large"), binary_for("large", 6000));
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.entries, 1u) << "the others were evicted";
   EXPECT_EQ(s.recorded_bytes, s.bytes);
 }
@@ -805,7 +921,7 @@ TEST(KernelStore, WithSizeEvictionOffPutsNeverEvictAndTheLimitIsNotEnforced) {
   }
   EXPECT_TRUE(store.put(gpu_a(), "larger than the store", binary_for("l", 5000)));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(store.get(gpu_a(), "k" + std::to_string(i)).has_value()) << i;
-  const store_stats s = store.stats();
+  const store_stats s = store.stats(/*recount=*/true);
   EXPECT_EQ(s.entries, 6u);
   EXPECT_EQ(s.recorded_bytes, s.bytes);
   EXPECT_EQ(store.prune(3000, 0), 4u) << "explicit pruning still works";
@@ -956,10 +1072,12 @@ TEST(KernelStoreSettings, SettingsChangeSafelyWhileOtherThreadsGetAndPut) {
   store.set_directory(last.path());
   store.set_enabled(true);
   wait_for_workers(2);  // what started before the change has finished
+  wait_for_eviction();  // and the cleanups it asked for (the workers' new ones are in `last`)
   const std::size_t in_a = entry_files(a.path()).size(), in_b = entry_files(b.path()).size();
   wait_for_workers(3);
   stop = true;
   for (auto& w : workers) w.join();
+  wait_for_eviction();
   EXPECT_EQ(wrong.load(), 0) << "a get returned another binary";
   EXPECT_GT(hits.load(), 0);
   EXPECT_EQ(entry_files(a.path()).size(), in_a) << "operations that started after the change used the new directory";
@@ -967,8 +1085,9 @@ TEST(KernelStoreSettings, SettingsChangeSafelyWhileOtherThreadsGetAndPut) {
   EXPECT_GT(entry_files(last.path()).size(), 0u);
   for (const temp_dir* d : {&a, &b, &last}) {
     kernel_store check(store_in(d->path()));
-    EXPECT_TRUE(check.verify(false).empty()) << d->path();
-    const store_stats s = check.stats();
+    const auto bad = check.verify(false);
+    EXPECT_TRUE(bad.empty()) << d->path() << ": " << (bad.empty() ? "" : bad.front().path + ": " + bad.front().problem);
+    const store_stats s = check.stats(/*recount=*/true);
     EXPECT_EQ(s.recorded_bytes, s.bytes) << d->path();
   }
   store.set_enabled(false);

@@ -1,0 +1,158 @@
+// This process's evictor thread: a queue of shard cleanups, merged per
+// (directory, shard), run one at a time.
+#include "store/background_evictor.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "store/eviction.hpp"
+#include "util/mutex.hpp"
+
+namespace unicache::detail {
+namespace {
+
+class evictor final : public background_evictor {
+ public:
+  pid_t pid() const { return pid_; }
+
+  void request(const std::shared_ptr<store_directory>& directory, const store_config& config, int shard,
+               std::string keep) noexcept override {
+    try {
+      mutex_lock l(&mu_);
+      if (stopping_) return;
+      for (job& j : jobs_) {
+        if (j.key == directory.get() && j.shard == shard) {
+          j.config = config;
+          j.keep = std::move(keep);
+          return;
+        }
+      }
+      jobs_.push_back({directory, directory.get(), config, shard, std::move(keep)});
+      if (!thread_) thread_ = std::make_unique<std::thread>([this] { run(); });
+      cv_.notify_all();
+    } catch (...) {
+      // Out of memory, or no thread to be had: the next put into the
+      // shard asks again.
+    }
+  }
+
+  void forget(const store_directory* directory) noexcept override {
+    mutex_lock l(&mu_);
+    std::erase_if(jobs_, [&](const job& j) { return j.key == directory; });
+    if (running_ != directory) return;
+    cancel_.store(true, std::memory_order_relaxed);
+    mu_.wait(cv_, [&] { return running_ != directory; });
+  }
+
+  void wait_idle() noexcept override {
+    mutex_lock l(&mu_);
+    mu_.wait(cv_, [&] { return (jobs_.empty() && running_ == nullptr) || !thread_; });
+  }
+
+  // At exit: the cleanup in progress stops after its batch; the thread ends.
+  void stop() noexcept {
+    std::thread* thread = nullptr;
+    {
+      mutex_lock l(&mu_);
+      stopping_ = true;  // from now on no thread is started
+      cancel_.store(true, std::memory_order_relaxed);
+      cv_.notify_all();
+      thread = thread_.get();
+    }
+    if (thread && thread->joinable()) thread->join();
+  }
+
+ private:
+  struct job {
+    std::weak_ptr<store_directory> directory;
+    const store_directory* key = nullptr;  // compared only, never dereferenced
+    store_config config;
+    int shard = 0;
+    std::string keep;
+  };
+
+  void run() {
+    for (;;) {
+      job j;
+      std::shared_ptr<store_directory> d;
+      {
+        mutex_lock l(&mu_);
+        mu_.wait(cv_, [&] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) {
+          jobs_.clear();
+          cv_.notify_all();
+          return;
+        }
+        j = std::move(jobs_.front());
+        jobs_.erase(jobs_.begin());
+        d = j.directory.lock();
+        running_ = d.get();
+        cancel_.store(false, std::memory_order_relaxed);
+      }
+      if (d && d->writable()) {
+        try {
+          clean_shards(*d, j.shard, j.config, j.keep, &cancel_);
+        } catch (...) {
+          // Out of memory during a walk: the next put asks again.
+        }
+      }
+      d.reset();  // before running_ clears: forget()'s caller may then destroy it
+      mutex_lock l(&mu_);
+      running_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+
+  const pid_t pid_ = ::getpid();
+  mutex mu_;
+  std::condition_variable_any cv_;
+  std::vector<job> jobs_ ABSL_GUARDED_BY(mu_);
+  const store_directory* running_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> cancel_{false};
+  std::unique_ptr<std::thread> thread_ ABSL_GUARDED_BY(mu_);
+};
+
+// Never destroyed: in a child of fork() the parent's evictor (its mutex
+// possibly held by a thread that does not exist there) is left alone and a
+// new one made.
+std::atomic<evictor*> current{nullptr};
+
+evictor* of_this_process() {
+  evictor* e = current.load(std::memory_order_acquire);
+  return e && e->pid() == ::getpid() ? e : nullptr;
+}
+
+}  // namespace
+
+background_evictor& background_evictor::instance() {
+  for (;;) {
+    evictor* e = current.load(std::memory_order_acquire);
+    if (e && e->pid() == ::getpid()) return *e;
+    auto* fresh = new evictor;
+    if (current.compare_exchange_strong(e, fresh, std::memory_order_acq_rel)) {
+      // Registered once per process lineage: a child inherits the handler,
+      // which stops whichever evictor belongs to the process that exits.
+      static const bool registered = [] {
+        std::atexit([] {
+          if (evictor* mine = of_this_process()) mine->stop();
+        });
+        return true;
+      }();
+      (void)registered;
+      return *fresh;
+    }
+    delete fresh;
+  }
+}
+
+background_evictor* background_evictor::existing() {
+  return of_this_process();
+}
+
+}  // namespace unicache::detail

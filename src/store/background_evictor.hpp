@@ -1,0 +1,48 @@
+// The thread that cleans store shards for this process's puts, so that a
+// put that finds its shard over its share of the limit returns at once.
+//
+// One per process, started at the first request. A request names a store
+// directory (held weakly: a store that goes away cancels its requests), a
+// shard and the settings of the put that made it; requests for a shard that
+// is already waiting are merged. The shard is cleaned first, then every
+// other shard whose record says it is over its share or due its walk. The thread stops at exit, after the batch
+// in progress (a batch holds a shard's lock for milliseconds); what it did
+// not finish, the next put into that shard asks for again. Another process
+// cleaning the same shard at once is harmless: every batch rechecks the
+// shard's record and its victims under the lock.
+//
+// A child of fork() gets a new evictor of its own at its first request; the
+// parent's is never touched there.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "store/store_directory.hpp"
+#include "unicache/store.hpp"
+
+namespace unicache::detail {
+
+class background_evictor {
+ public:
+  // This process's evictor, made at the first call.
+  static background_evictor& instance();
+  // This process's evictor if it has one, else nullptr.
+  static background_evictor* existing();
+
+  // Asks for `shard` of `directory` to be cleaned with `config`, never
+  // removing `keep` (an entry the requesting put reported as stored). Never
+  // blocks on I/O; never throws.
+  virtual void request(const std::shared_ptr<store_directory>& directory, const store_config& config, int shard,
+                       std::string keep) noexcept = 0;
+  // Drops the requests for `directory` and waits until a cleanup of it in
+  // progress stops (after its current batch).
+  virtual void forget(const store_directory* directory) noexcept = 0;
+  // Waits until nothing is requested or running.
+  virtual void wait_idle() noexcept = 0;
+
+ protected:
+  ~background_evictor() = default;
+};
+
+}  // namespace unicache::detail
