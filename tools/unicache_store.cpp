@@ -394,8 +394,8 @@ int main(int argc, char** argv) {
       const unicache::store_stats s = store.stats(recount);
       std::printf("directory:        %s\n", config.directory.c_str());
       std::printf("entries:          %llu%s\n", static_cast<unsigned long long>(s.entries),
-                  s.recounted ? "" : " (recorded)");
-      if (s.recounted) std::printf("bytes on disk:    %llu\n", static_cast<unsigned long long>(s.bytes));
+                  recount ? "" : " (recorded)");
+      if (recount) std::printf("bytes on disk:    %llu\n", static_cast<unsigned long long>(s.bytes));
       std::printf("bytes recorded:   %llu\n", static_cast<unsigned long long>(s.recorded_bytes));
       if (config.max_size_bytes == 0 || !config.size_eviction) {
         std::printf("maximum:          none (%s)\n", config.max_size_bytes == 0 ? "no size limit" : "size eviction off");
@@ -403,9 +403,7 @@ int main(int argc, char** argv) {
         std::printf("maximum:          %llu\n", static_cast<unsigned long long>(config.max_size_bytes));
       }
       std::printf("devices:          %llu\n", static_cast<unsigned long long>(s.devices));
-      if (s.recounted) {
-        std::printf("temporary files:  %llu\n", static_cast<unsigned long long>(s.temporary_files));
-      }
+      if (recount) std::printf("temporary files:  %llu\n", static_cast<unsigned long long>(s.temporary_files));
       return kOk;
     }
     if (command == "list") {

@@ -52,18 +52,19 @@
 // 16 shards by key hash; each shard's size record is updated under the
 // shard's advisory flock(2) lock, which the kernel releases when a process
 // dies, so a crash never leaves the store locked. Nothing blocks on a file
-// another process planted while holding a lock. Gets take no lock.
+// another process planted while holding a lock. Gets take no lock (except to
+// remove a damaged entry they found).
 //
 // Eviction never stalls a put: a put that finds its shard over its share of
 // the limit (a sixteenth) asks this process's evictor thread to clean the
 // shard and returns. The evictor walks that shard alone, without the lock,
-// and removes least recently used entries in batches of at most 2 ms under
-// the shard's lock, down to half the shard's share; a put into the shard
-// waits for one batch at most. LRU order therefore holds within a shard,
-// not across the store: the store as a whole holds up to its limit (each
-// shard up to a sixteenth of it), and an entry can outlive an older one in
-// another shard. The thread starts at the first eviction a process needs
-// and stops at exit, after its current batch.
+// and removes least recently used entries in batches of at most 8 ms under
+// the shard's lock, with a pause between batches, down to half the shard's
+// share; a put into the shard waits for a batch, not for a walk. LRU order
+// therefore holds within a shard, not across the store: the store as a
+// whole holds up to its limit (each shard up to a sixteenth of it), and an
+// entry can outlive an older one in another shard. The thread starts at the first eviction a process needs
+// and stops at exit, after its current walk or batch.
 //
 // Keys that describe themselves: `unicache-store list` shows what each
 // entry is. A key written with unicache::cache_key whose first field is a
@@ -140,7 +141,7 @@ struct store_stats {
   std::uint64_t recorded_bytes = 0;  // what the shards' size records say
   std::uint64_t devices = 0;
   std::uint64_t temporary_files = 0;  // left behind by writers that died (recounted only)
-  bool recounted = false;             // whether the store was walked
+  bool recounted = false;             // whether the store, or a shard without a valid record, was walked
 };
 
 // One entry (or, from verify, anything else that does not belong in the

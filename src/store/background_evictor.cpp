@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,18 +22,24 @@ class evictor final : public background_evictor {
   pid_t pid() const { return pid_; }
 
   void request(const std::shared_ptr<store_directory>& directory, const store_config& config, int shard,
-               std::string keep) noexcept override {
+               std::string keep, bool walk) noexcept override {
     try {
+      if (shard < 0 || shard >= kShards) return;
       mutex_lock l(&mu_);
       if (stopping_) return;
-      for (job& j : jobs_) {
-        if (j.key == directory.get() && j.shard == shard) {
-          j.config = config;
-          j.keep = std::move(keep);
-          return;
-        }
+      auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const job& j) { return j.key == directory.get(); });
+      if (it == jobs_.end()) {
+        jobs_.emplace_back();
+        it = jobs_.end() - 1;
       }
-      jobs_.push_back({directory, directory.get(), config, shard, std::move(keep)});
+      // A directory at a freed one's address replaces its expired pointer.
+      it->directory = directory;
+      it->key = directory.get();
+      it->config = config;
+      const auto i = static_cast<std::size_t>(shard);
+      it->requests.clean[i] = true;
+      it->requests.walk[i] = it->requests.walk[i] || walk;
+      if (!keep.empty()) it->requests.keep[i] = std::move(keep);
       if (!thread_) thread_ = std::make_unique<std::thread>([this] { run(); });
       cv_.notify_all();
     } catch (...) {
@@ -72,8 +79,7 @@ class evictor final : public background_evictor {
     std::weak_ptr<store_directory> directory;
     const store_directory* key = nullptr;  // compared only, never dereferenced
     store_config config;
-    int shard = 0;
-    std::string keep;
+    shard_requests requests;
   };
 
   void run() {
@@ -96,7 +102,7 @@ class evictor final : public background_evictor {
       }
       if (d && d->writable()) {
         try {
-          clean_shards(*d, j.shard, j.config, j.keep, &cancel_);
+          clean_shards(*d, j.config, j.requests, &cancel_);
         } catch (...) {
           // Out of memory during a walk: the next put asks again.
         }

@@ -3,11 +3,14 @@
 //
 // One per process, started at the first request. A request names a store
 // directory (held weakly: a store that goes away cancels its requests), a
-// shard and the settings of the put that made it; requests for a shard that
-// is already waiting are merged. The shard is cleaned first, then every
-// other shard whose record says it is over its share or due its walk. The thread stops at exit, after the batch
-// in progress (a batch holds a shard's lock for milliseconds); what it did
-// not finish, the next put into that shard asks for again. Another process
+// shard and the settings of the put that made it; the requests for one
+// directory that wait are merged into one job. The job's shards are cleaned
+// first (never removing the entry each one's put reported as stored), then
+// every other shard whose record says it is over its share or due its walk.
+// The thread stops at exit, after the walk or batch in progress (a batch
+// holds a shard's lock for milliseconds; a walk of a sixteenth of the store
+// takes about 10 µs per entry); what it did not finish, the next put into
+// that shard asks for again. Another process
 // cleaning the same shard at once is harmless: every batch rechecks the
 // shard's record and its victims under the lock.
 //
@@ -31,10 +34,11 @@ class background_evictor {
   static background_evictor* existing();
 
   // Asks for `shard` of `directory` to be cleaned with `config`, never
-  // removing `keep` (an entry the requesting put reported as stored). Never
-  // blocks on I/O; never throws.
+  // removing `keep` (an entry the requesting put reported as stored, or
+  // ""); with `walk`, walked even if it needs no cleaning (its record is an
+  // estimate). Never blocks on I/O; never throws.
   virtual void request(const std::shared_ptr<store_directory>& directory, const store_config& config, int shard,
-                       std::string keep) noexcept = 0;
+                       std::string keep, bool walk = false) noexcept = 0;
   // Drops the requests for `directory` and waits until a cleanup of it in
   // progress stops (after its current batch).
   virtual void forget(const store_directory* directory) noexcept = 0;

@@ -6,13 +6,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <charconv>
 #include <array>
 #include <chrono>
 #include <thread>
-#include <cstdio>
-
-#include "store/store_layout.hpp"
 
 namespace unicache::detail {
 namespace {
@@ -24,14 +24,29 @@ constexpr std::int64_t kStaleTemporaryS = 3600;  // temp files of writers that d
 constexpr auto kBatchTime = std::chrono::milliseconds(8);
 constexpr std::size_t kBatchFiles = 256;
 // Between batches the lock stays free for a quarter of the time the last
-// batch held it, within these bounds.
+// batch held it, within these bounds: flock(2) hands a released lock to
+// nobody in particular, and an evictor that took it again at once would
+// keep a waiting put out for the whole cleanup.
 constexpr std::chrono::steady_clock::duration kMinPause = std::chrono::microseconds(500);
 constexpr std::chrono::steady_clock::duration kMaxPause = std::chrono::milliseconds(2);
 
+// Saturating arithmetic: sizes come from disk and records that others wrote.
 std::uint64_t sub(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+std::uint64_t add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t apply(std::uint64_t value, std::int64_t delta) {
+  return delta >= 0 ? add(value, static_cast<std::uint64_t>(delta)) : sub(value, 0 - static_cast<std::uint64_t>(delta));
+}
 
-void write_totals(store_directory& d, int shard, const shard_totals& t) {
-  if (const int err = d.record(shard).write(t); err != 0) d.write_failed(err, "writing a shard's size record");
+bool walk_due(const store_config& config, const shard_totals& t, std::int64_t now) {
+  return config.threshold_days > 0 && (t.last_walk_unix > now || now - t.last_walk_unix > kWalkIntervalS);
+}
+
+bool over_share(const store_config& config, const shard_totals& t) { return t.bytes > shard_limit(config); }
+
+int write_totals(store_directory& d, int shard, const shard_totals& t) {
+  const int err = d.record(shard).write(t);
+  if (err != 0) d.write_failed(err, "writing a shard's size record");
+  return err;
 }
 
 int shard_of_directory(const store_file& f) {
@@ -42,16 +57,18 @@ int shard_of_directory(const store_file& f) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-// Removes `victims` (all of one shard) in batches under the shard's lock.
-// Each victim is checked again first: one that is gone stays gone, and with
-// `keep_used`, one that was used or replaced since the walk saw it stays. With `target`, stops once the
-// record says the shard holds at most that many bytes and the next victim
-// has not expired. Returns (entries, batches).
 struct removal {
   std::uint64_t entries = 0;
   std::uint64_t bytes = 0;
   std::uint64_t batches = 0;
 };
+
+// Removes `victims` (all of one shard) in batches under the shard's lock.
+// Each victim is checked again under the lock: one that is gone stays gone,
+// one that is another file now (inode) stays, and with `keep_used`, one that
+// was used since the walk saw it (mtime, size) stays. With `target`, stops
+// once the record says the shard holds at most that many bytes and the next
+// victim has not expired.
 removal remove_in_batches(store_directory& d, int shard, const std::vector<store_file>& victims,
                           std::uint64_t target, std::int64_t oldest_allowed, bool keep_used,
                           const std::atomic<bool>* stop) {
@@ -60,18 +77,14 @@ removal remove_in_batches(store_directory& d, int shard, const std::vector<store
   bool done = victims.empty();
   std::chrono::steady_clock::duration held{};
   while (!done && !(stop && stop->load(std::memory_order_relaxed))) {
-    // Between batches the lock stays free for a while: flock(2) hands a
-    // released lock to nobody in particular, and an evictor that took it
-    // again at once would keep a waiting put out for the whole cleanup.
     if (held.count() > 0) std::this_thread::sleep_for(std::clamp(held / 4, kMinPause, kMaxPause));
     lock_file_holder l(&d.lock(shard));
-    const auto hold0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     shard_totals t = read_totals_locked(d, shard);
     // Marked before the first removal: a holder that finds the mark knows
-    // this batch died half done and recounts.
+    // this batch died half done. Without the mark, no removal.
     t.pending_removal = 1;
-    write_totals(d, shard, t);
-    const auto t0 = std::chrono::steady_clock::now();
+    if (write_totals(d, shard, t) != 0) break;
     std::uint64_t bytes = 0, entries = 0;
     for (std::size_t n = 0; n < kBatchFiles && std::chrono::steady_clock::now() - t0 < kBatchTime; ++n) {
       if (i == victims.size()) {
@@ -87,12 +100,12 @@ removal remove_in_batches(store_directory& d, int shard, const std::vector<store
       const directory_handle dir = open_beneath(d.root(), v.directory);
       struct stat st {};
       if (!dir.ok() || ::fstatat(dir.fd(), v.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (!S_ISREG(st.st_mode)) continue;
+      if (!S_ISREG(st.st_mode) || st.st_ino != v.inode) continue;  // another file in its place
       if (keep_used && (st.st_mtim.tv_sec != v.mtime || static_cast<std::uint64_t>(st.st_size) != v.bytes)) {
-        continue;  // used or replaced since the walk
+        continue;  // used since the walk
       }
       if (::unlinkat(dir.fd(), v.name.c_str(), 0) != 0) continue;
-      bytes += static_cast<std::uint64_t>(st.st_size);
+      bytes = add(bytes, static_cast<std::uint64_t>(st.st_size));
       ++entries;
       remove_key_directory_if_empty(d.root(), v.directory);
     }
@@ -102,22 +115,22 @@ removal remove_in_batches(store_directory& d, int shard, const std::vector<store
     t.pending_removal = 0;
     write_totals(d, shard, t);
     out.entries += entries;
-    out.bytes += bytes;
+    out.bytes = add(out.bytes, bytes);
     ++out.batches;
-    held = std::chrono::steady_clock::now() - hold0;
+    held = std::chrono::steady_clock::now() - t0;
   }
   return out;
 }
 
 void remove_stale_temporaries(const store_directory& d, const walk_result& w, std::int64_t now) {
   for (const store_file& t : w.temporaries) {
-    if (now - t.mtime > kStaleTemporaryS) remove_beneath(d.root(), t);
+    if (temporary_is_abandoned(t, now)) remove_beneath(d.root(), t);
   }
 }
 
 std::uint64_t total_bytes(const std::vector<store_file>& entries) {
   std::uint64_t total = 0;
-  for (const store_file& f : entries) total += f.bytes;
+  for (const store_file& f : entries) total = add(total, f.bytes);
   return total;
 }
 
@@ -126,6 +139,16 @@ void sort_least_recently_used_first(std::vector<store_file>& entries) {
 }
 
 }  // namespace
+
+bool temporary_is_abandoned(const store_file& t, std::int64_t now) {
+  if (t.mtime < now - kStaleTemporaryS) return true;  // (mtime comes from disk: no subtraction from it)
+  // .tmp.<pid>.<n>: a writer of this machine that no longer runs.
+  const std::string_view rest = std::string_view(t.name).substr(std::string_view(kTemporaryPrefix).size());
+  pid_t pid = 0;
+  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+  if (ec != std::errc() || end == rest.data() || *end != '.' || pid <= 0) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
 
 void remove_key_directory_if_empty(const directory_handle& root, const std::string& relative) {
   const std::size_t slash = relative.rfind('/');
@@ -143,7 +166,8 @@ std::uint64_t shard_limit(const store_config& config) {
 shard_totals recount_shard_locked(store_directory& d, int shard) {
   const walk_result w = walk_shard(d.root(), shard);
   shard_totals t;
-  if (const std::optional<shard_totals> old = d.record(shard).read()) t.generation = old->generation + 1;
+  if (const std::optional<shard_totals> old = d.record(shard).read()) t.generation = old->generation;
+  t.generation += 1;
   t.bytes = total_bytes(w.entries);
   t.entries = w.entries.size();
   t.last_walk_unix = ::time(nullptr);
@@ -152,44 +176,51 @@ shard_totals recount_shard_locked(store_directory& d, int shard) {
   return t;
 }
 
-shard_totals read_totals_locked(store_directory& d, int shard) {
-  const std::optional<shard_totals> t = d.record(shard).read();
-  if (t && t->pending_removal == 0) return *t;
-  return recount_shard_locked(d, shard);
+shard_totals read_totals_locked(store_directory& d, int shard, bool* needs_walk) {
+  std::optional<shard_totals> t = d.record(shard).read();
+  if (!t) return recount_shard_locked(d, shard);
+  if (t->pending_removal != 0) {
+    t->pending_removal = 0;
+    t->generation += 1;
+    write_totals(d, shard, *t);
+    if (needs_walk) *needs_walk = true;
+  }
+  return *t;
 }
 
-bool account_locked(store_directory& d, int shard, const store_config& config, std::int64_t delta_bytes,
-                    std::int64_t delta_entries) {
+shard_need account_locked(store_directory& d, int shard, const store_config& config, std::int64_t delta_bytes,
+                          std::int64_t delta_entries, bool estimate) {
+  shard_need need;
+  need.walk = estimate;
   std::optional<shard_totals> t = d.record(shard).read();
-  if (!t || t->pending_removal != 0) {
+  if (!t) {
     // The recount sees the change this call records: it is on disk already.
     t = recount_shard_locked(d, shard);
+    need.walk = false;
   } else {
-    t->bytes = delta_bytes >= 0 ? t->bytes + static_cast<std::uint64_t>(delta_bytes)
-                                : sub(t->bytes, static_cast<std::uint64_t>(-delta_bytes));
-    t->entries = delta_entries >= 0 ? t->entries + static_cast<std::uint64_t>(delta_entries)
-                                    : sub(t->entries, static_cast<std::uint64_t>(-delta_entries));
+    t = read_totals_locked(d, shard, &need.walk);
+    t->bytes = apply(t->bytes, delta_bytes);
+    t->entries = apply(t->entries, delta_entries);
     t->generation += 1;
     write_totals(d, shard, *t);
   }
-  return t->bytes > shard_limit(config) ||
-         (config.threshold_days > 0 && ::time(nullptr) - t->last_walk_unix > kWalkIntervalS);
+  need.clean = over_share(config, *t) || walk_due(config, *t, ::time(nullptr));
+  return need;
 }
 
 std::uint64_t clean_shard(store_directory& d, int shard, const store_config& config, const std::string& keep,
-                          const std::atomic<bool>* stop) {
+                          bool walk, const std::atomic<bool>* stop) {
   shard_totals before;
   {
     lock_file_holder l(&d.lock(shard));
-    before = read_totals_locked(d, shard);
+    before = read_totals_locked(d, shard, &walk);
   }
   const std::int64_t now = ::time(nullptr);
   // Another evictor (of this process or another) may have cleaned the
   // shard since the request.
-  if (before.bytes <= shard_limit(config) &&
-      !(config.threshold_days > 0 && now - before.last_walk_unix > kWalkIntervalS)) {
-    return 0;
-  }
+  const bool due = walk_due(config, before, now);
+  if (!walk && !due && !over_share(config, before)) return 0;
+
   walk_result w = walk_shard(d.root(), shard);
   const std::uint64_t walked_bytes = total_bytes(w.entries);
   const std::uint64_t limit = shard_limit(config);
@@ -206,41 +237,51 @@ std::uint64_t clean_shard(store_directory& d, int shard, const store_config& con
     if (remaining <= target && f.mtime >= oldest_allowed) break;
     if (!keep.empty() && f.relative_path() == keep) continue;
     victims.push_back(f);
-    remaining -= f.bytes;
+    remaining = sub(remaining, f.bytes);
   }
   const removal r = remove_in_batches(d, shard, victims, target, oldest_allowed, /*keep_used=*/true, stop);
   remove_stale_temporaries(d, w, now);
 
-  // The record becomes the walk's count (less what was removed) when
-  // nothing else changed the shard since the walk began: that corrects
-  // what a writer killed between publishing and recording left uncounted.
-  // Otherwise it keeps its running totals, and only the walk time.
+  // The record becomes the walk's count, less what was removed, when
+  // nobody else changed the shard since the walk began (the generation
+  // moved only by this cleanup's batches): that corrects what a writer
+  // killed between publishing and recording, a batch killed mid-way, a
+  // damaged entry's estimate or a file removed by hand left off. In a shard
+  // that others changed meanwhile the walk's count is not exact (an entry
+  // published or removed during the walk may or may not be in it), so the
+  // record keeps its running totals until a quieter cleanup.
   lock_file_holder l(&d.lock(shard));
   shard_totals t = read_totals_locked(d, shard);
   if (t.generation == before.generation + r.batches) {
     t.bytes = sub(walked_bytes, r.bytes);
     t.entries = sub(w.entries.size(), r.entries);
   }
-  t.last_walk_unix = now;
+  // A cleanup stopped early has not done the walk's work: age expiry
+  // stays due.
+  if (!(stop && stop->load(std::memory_order_relaxed))) t.last_walk_unix = now;
   t.generation += 1;
   write_totals(d, shard, t);
   return r.entries;
 }
 
-std::uint64_t clean_shards(store_directory& d, int first, const store_config& config, const std::string& keep,
+std::uint64_t clean_shards(store_directory& d, const store_config& config, const shard_requests& requests,
                            const std::atomic<bool>* stop) {
-  std::uint64_t removed = clean_shard(d, first, config, keep, stop);
-  // Keys spread evenly over the shards, so when one is over its share the
-  // others are about to be: those whose record says so are cleaned now too
-  // (a record read without the lock is the old one or the new one, whole).
+  std::uint64_t removed = 0;
+  auto stopped = [&] { return stop && stop->load(std::memory_order_relaxed); };
+  for (int s = 0; s < kShards && !stopped(); ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    if (requests.clean[i] || requests.walk[i]) {
+      removed += clean_shard(d, s, config, requests.keep[i], requests.walk[i], stop);
+    }
+  }
+  // A record read without the lock is the old one or the new one, whole.
   const std::int64_t now = ::time(nullptr);
-  for (int s = 0; s < kShards && !(stop && stop->load(std::memory_order_relaxed)); ++s) {
-    if (s == first) continue;
+  for (int s = 0; s < kShards && !stopped(); ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    if (requests.clean[i] || requests.walk[i]) continue;
     const std::optional<shard_totals> t = d.record(s).read();
-    if (!t) continue;
-    if (t->bytes > shard_limit(config) ||
-        (config.threshold_days > 0 && now - t->last_walk_unix > kWalkIntervalS)) {
-      removed += clean_shard(d, s, config, "", stop);
+    if (t && (over_share(config, *t) || walk_due(config, *t, now))) {
+      removed += clean_shard(d, s, config, "", false, stop);
     }
   }
   return removed;
@@ -258,11 +299,13 @@ std::uint64_t prune_store(store_directory& d, std::uint64_t max_bytes, std::uint
     const int shard = shard_of_directory(f);
     if (shard < 0) continue;
     victims[static_cast<std::size_t>(shard)].push_back(f);
-    remaining -= f.bytes;
+    remaining = sub(remaining, f.bytes);
   }
+  // clear() removes whatever it found; prune keeps what was used meanwhile.
+  const bool keep_used = max_bytes > 0 || max_age_days > 0;
   std::uint64_t removed = 0;
   for (int s = 0; s < kShards; ++s) {
-    removed += remove_in_batches(d, s, victims[static_cast<std::size_t>(s)], 0, INT64_MAX, /*keep_used=*/false, nullptr).entries;
+    removed += remove_in_batches(d, s, victims[static_cast<std::size_t>(s)], 0, INT64_MAX, keep_used, nullptr).entries;
   }
   remove_stale_temporaries(d, w, now);
   recount_store(d);

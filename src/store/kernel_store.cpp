@@ -1,6 +1,7 @@
 // kernel_store's operations: get, put and remove on the current directory,
 // the run-time settings, and the blob API over the same entry format.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -160,14 +161,25 @@ std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& 
         return byte_vector(found.entry.binary.begin(), found.entry.binary.end());
       }
       if (found.what == slot::state::damaged && d.writable()) {
-        // A truncated, corrupt or foreign file is a miss, and goes.
+        // A truncated, corrupt or foreign file is a miss, and goes, unless
+        // a writer replaced it since it was read (another inode).
         const int shard = shard_of(key_h);
-        lock_file_holder l(&d.lock(shard));
-        if (::unlinkat(dir.fd(), entry_name(n).c_str(), 0) == 0) {
-          // Its size on disk need not be what the record counted: recount.
-          remove_key_directory_if_empty(d.root(), relative_dir);
-          recount_shard_locked(d, shard);
+        shard_need need;
+        {
+          lock_file_holder l(&d.lock(shard));
+          struct stat now {};
+          const std::string name = entry_name(n);
+          if (::fstatat(dir.fd(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+              now.st_ino == found.file.status.st_ino && now.st_dev == found.file.status.st_dev &&
+              ::unlinkat(dir.fd(), name.c_str(), 0) == 0) {
+            remove_key_directory_if_empty(d.root(), relative_dir);
+            // Its size on disk need not be what the record counted: the
+            // record is an estimate until the shard is walked.
+            need = account_locked(d, shard, s->config, -static_cast<std::int64_t>(now.st_size), -1,
+                                  /*estimate=*/true);
+          }
         }
+        if (need.clean || need.walk) background_evictor::instance().request(s->directory, s->config, shard, "", need.walk);
       }
     }
   } catch (...) {
@@ -192,16 +204,19 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
     // by the next put into the shard.
     if (bytes.size() > shard_limit(c)) return false;
 
-    // ENOENT: explicit maintenance removed the (then empty) key directory
-    // after it was opened; create it again.
+    // ENOENT: an evictor or explicit maintenance removed the (then empty)
+    // key directory after it was created or opened; create it again. Never
+    // a write failure: it only means the race was lost three times.
     directory_handle dir;
     std::string temp;
     int write_err = ENOENT;
-    for (int attempt = 0; attempt < 2 && write_err == ENOENT; ++attempt) {
+    for (int attempt = 0; attempt < 3 && write_err == ENOENT; ++attempt) {
       dir = d.open_key_directory(device_h, key_h, /*create=*/true);
+      if (!dir.ok() && dir.error() == ENOENT) continue;
       if (!dir.ok()) return false;  // in the way, not trusted, or a failed mkdir (reported)
       write_err = write_temp_file(dir, bytes, d.permissions().file_mode(), temp);
     }
+    if (write_err == ENOENT) return false;
     if (write_err != 0) {
       d.write_failed(write_err, "writing an entry");
       return false;
@@ -211,7 +226,7 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
     const std::string relative_dir = key_directory_relative_path(device_h, key_h);
     const int shard = shard_of(key_h);
     bool stored = false;
-    bool clean = false;
+    shard_need need;
     std::string published;
     int err = 0;
     {
@@ -223,7 +238,9 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
       for (int n = 0; n < kMaxCollisions; ++n) {
         err = publish_no_replace(dir, temp, entry_name(n));
         if (err == 0) {
-          clean = account_locked(d, shard, c, static_cast<std::int64_t>(bytes.size()), 1);
+          const shard_need published_need = account_locked(d, shard, c, static_cast<std::int64_t>(bytes.size()), 1);
+          need.clean |= published_need.clean;
+          need.walk |= published_need.walk;
           published = relative_dir + "/" + entry_name(n);
           stored = true;
           break;
@@ -239,7 +256,12 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
         }
         if (taken.what == slot::state::damaged && broken_removed < kMaxCollisions &&
             ::unlinkat(dir.fd(), entry_name(n).c_str(), 0) == 0) {
-          recount_shard_locked(d, shard);  // as get does for a damaged entry
+          // As get does for a damaged entry (read under this lock: no writer
+          // can have replaced it).
+          const shard_need removed_need = account_locked(
+              d, shard, c, -static_cast<std::int64_t>(taken.file.status.st_size), -1, /*estimate=*/true);
+          need.clean |= removed_need.clean;
+          need.walk |= removed_need.walk;
           ++broken_removed;
           --n;  // retry the slot it occupied
         }
@@ -247,11 +269,12 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
     }
     if (!stored) {
       ::unlinkat(dir.fd(), temp.c_str(), 0);
+      remove_key_directory_if_empty(d.root(), relative_dir);
       if (err != 0 && err != EEXIST) d.write_failed(err, "publishing an entry");
     }
     // Over its share, or due its daily walk: the shard is cleaned in the
     // background, never by this put.
-    if (clean) background_evictor::instance().request(s->directory, c, shard, published);
+    if (need.clean || need.walk) background_evictor::instance().request(s->directory, c, shard, published, need.walk);
     return stored;
   } catch (...) {
     return false;
@@ -274,8 +297,9 @@ bool kernel_store::impl::remove_local(const device_identity& device, std::string
       const slot found = read_slot(d, dir, relative_dir, n, device_h, key, s->config);
       if (found.what != slot::state::this_key) continue;
       if (::unlinkat(dir.fd(), entry_name(n).c_str(), 0) != 0) return false;
-      account_locked(d, shard, s->config, -static_cast<std::int64_t>(found.file.status.st_size), -1);
+      const shard_need need = account_locked(d, shard, s->config, -static_cast<std::int64_t>(found.file.status.st_size), -1);
       remove_key_directory_if_empty(d.root(), relative_dir);
+      if (need.walk) background_evictor::instance().request(s->directory, s->config, shard, "", true);
       return true;
     }
   } catch (...) {

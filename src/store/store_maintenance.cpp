@@ -1,5 +1,7 @@
 // kernel_store's maintenance, what unicache-store runs: stats, list, verify,
 // prune and clear, all over a walk that never follows a link.
+#include <time.h>
+
 #include <cstring>
 #include <map>
 
@@ -160,7 +162,12 @@ std::vector<store_entry_info> kernel_store::verify(bool fix) const {
     bad.push_back(stray_info(d, f));
   }
   if (fix) {
-    for (const store_file& t : w.temporaries) remove_beneath(d.root(), t);
+    // A running writer's temporary file is about to be renamed: only
+    // those of writers that are gone.
+    const std::int64_t now = ::time(nullptr);
+    for (const store_file& t : w.temporaries) {
+      if (temporary_is_abandoned(t, now)) remove_beneath(d.root(), t);
+    }
     recount_store(d);
   }
   return bad;

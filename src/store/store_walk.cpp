@@ -128,7 +128,8 @@ class walker {
               const std::string& device, expectation expected, std::vector<store_file>* into = nullptr) {
     struct stat st {};
     if (::fstatat(dir.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-    store_file f{relative, name, device, st.st_mode, static_cast<std::uint64_t>(st.st_size), st.st_mtim.tv_sec, ""};
+    store_file f{relative, name, device, st.st_mode, static_cast<std::uint64_t>(st.st_size), st.st_mtim.tv_sec, "",
+                 st.st_ino};
     const bool as_expected = expected.what && (expected.directory ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
     if (!as_expected) {
       f.problem = expected.what ? std::string(type_of(st.st_mode)) + ", not " + expected.what

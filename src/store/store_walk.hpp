@@ -22,6 +22,7 @@ struct store_file {
   std::uint64_t bytes = 0;
   std::int64_t mtime = 0;
   std::string problem;  // strays: why it does not belong
+  ino_t inode = 0;      // with mtime and bytes: the same file as the walk saw
 
   std::string relative_path() const { return directory.empty() ? name : directory + "/" + name; }
 };

@@ -2,10 +2,16 @@
 // releases when the holding process dies, so a crash never leaves it held.
 // flock belongs to an open file description, so threads of one process that
 // share a lock_file are serialized by its mutex as well.
+//
+// fork(): a child shares its parent's open file description, so the same
+// flock would not keep the two apart (and the parent's mutex may have been
+// copied locked). The first lock() in a child therefore opens the file
+// again (a description of its own) and takes a new mutex.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <string>
 
 #include "util/directory_handle.hpp"
@@ -23,17 +29,25 @@ class ABSL_LOCKABLE lock_file {
   lock_file(const lock_file&) = delete;
   lock_file& operator=(const lock_file&) = delete;
 
-  bool ok() const { return fd_ >= 0; }
+  bool ok() const { return error_ == 0; }
   int error() const { return error_; }  // errno of a failed open
 
   // Blocks until this thread holds the lock across threads and processes.
+  // Only when ok().
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   void unlock() ABSL_UNLOCK_FUNCTION();
 
  private:
-  int fd_ = -1;
+  // This process's description of the file and its threads' mutex.
+  struct holder {
+    pid_t pid;
+    int fd;
+    mutex threads;
+  };
+  holder& mine();
+
+  std::atomic<holder*> holder_{nullptr};  // a parent's is left alone in a child
   int error_ = 0;
-  mutex threads_;
 };
 
 using lock_file_holder = scoped_lock<lock_file>;

@@ -122,8 +122,9 @@ TEST_P(KernelStoreDamagedEntry, IsAMissAndIsRemoved) {
   write_bytes(path, GetParam().apply(read_bytes(path)));
   EXPECT_FALSE(store.get(gpu_a(), "k").has_value());
   EXPECT_FALSE(fs::exists(path)) << "a bad entry must be removed";
+  store.finish_eviction();  // its size was an estimate: the shard is walked in the background
   const store_stats s = store.stats(/*recount=*/true);
-  EXPECT_EQ(s.recorded_bytes, s.bytes) << "the size file follows the removal";
+  EXPECT_EQ(s.recorded_bytes, s.bytes) << "the record follows the removal";
   EXPECT_TRUE(store.put(gpu_a(), "k", binary_for("k", 4000))) << "and the key can be stored again";
   EXPECT_EQ(store.get(gpu_a(), "k"), binary_for("k", 4000));
 }
@@ -209,7 +210,10 @@ TEST(KernelStore, ARecordLeftMidBatchByADeadEvictorIsRecounted) {
   ASSERT_EQ(record.write(*t), 0);
   fs::remove(entry_dir_of(dir.path(), gpu_a(), "k0", &shard_zero_hash) + "/0.entry");
   EXPECT_TRUE(store.stats().recounted) << "stats does not trust a record marked mid-batch";
+  // The next holder of the lock clears the mark and has the shard walked
+  // in the background, which corrects the count.
   store.put(gpu_a(), "k10", binary_for("k", 1000));
+  store.finish_eviction();
   t = record.read();
   ASSERT_TRUE(t);
   EXPECT_EQ(t->pending_removal, 0u);
@@ -251,12 +255,14 @@ TEST(KernelStore, OtherShardsAreNotEvictedForOneShardsSize) {
   temp_dir dir;
   const std::uint64_t entry_bytes = 1000 + detail::kEntryHeaderBytes + 2;
   kernel_store store(store_in(dir.path(), limit_with_shard_share(4 * entry_bytes)));
-  // Keys of several shards, then many more keys of shard 0 only.
+  // Keys of several shards, the least recently used of the store (a
+  // store-wide LRU would take them first), then many keys of shard 0 only.
   std::vector<std::string> elsewhere;
   for (int i = 0; elsewhere.size() < 8; ++i) {
     const std::string key = "e" + std::to_string(i);
     if (detail::shard_of(detail::key_hash(key)) == 0) continue;
     ASSERT_TRUE(store.put(gpu_a(), key, binary_for(key, 1000)));
+    set_mtime(entry_dir_of(dir.path(), gpu_a(), key) + "/0.entry", 1'600'000'000 + i);
     elsewhere.push_back(key);
   }
   int in_zero = 0;
@@ -302,6 +308,68 @@ TEST(KernelStore, ThreadsPutGetAndRemoveWhileTheEvictorCleans) {
   EXPECT_LE(s.bytes, store.config().max_size_bytes) << "every shard within its share once the evictor is done";
   EXPECT_EQ(store.stats().entries, s.entries);
   EXPECT_TRUE(store.verify(false).empty());
+}
+
+// The limit of the stores below, and a store in `dir` filled (without
+// evicting) far over that share in shard 0, for tests that stop its cleanup.
+constexpr std::uint64_t kCleanupTestLimit = 20 * 1100 * detail::kShards;
+void fill_shard_zero(const std::string& dir, int entries) {
+  store_config c = store_in(dir, kCleanupTestLimit);
+  c.size_eviction = false;
+  kernel_store filler(c);
+  detail::store_access::use_key_hasher(filler, &shard_zero_hash);
+  for (int i = 0; i < entries; ++i) filler.put(gpu_a(), "k" + std::to_string(i), binary_for("k", 1000));
+}
+
+TEST(KernelStore, AStoreDestroyedDuringACleanupStopsItAndLeavesItConsistent) {
+  temp_dir dir;
+  const std::uint64_t limit = kCleanupTestLimit;
+  fill_shard_zero(dir.path(), 600);
+  {
+    kernel_store store(store_in(dir.path(), limit));
+    detail::store_access::use_key_hasher(store, &shard_zero_hash);
+    ASSERT_TRUE(store.put(gpu_a(), "trigger", binary_for("trigger", 1000)));
+  }  // the cleanup it asked for stops after its batch, and the store goes
+  kernel_store store(store_in(dir.path(), limit));
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
+  EXPECT_FALSE(store.stats().recounted) << "no record left marked";
+  ASSERT_TRUE(store.put(gpu_a(), "again", binary_for("again", 1000)));  // asks for the cleanup again
+  store.finish_eviction();
+  const store_stats s = store.stats(/*recount=*/true);
+  EXPECT_EQ(s.recorded_bytes, s.bytes);
+  EXPECT_LE(s.bytes, limit / detail::kShards);
+  for (int i = 0; i < 600; ++i) {
+    if (const auto got = store.get(gpu_a(), "k" + std::to_string(i))) {
+      EXPECT_EQ(*got, binary_for("k", 1000));
+    }
+  }
+}
+
+TEST(KernelStore, AProcessExitingDuringACleanupExitsCleanly) {
+  temp_dir dir;
+  const std::uint64_t limit = kCleanupTestLimit;
+  fill_shard_zero(dir.path(), 600);
+  // A store never destroyed (as the process-wide one), its evictor in a
+  // cleanup when exit() runs the static destructors.
+  const child_result r = run_in_child(
+      [&]() -> int {
+        auto* store = new kernel_store(store_in(dir.path(), limit));
+        detail::store_access::use_key_hasher(*store, &shard_zero_hash);
+        store->put(gpu_a(), "trigger", binary_for("trigger", 1000));
+        std::exit(0);
+      },
+      kHangAlarmSeconds);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  EXPECT_FALSE(a_shard_is_locked(dir.path()));
+  kernel_store store(store_in(dir.path(), limit));
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
+  EXPECT_FALSE(store.stats().recounted) << "the batch in progress finished before the exit";
+  for (int i = 0; i < 600; ++i) {
+    if (const auto got = store.get(gpu_a(), "k" + std::to_string(i))) {
+      EXPECT_EQ(*got, binary_for("k", 1000));
+    }
+  }
 }
 
 TEST(KernelStore, UseIsRecordedAtMostOnceAMinuteAndNeverReadFromAtime) {
@@ -485,11 +553,19 @@ TEST(KernelStore, TemporaryFileOfADeadWriterIsNeverReadAndVerifyFixRemovesIt) {
   const std::string key_dir = entry_dir_of(dir.path(), gpu_a(), "other");
   fs::create_directories(key_dir);
   const byte_vector full = detail::encode_entry(detail::device_hash(gpu_a()), "other", binary_for("o", 100), 0);
-  write_bytes(key_dir + "/.tmp.99999.0", byte_vector(full.begin(), full.begin() + 50));
+  // A writer that is gone (no process 4194303: above any pid_max) and a
+  // running one (this process), whose file is about to be renamed.
+  write_bytes(key_dir + "/.tmp.4194303.0", byte_vector(full.begin(), full.begin() + 50));
+  const std::string live = key_dir + "/.tmp." + std::to_string(::getpid()) + ".77";
+  write_bytes(live, byte_vector(full.begin(), full.begin() + 50));
   EXPECT_FALSE(store.get(gpu_a(), "other").has_value());
-  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 1u);
+  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 2u);
   EXPECT_TRUE(store.verify(/*fix=*/true).empty());
-  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 0u);
+  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 1u);
+  EXPECT_TRUE(fs::exists(live)) << "a running writer's file stays";
+  set_mtime(live, ::time(nullptr) - 2 * 3600);
+  EXPECT_TRUE(store.verify(/*fix=*/true).empty());
+  EXPECT_EQ(store.stats(/*recount=*/true).temporary_files, 0u) << "unless it is hours old";
   EXPECT_TRUE(store.get(gpu_a(), "k").has_value());
 }
 

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -31,6 +33,30 @@ TEST(LockFile, ExcludesAnotherProcessWhileHeld) {
     EXPECT_EQ(run_in_child([&] { return is_locked_by_another_process(path) ? 0 : 1; }).status, 0);
   }
   EXPECT_EQ(run_in_child([&] { return is_locked_by_another_process(path) ? 0 : 1; }).status, 1);
+}
+
+TEST(LockFile, AChildOfForkWaitsForItsParentsHoldAndNeverDeadlocks) {
+  temp_dir dir;
+  const std::string released = dir.path() + "/released";
+  lock_file lock(directory_handle::open(dir.path()), "lock", 0600);
+  ASSERT_TRUE(lock.ok());
+  lock.lock();  // held across the fork: the child's copy of the mutex is locked too
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(kHangAlarmSeconds);  // a child stuck on the copied mutex fails here
+    lock.lock();                 // must wait for the parent, not share its hold
+    const bool after_release = fs::exists(released);
+    lock.unlock();
+    ::_exit(after_release ? 0 : 1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // room for a child that does not wait
+  std::ofstream(released).put('x');
+  lock.unlock();
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child hung on the lock (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child took the lock while its parent held it";
+  lock_file_holder again(&lock);  // the parent's own lock still works
 }
 
 TEST(LockFile, HolderKilledWithSigkillLeavesItUnlocked) {
