@@ -128,12 +128,6 @@ void remove_stale_temporaries(const store_directory& d, const walk_result& w, st
   }
 }
 
-std::uint64_t total_bytes(const std::vector<store_file>& entries) {
-  std::uint64_t total = 0;
-  for (const store_file& f : entries) total = add(total, f.bytes);
-  return total;
-}
-
 void sort_least_recently_used_first(std::vector<store_file>& entries) {
   std::sort(entries.begin(), entries.end(), [](const store_file& a, const store_file& b) { return a.mtime < b.mtime; });
 }
@@ -198,7 +192,11 @@ shard_need account_locked(store_directory& d, int shard, const store_config& con
     t = recount_shard_locked(d, shard);
     need.walk = false;
   } else {
-    t = read_totals_locked(d, shard, &need.walk);
+    // A mark left by a batch that died: the record is off by at most that
+    // batch until a walk in the background (read_totals_locked's rule, here
+    // without reading and writing the record twice).
+    if (t->pending_removal != 0) need.walk = true;
+    t->pending_removal = 0;
     t->bytes = apply(t->bytes, delta_bytes);
     t->entries = apply(t->entries, delta_entries);
     t->generation += 1;

@@ -64,14 +64,7 @@ std::shared_ptr<store_directory> store_directory::open(const std::string& direct
 
 store_directory::store_directory(const std::string& path, directory_handle root, bool shared)
     : path_(path), root_(std::move(root)), permissions_(shared) {
-  // Readable but not writable (a read-only deployment): serve, never write.
   shards_ = root_.make_subdirectory(kShardsDirectory, permissions_.directory_mode());
-  if (shards_.ok() && permissions_.distrust(shards_.status()).empty()) {
-    for (int s = 0; s < kShards; ++s) {
-      records_[static_cast<std::size_t>(s)] =
-          std::make_unique<shard_record>(shards_, shard_record_name(s), permissions_.file_mode());
-    }
-  }
   if (!shards_.ok()) {
     write_failed(shards_.error(), "opening " + shown(path_ + "/" + kShardsDirectory));
     return;
@@ -80,6 +73,12 @@ store_directory::store_directory(const std::string& path, directory_handle root,
     write_failed(kUntrusted, "trusting " + shown(path_ + "/" + kShardsDirectory) + " (" + why + ")");
     return;
   }
+  for (int s = 0; s < kShards; ++s) {
+    records_[static_cast<std::size_t>(s)] =
+        std::make_unique<shard_record>(shards_, shard_record_name(s), permissions_.file_mode());
+  }
+  // Readable but not writable (a read-only deployment, no lock file to
+  // open): serve, never write.
   for (int s = 0; s < kShards; ++s) {
     const auto i = static_cast<std::size_t>(s);
     locks_[i] = std::make_unique<lock_file>(shards_, shard_lock_name(s), permissions_.file_mode());

@@ -101,7 +101,7 @@ store_stats kernel_store::stats(bool recount) const {
   if (recount) {
     const walk_result w = walk_store(d.root());
     out.entries = w.entries.size();
-    for (const store_file& f : w.entries) out.bytes += f.bytes;
+    out.bytes = total_bytes(w.entries);
     out.devices = w.devices;
     out.temporary_files = w.temporaries.size();
     out.recounted = true;
@@ -118,7 +118,7 @@ store_stats kernel_store::stats(bool recount) const {
     if (recount) continue;
     const walk_result w = walk_shard(d.root(), shard);
     out.entries += w.entries.size();
-    for (const store_file& f : w.entries) out.recorded_bytes += f.bytes;
+    out.recorded_bytes += total_bytes(w.entries);
     out.recounted = true;
   }
   if (!recount) {

@@ -157,6 +157,12 @@ walk_result walk_shard(const directory_handle& root, int shard) {
   return std::move(w.out);
 }
 
+std::uint64_t total_bytes(const std::vector<store_file>& files) {
+  std::uint64_t total = 0;
+  for (const store_file& f : files) total = f.bytes > UINT64_MAX - total ? UINT64_MAX : total + f.bytes;
+  return total;
+}
+
 directory_handle open_beneath(const directory_handle& root, const std::string& relative) {
   directory_handle current = root.duplicate();
   for (std::size_t begin = 0; current.ok() && begin < relative.size();) {

@@ -41,6 +41,9 @@ walk_result walk_store(const directory_handle& root);
 // entries, their temporary files and strays; nothing at the upper levels).
 walk_result walk_shard(const directory_handle& root, int shard);
 
+// The bytes of `files` (saturating: sizes come from disk).
+std::uint64_t total_bytes(const std::vector<store_file>& files);
+
 // The directory `relative` (a store_file's directory) below `root`, opened
 // one real directory at a time.
 directory_handle open_beneath(const directory_handle& root, const std::string& relative);
