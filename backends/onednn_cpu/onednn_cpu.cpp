@@ -23,7 +23,17 @@ using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-constexpr std::size_t kPrimitiveBytesEstimate = 64 * 1024;
+// What a primitive holds (its JIT code and tables), which oneDNN does not
+// report: measured once (benchmarks/onednn_primitive_bytes) as the
+// resident-memory growth of 200 primitives held at once (oneDNN 2.6, the
+// 2-core AMD EPYC dev VM, its primitive cache off), per kind. A matmul for one shape (brgemm: BERT-layer shapes with
+// bias and GELU) 300 KB; with runtime dimensions (gemm:jit) 49 KB; an
+// eltwise 28 KB. Counted once a primitive is built; the kernel cache then
+// holds at most its capacity of them.
+constexpr std::size_t kShapeMatmulBytes = 300 * 1024;
+constexpr std::size_t kRuntimeMatmulBytes = 49 * 1024;
+constexpr std::size_t kOtherPrimitiveBytes = 28 * 1024;
+constexpr std::size_t kPrimitiveBytesEstimate = kShapeMatmulBytes;  // before it is built
 
 struct counters {
   std::atomic<std::uint64_t> primitives_created{0}, create_ns{0}, weights_packed{0}, pack_ns{0};
@@ -82,6 +92,16 @@ void add_md(cache_key& key, const dnnl::memory::desc& md) {
 struct cached_primitive {
   dnnl::primitive prim;
   dnnl::memory::desc weights_md;  // matmul: the layout the primitive wants B in
+
+  // What the kernel cache counts for it (the measured sizes above).
+  std::size_t cached_bytes() const {
+    if (!prim || prim.get_kind() != dnnl::primitive::kind::matmul) return kOtherPrimitiveBytes;
+    const dnnl_memory_desc_t* src = dnnl_primitive_desc_query_md(prim.get_primitive_desc(), dnnl_query_src_md, 0);
+    for (int i = 0; src && i < src->ndims; ++i) {
+      if (src->dims[i] == DNNL_RUNTIME_DIM_VAL) return kRuntimeMatmulBytes;
+    }
+    return kShapeMatmulBytes;
+  }
 };
 
 // The primitive under `key`, made by `make` on a miss; `*built` (if given)

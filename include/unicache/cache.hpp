@@ -31,7 +31,9 @@
 // cache held, so they may call back into the cache.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -295,9 +297,10 @@ class unified_cache {
                                  std::string_view key, std::size_t size_bytes,
                                  std::uint64_t cost_ns, const cache_future& future,
                                  bool want_entry);
-  // The entry's device exists: the entry was inserted into it.
+  // The entry's device exists: the entry was inserted into it. `size_bytes`:
+  // what the built value says it holds (0: keep the size given at insertion).
   void complete_build(const cache_scope& scope, const detail::entry_ref& entry,
-                      std::uint64_t cost_ns);
+                      std::uint64_t cost_ns, std::uint64_t size_bytes = 0);
   void drop_failed(const cache_scope& scope, const detail::entry_ref& entry);
 
   std::unique_ptr<impl> impl_;
@@ -336,9 +339,18 @@ cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, backend_id
   // The cache stores shared_ptr<void>; a const T is handed out as const again.
   promise.set_value(std::const_pointer_cast<std::remove_const_t<T>>(value));
   if (found.kind != outcome::inserted) return cache_handle<T>({}, std::move(value));
+  // A value that knows its size (`std::size_t cached_bytes() const`) is
+  // counted at that size instead of the caller's estimate.
+  std::uint64_t actual_bytes = 0;
+  if constexpr (requires(const T& v) {
+                  { v.cached_bytes() } -> std::convertible_to<std::size_t>;
+                }) {
+    if (value) actual_bytes = std::max<std::uint64_t>(1, value->cached_bytes());
+  }
   complete_build(scope, found.entry,
                  static_cast<std::uint64_t>(
-                     std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+                 actual_bytes);
   return cache_handle<T>(std::move(found.entry), std::move(value));
 }
 

@@ -73,6 +73,9 @@ class device_program {
   // The device binary as the driver has it now (what the store and blobs
   // keep); empty when the driver cannot give one back.
   virtual byte_vector binary() const = 0;
+  // Its size, without copying it (what the kernel cache counts). The
+  // default copies; backends whose driver tells the size override it.
+  virtual std::size_t binary_size() const { return binary().size(); }
 };
 
 // What a backend implements for the kernel path, for one engine (a device
@@ -162,6 +165,10 @@ class kernel {
     after_first_launch(start);
   }
   byte_vector binary() const { return program_->binary(); }
+  // What the kernel cache counts for it: the device binary, its key and
+  // name, and the object itself (the driver's own bookkeeping is not
+  // visible to us and not counted).
+  std::size_t cached_bytes() const { return cached_bytes_; }
   const std::string& store_key() const { return store_key_; }
   const std::string& name() const { return name_; }
 
@@ -173,12 +180,13 @@ class kernel {
   std::string name_;
   std::string store_key_;
   device_identity identity_;
+  std::size_t cached_bytes_ = 0;
   mutable std::atomic<bool> store_pending_;
   mutable std::atomic<bool> first_launch_{true};
 };
 
-// What a kernel counts against the kernel cache's capacity: about a
-// program's binary and driver state.
+// What a kernel counts against the kernel cache's capacity while it is
+// being built; once built it counts kernel::cached_bytes().
 inline constexpr std::size_t kernel_bytes_estimate = 128 * 1024;
 
 // The kernel path (see the top of this file). Throws what the builder's

@@ -618,13 +618,28 @@ cache_future unified_cache::get_or_add(const cache_scope& scope, backend_id back
 }
 
 void unified_cache::complete_build(const cache_scope& scope, const entry_ref& ref,
-                                   std::uint64_t cost_ns) {
+                                   std::uint64_t cost_ns, std::uint64_t size_bytes) {
   entry* e = as_entry(ref);
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
-  mutex_lock lock(&d->mu);
-  e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
-  e->state.store(build_state::ready, std::memory_order_release);
-  if (e->resident.load(std::memory_order_relaxed)) d->queue.update(e, d->priority_of(e));
+  std::vector<removed_entry> removed;
+  {
+    mutex_lock lock(&d->mu);
+    e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
+    e->state.store(build_state::ready, std::memory_order_release);
+    if (e->resident.load(std::memory_order_relaxed)) {
+      // The value's real size replaces the estimate it was inserted with;
+      // a cache now over its budget evicts (per policy) at once.
+      if (size_bytes != 0 && size_bytes != e->size_bytes) {
+        scope_counters& c = d->counters_for(e->context_id);
+        d->used_bytes = d->used_bytes - e->size_bytes + size_bytes;
+        c.bytes.fetch_add(size_bytes - e->size_bytes, std::memory_order_relaxed);  // modular: a decrease too
+        e->size_bytes = size_bytes;
+      }
+      d->queue.update(e, d->priority_of(e));
+      if (d->used_bytes > d->capacity_bytes) d->evict_to(d->capacity_bytes, removal::capacity, removed);
+    }
+  }
+  if (!removed.empty()) impl_->finish_removals(d->kind, d->device_id, removed);
 }
 
 void unified_cache::drop_failed(const cache_scope& scope, const entry_ref& ref) {

@@ -26,6 +26,16 @@ struct compiled_partition::state {
   cache_scope scope;
   // Tiered mode: the shape's class and its specialized kernel, if any.
   detail::tier_ref tier;
+
+  // What the kernel cache counts for it: this object, its tensors' shapes
+  // and its blob key. Its kernel counts in entries of its own.
+  std::size_t cached_bytes() const {
+    std::size_t bytes = sizeof(state) + blob_key.size();
+    for (const auto* list : {&inputs, &outputs}) {
+      for (const logical_tensor& t : *list) bytes += sizeof(t) + t.shape.size() * sizeof(std::int64_t);
+    }
+    return bytes;
+  }
 };
 
 compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
@@ -33,8 +43,8 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
 
 namespace {
 
-// Estimated bytes of a compiled partition entry (the kernel's own memory is
-// held by the backend's kernel cache entries).
+// What a compiled partition entry counts while it is being built; then its
+// state's cached_bytes().
 constexpr std::size_t kCompiledPartitionBytes = 4096;
 
 // What every shape of one kernel configuration shares: the structure, the

@@ -83,7 +83,9 @@ kernel::kernel(backend_id backend, std::unique_ptr<device_program> program, std:
       name_(std::move(name)),
       store_key_(std::move(store_key)),
       identity_(std::move(identity)),
-      store_pending_(store_after_first_launch) {}
+      store_pending_(store_after_first_launch) {
+  cached_bytes_ = sizeof(kernel) + program_->binary_size() + name_.size() + store_key_.size();
+}
 
 kernel::~kernel() = default;
 
@@ -104,7 +106,7 @@ std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& 
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded) {
   return kernel_cache()
       .get_or_build<const kernel>(
-          scope, backend, src.config, kernel_bytes_estimate,
+          scope, backend, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()
           [&]() -> std::shared_ptr<const kernel> {
             const std::string key = src.store_key();
             const device_identity identity = builder.identity();

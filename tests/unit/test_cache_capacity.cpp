@@ -316,5 +316,33 @@ TEST(CacheLifetime, ValuesStillHeldOutliveTheCache) {
   EXPECT_FALSE(handle.valid());
 }
 
+// A value that knows how many bytes it holds.
+struct sized_value {
+  std::size_t bytes;
+  std::size_t cached_bytes() const { return bytes; }
+};
+
+TEST(CacheRealSizes, AValueThatKnowsItsSizeIsCountedAtItInsteadOfTheEstimate) {
+  unified_cache cache(config_with(4, eviction_policy::lru));
+  for (const std::size_t real : {std::size_t{300 * 1024}, std::size_t{1200 * 1024}, std::size_t{5}}) {
+    cache.get_or_build<const sized_value>(cpu_scope(), kBackend, std::to_string(real), kMb,
+                                          [&] { return std::make_shared<const sized_value>(sized_value{real}); });
+  }
+  const cache_stats s = cache.stats(cpu_scope());
+  EXPECT_EQ(s.entries, 3u);
+  EXPECT_EQ(s.bytes, 300u * 1024 + 1200u * 1024 + 5) << "the sum of real sizes, not 3 x the 1 MB estimate";
+  // A value larger than its estimate takes the cache over its budget: the
+  // least recently used go at once.
+  cache.get_or_build<const sized_value>(cpu_scope(), kBackend, "large", kMb,
+                                        [] { return std::make_shared<const sized_value>(sized_value{3 * kMb}); });
+  const cache_stats after = cache.stats(cpu_scope());
+  EXPECT_LE(after.bytes, 4 * kMb);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "large"));
+  EXPECT_FALSE(contains(cache, cpu_scope(), std::to_string(300 * 1024))) << "the least recently used went";
+  // A value without cached_bytes() keeps the size it was inserted with.
+  cache.get_or_build<int>(cpu_scope(), kBackend, "int", 1000, [] { return std::make_shared<int>(1); });
+  EXPECT_EQ(cache.stats(cpu_scope()).bytes, after.bytes + 1000);
+}
+
 }  // namespace
 }  // namespace unicache

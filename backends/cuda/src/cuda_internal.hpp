@@ -92,6 +92,7 @@ class program final : public device_program {
 
   CUfunction function() const { return function_; }
   byte_vector binary() const override { return image_; }
+  std::size_t binary_size() const override { return image_.size(); }
 
  private:
   std::shared_ptr<const engine_state> engine_;

@@ -83,6 +83,7 @@ class program final : public device_program {
   // The device binary as the driver has it now (after the first launch, on
   // PoCL, with the compiled work-group function).
   byte_vector binary() const override;
+  std::size_t binary_size() const override;
 
  private:
   void enqueue(const stream& s, cl_uint dims, const std::size_t* global, const std::size_t* local) const;

@@ -59,6 +59,12 @@ byte_vector program::binary() const {
   return out;
 }
 
+std::size_t program::binary_size() const {
+  std::size_t size = 0;
+  if (clGetProgramInfo(program_, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS) return 0;
+  return size;
+}
+
 std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
   cl_program p = build_from_source(state_, src.source, src.options);
   cl_int err = CL_SUCCESS;
