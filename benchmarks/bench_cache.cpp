@@ -134,6 +134,33 @@ void BM_hit(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The same shared working set through lookup(), the hit path that borrows
+// the value instead of copying a shared_future: what a backend does before
+// it launches a cached kernel.
+void BM_lookup_unicache(benchmark::State& state) {
+  unicache_impl& impl = populated<unicache_impl>();
+  const auto& k = keys();
+  std::uint64_t rng = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
+  long long sum = 0;
+  for (auto _ : state) {
+    if (auto v = impl.cache.lookup<const int>({engine_kind::cpu, 0, 0}, 1, k[xorshift(rng) & (kKeys - 1)])) sum += *v;
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// lookup() with every thread on one key.
+void BM_lookup_one_key_unicache(benchmark::State& state) {
+  unicache_impl& impl = populated<unicache_impl>();
+  const std::string& key = keys()[7];
+  long long sum = 0;
+  for (auto _ : state) {
+    if (auto v = impl.cache.lookup<const int>({engine_kind::cpu, 0, 0}, 1, key)) sum += *v;
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // Every thread looks up random keys of its own working set (no key shared):
 // what the cache itself costs when callers do not share values.
 template <typename Impl>
@@ -263,6 +290,8 @@ void threads_1_and_4(benchmark::internal::Benchmark* b) { b->Threads(1)->Threads
 BENCHMARK(BM_hit<unicache_impl>)->Name("BM_hit/unicache")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit<onednn_style_impl>)->Name("BM_hit/onednn_style")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit<mutex_lru_impl>)->Name("BM_hit/mutex_lru")->Apply(threads_1_to_16);
+BENCHMARK(BM_lookup_unicache)->Name("BM_lookup/unicache")->Apply(threads_1_to_16);
+BENCHMARK(BM_lookup_one_key_unicache)->Name("BM_lookup_one_key/unicache")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_private_keys<unicache_impl>)->Name("BM_hit_private_keys/unicache")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_private_keys<onednn_style_impl>)->Name("BM_hit_private_keys/onednn_style")->Apply(threads_1_to_16);
 BENCHMARK(BM_hit_private_keys<mutex_lru_impl>)->Name("BM_hit_private_keys/mutex_lru")->Apply(threads_1_to_16);

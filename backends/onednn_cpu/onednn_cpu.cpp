@@ -109,6 +109,10 @@ struct cached_primitive {
 template <typename MakePrimitive>
 std::shared_ptr<const cached_primitive> primitive_for(const engine& e, const cache_key& key, MakePrimitive make,
                                                       bool* built = nullptr) {
+  // A hit borrows and takes the one reference it keeps; a miss builds.
+  if (auto hit = kernel_cache().lookup<const cached_primitive>(e.scope(), backend_id_value, key.bytes())) {
+    return hit.shared_value();
+  }
   return kernel_cache()
       .get_or_build<const cached_primitive>(e.scope(), backend_id_value, key.bytes(), kPrimitiveBytesEstimate,
                                             [&] {

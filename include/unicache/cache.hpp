@@ -25,6 +25,19 @@
 // load that turns false once the cache evicts the entry, so an execution loop
 // need not look the key up again.
 //
+// `lookup` is the hit path for callers that use a value and let it go:
+//
+//   if (auto kernel = cache.lookup<const my_kernel>(scope, kMyBackend, key)) {
+//     kernel->launch(...);                // borrowed until `kernel` ends
+//   } else {
+//     auto handle = cache.get_or_build<const my_kernel>(...);  // miss
+//   }
+//
+// It writes no memory that another thread's hit writes: no reference count,
+// no shared_future copy, no lock. get_or_add and get_or_build hand out owned
+// references, and every hit of a key shared by many threads writes their
+// one reference count.
+//
 // Thread safety: every member function of `unified_cache` may be called
 // concurrently from any thread. Eviction callbacks run on the thread that
 // caused the eviction, after the entry is removed and with no lock of the
@@ -83,11 +96,13 @@ struct cache_scope {
 };
 
 // Counters of one scope (or, from `total_stats`, of the whole cache). Every
-// get_or_add is exactly one of hit, wait or miss; refusals are misses whose
-// value was not cached. Misses, inserts, evictions, failures, refusals, bytes
-// and entries are exact. Hits and waits are exact for an entry's first 64
-// uses and then sampled (an unbiased estimate), so that hits of an entry
-// shared by many threads do not all write one cache line.
+// get_or_add is exactly one of hit, wait or miss (a lookup that finds a
+// value, one hit); refused_full and refused_oversize are misses whose value
+// was not cached. Misses, inserts, evictions, failures, refusals, bytes and
+// entries are exact. Hits and waits are exact for an entry's first 64 uses
+// and then sampled (an unbiased estimate, within about 13% for a hot
+// entry), so that hits of an entry shared by many threads do not all write
+// one cache line.
 struct cache_stats {
   std::uint64_t hits = 0;     // a finished value was returned
   std::uint64_t waits = 0;    // a value still being built was returned
@@ -97,7 +112,9 @@ struct cache_stats {
   std::uint64_t failures = 0;        // entries dropped because their build failed
   std::uint64_t refused_full = 0;    // not cached: NO_EVICT and no room
   std::uint64_t refused_oversize = 0;  // not cached: larger than the capacity (or capacity 0)
-  std::uint64_t refused_admission = 0;  // not cached: COST judged it worth less than what it would evict
+  // cached, then turned away by COST's admission when it left the window,
+  // as worth less than what it would displace (also counted in evictions)
+  std::uint64_t refused_admission = 0;
   std::uint64_t bytes = 0;    // declared sizes of the entries now cached
   std::uint64_t entries = 0;  // entries now cached
 };
@@ -196,6 +213,69 @@ class cache_handle {
   std::shared_ptr<T> value_;
 };
 
+namespace detail {
+// A read-side section of the cache's memory reclamation (see cache_ref).
+void* begin_read_section() noexcept;
+void end_read_section(void* section) noexcept;
+// The value of a built entry, found inside a read section.
+const cache_value& entry_value(entry_base* entry) noexcept;
+}  // namespace detail
+
+// A value borrowed from the cache for one scope, as `lookup` returns it.
+// While it lives the value stays valid, even if the cache evicts it or is
+// cleared meanwhile. Taking and ending a borrow writes only this thread's
+// own state. Rules:
+// - destroy it on the thread that made it (it is movable, not copyable);
+// - keep it short, as a read-side critical section: while any borrow lives,
+//   memory the cache gave up (evicted values among it) is not freed;
+// - to keep the value longer, take a handle with share().
+template <typename T>
+class cache_ref {
+ public:
+  cache_ref() = default;
+  cache_ref(cache_ref&& o) noexcept
+      : section_(std::exchange(o.section_, nullptr)),
+        entry_(std::exchange(o.entry_, nullptr)),
+        value_(std::exchange(o.value_, nullptr)) {}
+  cache_ref& operator=(cache_ref&& o) noexcept {
+    cache_ref moved(std::move(o));
+    std::swap(section_, moved.section_);
+    std::swap(entry_, moved.entry_);
+    std::swap(value_, moved.value_);
+    return *this;
+  }
+  cache_ref(const cache_ref&) = delete;
+  cache_ref& operator=(const cache_ref&) = delete;
+  ~cache_ref() {
+    if (section_) detail::end_read_section(section_);
+  }
+
+  explicit operator bool() const noexcept { return value_ != nullptr; }
+  T* get() const noexcept { return value_; }
+  T& operator*() const noexcept { return *value_; }
+  T* operator->() const noexcept { return value_; }
+  // The value as an owning pointer, for keeping it beyond this scope (one
+  // reference count); null from an empty borrow.
+  std::shared_ptr<T> shared_value() const {
+    if (!entry_) return {};
+    return std::static_pointer_cast<T>(detail::entry_value(entry_));
+  }
+  // A handle that owns the value and tells whether it stays cached; an
+  // empty handle from an empty borrow. Takes the reference counts a handle
+  // holds.
+  cache_handle<T> share() const {
+    if (!entry_) return {};
+    return cache_handle<T>(detail::entry_ref::share(entry_),
+                           std::static_pointer_cast<T>(detail::entry_value(entry_)));
+  }
+
+ private:
+  friend class unified_cache;
+  void* section_ = nullptr;
+  detail::entry_base* entry_ = nullptr;
+  T* value_ = nullptr;
+};
+
 class unified_cache {
  public:
   // An independent cache with its own configuration. Tests and applications
@@ -232,6 +312,15 @@ class unified_cache {
   template <typename T, typename Builder>
   cache_handle<T> get_or_build(const cache_scope& scope, backend_id backend, std::string_view key,
                                std::size_t size_bytes, Builder&& builder);
+
+  // The hit path that shares nothing: the cached value of `key`, borrowed
+  // (see cache_ref), counted as a hit and a use. Empty, counting nothing,
+  // when the key is not cached, is still being built, or failed (the
+  // caller then calls get_or_build, which waits or builds), and when the
+  // cached value is null. T must be the type every builder of this key
+  // returns. Lock-free; any thread.
+  template <typename T>
+  cache_ref<T> lookup(const cache_scope& scope, backend_id backend, std::string_view key);
 
   // Whether the entry is cached (built or in flight, not failed). A pure lookup: it does
   // not count as a use, a hit or a miss.
@@ -302,6 +391,10 @@ class unified_cache {
   void complete_build(const cache_scope& scope, const detail::entry_ref& entry,
                       std::uint64_t cost_ns, std::uint64_t size_bytes = 0);
   void drop_failed(const cache_scope& scope, const detail::entry_ref& entry);
+  // lookup's hit path, inside a read section: the entry and its value, or
+  // nullptr when it is not a hit.
+  detail::entry_base* find_built(const cache_scope& scope, backend_id backend, std::string_view key,
+                                 void** value);
 
   std::unique_ptr<impl> impl_;
 };
@@ -314,6 +407,17 @@ unified_cache& constant_tensor_cache();
 unified_cache& kernel_cache();
 
 // ---------------------------------------------------------------------------
+
+template <typename T>
+cache_ref<T> unified_cache::lookup(const cache_scope& scope, backend_id backend, std::string_view key) {
+  cache_ref<T> ref;
+  ref.section_ = detail::begin_read_section();
+  void* value = nullptr;
+  ref.entry_ = find_built(scope, backend, key, &value);
+  if (!ref.entry_) return cache_ref<T>();  // ends the section
+  ref.value_ = static_cast<T*>(value);
+  return ref;
+}
 
 template <typename T, typename Builder>
 cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, backend_id backend,

@@ -5,9 +5,10 @@
 // flags, the identity compared by lookups, the use stamp and counters, the
 // future it returns); the rest is touched only under the owning device's mutex.
 //
-// Immutable after publication: hash, context, backend, key, size, future.
+// Immutable after publication: hash, context, backend, key, future.
 // Written lock-free on hits: hits, waits, stamp, state. Written under the
-// owning device's mutex: priority, heap_index, and cost.
+// owning device's mutex: size (once, when the built value tells its real
+// size), cost and the policy's bookkeeping.
 #pragma once
 
 #include <atomic>
@@ -36,12 +37,19 @@ struct entry : entry_base {
   std::atomic<std::uint32_t> waits{0};
   cache_future future;
 
-  // Cold: the eviction bookkeeping, under the owning device's mutex.
+  // Cold: the size and cost, under the owning device's mutex (cost_ns is
+  // also read by policies there; it is atomic because update_cost writes it).
   std::uint64_t size_bytes = 0;
-  double priority = 0;               // the key it has in the eviction queue
   std::atomic<float> cost_ns{0};     // a heuristic: float precision is plenty
-  float history = 0;                 // cost policy: uses before its last eviction
-  std::uint32_t heap_index = 0;      // its position in the eviction queue
+
+  // The policy's bookkeeping (see cache/policy.hpp), under the device's
+  // mutex: what the device's policy of the moment makes of them.
+  double priority = 0;               // its key in the policy's eviction_queue
+  std::uint32_t heap_index = 0;      // its position there
+  float history = 0;                 // uses remembered from before it was cached
+  std::uint8_t region = 0;           // which of the policy's queues holds it
+  entry* prev = nullptr;             // a policy's intrusive list (COST's window)
+  entry* next = nullptr;
 
   std::string_view key() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), key_size};

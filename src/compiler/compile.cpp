@@ -159,6 +159,10 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
   const std::string configuration = configuration_key(p, input_shapes, e);
   const std::string key = compiled_partition_key(configuration, input_shapes);
   compiled_partition out;
+  if (auto hit = kernel_cache().lookup<const compiled_partition::state>(e.scope(), compiled_partition_backend_id, key)) {
+    out.state_ = hit.shared_value();
+    return out;
+  }
   cache_handle<const compiled_partition::state> cached = kernel_cache().get_or_build<const compiled_partition::state>(
       e.scope(), compiled_partition_backend_id, key, kCompiledPartitionBytes, [&] {
         auto s = std::make_shared<compiled_partition::state>();

@@ -104,6 +104,7 @@ void kernel::after_first_launch(std::chrono::steady_clock::time_point start) con
 
 std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& scope, const kernel_builder& builder,
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded) {
+  if (auto hit = kernel_cache().lookup<const kernel>(scope, backend, src.config)) return hit.shared_value();
   return kernel_cache()
       .get_or_build<const kernel>(
           scope, backend, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()

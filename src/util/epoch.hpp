@@ -80,6 +80,12 @@ class epoch_domain {
   // Whether readers use the asymmetric (membarrier) protocol.
   bool asymmetric() const { return asymmetric_; }
 
+  // A critical section as guard has, for callers that cannot keep a guard
+  // object (one that outlives a function call): end_read(begin_read()),
+  // on the same thread.
+  static record* begin_read() noexcept { return instance().enter(); }
+  static void end_read(record* rec) noexcept { exit(rec); }
+
  private:
   epoch_domain();
   record* enter() noexcept {

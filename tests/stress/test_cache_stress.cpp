@@ -1,6 +1,7 @@
-// 32 threads hammer one cache with random get_or_add and get_or_build calls,
-// failing and abandoned builds, capacity and policy changes, and eviction
-// callbacks that call back into the cache. Run under ThreadSanitizer in CI.
+// 32 threads hammer one cache with random get_or_add, get_or_build and
+// lookup calls, failing and abandoned builds, values that report a real size
+// of their own, capacity and policy changes, and eviction callbacks that
+// call back into the cache. Run under ThreadSanitizer in CI.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,14 @@ namespace {
 constexpr int kThreads = 32;
 constexpr std::size_t kKB = 1024;
 constexpr backend_id kBackend = 3;
+
+// A value that reports its size once built (the cache then counts it, not
+// the estimate given at insertion).
+struct sized_value {
+  std::uint64_t value;
+  std::size_t bytes;
+  std::size_t cached_bytes() const { return bytes; }
+};
 
 // Every value is derived from its key, so any value read can be checked.
 std::uint64_t value_for(const cache_scope& scope, const std::string& key) {
@@ -72,7 +81,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
   for (int t = 0; t < kThreads; ++t) {
     workers.emplace_back([&, t] {
       std::mt19937 rng(1000 + t);
-      std::vector<cache_handle<std::uint64_t>> kept;
+      std::vector<cache_handle<sized_value>> kept;
       start.arrive_and_wait();
       for (int i = 0; i < ops_per_thread(); ++i) {
         const cache_scope scope{rng() % 4 == 0 ? engine_kind::gpu : engine_kind::cpu,
@@ -91,24 +100,33 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
             if (fate < 5) {
               promise.set_exception(std::make_exception_ptr(std::runtime_error(key)));
             } else if (fate >= 8) {
-              promise.set_value(std::make_shared<std::uint64_t>(expected));
+              promise.set_value(std::make_shared<sized_value>(sized_value{expected, bytes}));
             }  // else: abandoned, waiters see broken_promise
             continue;
           }
           try {
-            if (*std::static_pointer_cast<std::uint64_t>(cached.get()) != expected) wrong_values++;
+            if (std::static_pointer_cast<sized_value>(cached.get())->value != expected) wrong_values++;
           } catch (const std::runtime_error& e) {
             if (e.what() != key) wrong_errors++;
           } catch (const std::future_error&) {
           }
         } else {
+          // A backend's way: borrow on a hit, build on a miss.
+          if (rng() % 2 == 0) {
+            if (auto borrowed = cache.lookup<sized_value>(scope, kBackend, key)) {
+              if (borrowed->value != expected) wrong_values++;
+              if (rng() % 8 == 0) kept.push_back(borrowed.share());
+              continue;
+            }
+          }
           try {
-            auto h = cache.get_or_build<std::uint64_t>(scope, kBackend, key, bytes, [&] {
+            auto h = cache.get_or_build<sized_value>(scope, kBackend, key, bytes, [&] {
               builds.fetch_add(1, std::memory_order_relaxed);
               if (fate < 5) throw std::runtime_error(key);
-              return std::make_shared<std::uint64_t>(expected);
+              // Its real size differs from the estimate, up or down.
+              return std::make_shared<sized_value>(sized_value{expected, (8 + rng() % 96) * kKB});
             });
-            if (*h != expected) wrong_values++;
+            if (h->value != expected) wrong_values++;
             if (rng() % 8 == 0) kept.push_back(h);
           } catch (const std::runtime_error& e) {
             if (e.what() != key) wrong_errors++;
@@ -118,7 +136,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
         if (!kept.empty() && rng() % 16 == 0) {
           const auto& h = kept[rng() % kept.size()];
           (void)h.valid();  // races with eviction by design: must be clean under TSan
-          if (*h == 0) wrong_values++;
+          if (h->value == 0) wrong_values++;
         }
       }
     });
@@ -147,6 +165,12 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
           << to_string(kind) << " device " << device;
     }
   }
+  // Sizes changed after insertion (real sizes) kept the byte counts exact:
+  // an empty cache counts nothing.
+  cache.clear();
+  const cache_stats empty = cache.total_stats();
+  EXPECT_EQ(empty.entries, 0u);
+  EXPECT_EQ(empty.bytes, 0u);
 }
 
 }  // namespace

@@ -109,50 +109,75 @@ TEST(CachePolicy, ReportedCostReplacesTheEstimate) {
   EXPECT_TRUE(contains(cache, cpu_scope(), "estimated_cheap"));
 }
 
-TEST(CachePolicy, CostTurnsAwayAnEntryWorthLessThanWhatItWouldEvictUntilItKeepsComingBack) {
-  unified_cache cache(config_with(2, eviction_policy::cost));
+// COST's window holds 1% of the capacity: with 1 MB entries in a few MB, just
+// the newest entry, which the next insertion pushes out to face admission.
+
+TEST(CachePolicy, CostTurnsAwayAWindowLeaverWorthLessThanWhatItWouldDisplaceUntilItKeepsComingBack) {
+  unified_cache cache(config_with(3, eviction_policy::cost));
   add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
   add_int(cache, cpu_scope(), "compile_500ms", 1, kMb, 500'000'000);
-  // A 1 ms rebuild would push out a 500 ms one: not cached, nothing evicted.
   EXPECT_TRUE(add_int(cache, cpu_scope(), "copy_1ms", 1, kMb, 1'000'000).built);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "copy_1ms")) << "a new entry always enters the window";
+  // The next insertion pushes it out: a 1 ms rebuild would displace a
+  // 500 ms one, so it goes and nothing else does.
+  add_int(cache, cpu_scope(), "compile_800ms", 1, kMb, 800'000'000);
   EXPECT_FALSE(contains(cache, cpu_scope(), "copy_1ms"));
   cache_stats s = cache.stats(cpu_scope());
   EXPECT_EQ(s.refused_admission, 1u);
-  EXPECT_EQ(s.evictions, 0u);
-  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_500ms"));
-  // Its uses are remembered: asked for often enough, it outweighs the
-  // 500 ms entry and gets in (at most 500 + 1 requests).
-  int requests = 1;
-  while (!contains(cache, cpu_scope(), "copy_1ms") && requests < 600) {
+  EXPECT_EQ(s.evictions, 1u) << "a refused entry was cached: its leaving is an eviction";
+  for (const char* k : {"compile_1s", "compile_500ms", "compile_800ms"}) EXPECT_TRUE(contains(cache, cpu_scope(), k)) << k;
+  // Its uses are remembered across refusals: asked for often enough, it
+  // outweighs the cheapest main-region entry and gets in.
+  int rounds = 0;
+  while (rounds < 2000) {
+    ++rounds;
     add_int(cache, cpu_scope(), "copy_1ms", 1, kMb, 1'000'000);
-    ++requests;
+    add_int(cache, cpu_scope(), "filler_" + std::to_string(rounds), 1, kMb, 1'000);  // pushes it out
+    if (contains(cache, cpu_scope(), "copy_1ms")) break;
   }
-  EXPECT_TRUE(contains(cache, cpu_scope(), "copy_1ms")) << "after " << requests << " requests";
-  EXPECT_GT(requests, 100) << "a cheap entry needs many uses to displace an expensive one";
-  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_1s"));
+  EXPECT_TRUE(contains(cache, cpu_scope(), "copy_1ms")) << "after " << rounds << " rounds";
+  EXPECT_GT(rounds, 100) << "a cheap entry needs many uses to displace an expensive one";
+  EXPECT_TRUE(contains(cache, cpu_scope(), "compile_800ms"));
+}
+
+TEST(CachePolicy, CostAdmitsAnEntryUsedAgainWhileInTheWindow) {
+  // A kernel a request builds and then uses three more times: its uses in
+  // the window count when it leaves. Once used, the same cost is turned away.
+  for (const int uses : {1, 4}) {
+    unified_cache cache(config_with(3, eviction_policy::cost));
+    add_int(cache, cpu_scope(), "a_100ms", 1, kMb, 100'000'000);
+    add_int(cache, cpu_scope(), "b_100ms", 1, kMb, 100'000'000);
+    for (int i = 0; i < uses; ++i) add_int(cache, cpu_scope(), "kernel_40ms", 1, kMb, 40'000'000);
+    add_int(cache, cpu_scope(), "next_40ms", 1, kMb, 40'000'000);  // pushes it out of the window
+    EXPECT_EQ(contains(cache, cpu_scope(), "kernel_40ms"), uses == 4) << uses << " uses";
+    EXPECT_EQ(cache.stats(cpu_scope()).refused_admission, uses == 4 ? 0u : 1u) << uses << " uses";
+  }
 }
 
 TEST(CachePolicy, CostAdmitsEntriesOfUnknownCost) {
-  unified_cache cache(config_with(1, eviction_policy::cost));
+  unified_cache cache(config_with(2, eviction_policy::cost));
   add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
-  // get_or_build reports the cost only once built: such entries always enter.
+  add_int(cache, cpu_scope(), "compile_2s", 1, kMb, 2'000'000'000);
+  // get_or_build reports the cost only once built: such an entry leaving
+  // the window is admitted.
   EXPECT_TRUE(add_int(cache, cpu_scope(), "unknown", 1, kMb, 0).built);
+  add_int(cache, cpu_scope(), "next", 1, kMb, 1'000);
   EXPECT_TRUE(contains(cache, cpu_scope(), "unknown"));
   EXPECT_EQ(cache.stats(cpu_scope()).refused_admission, 0u);
 }
 
 TEST(CachePolicy, CostRemembersTheUsesOfAnEvictedEntryWhenItComesBack) {
   unified_cache cache(config_with(2, eviction_policy::cost));
-  add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);
-  for (int i = 0; i < 20; ++i) add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);
+  for (int i = 0; i < 21; ++i) add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);
   cache.set_capacity(engine_kind::cpu, 0);  // evicts it, with its 21 uses remembered
   cache.set_capacity(engine_kind::cpu, 2);
-  add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);  // back, once
-  add_int(cache, cpu_scope(), "once", 1, kMb, 20'000'000);     // twice its cost, one use
-  add_int(cache, cpu_scope(), "newcomer", 1, kMb, 100'000'000);
+  add_int(cache, cpu_scope(), "dear", 1, kMb, 20'000'000);
+  add_int(cache, cpu_scope(), "stranger", 1, kMb, 10'000'000);  // pushes dear into the main region
+  add_int(cache, cpu_scope(), "popular", 1, kMb, 10'000'000);   // pushes the stranger out: refused
+  add_int(cache, cpu_scope(), "filler", 1, kMb, 1'000);        // pushes popular out: admitted
+  EXPECT_FALSE(contains(cache, cpu_scope(), "stranger")) << "1 x 10 ms is worth less than 1 x 20 ms";
   EXPECT_TRUE(contains(cache, cpu_scope(), "popular")) << "22 uses x 10 ms outweigh 1 x 20 ms";
-  EXPECT_FALSE(contains(cache, cpu_scope(), "once"));
-  EXPECT_TRUE(contains(cache, cpu_scope(), "newcomer"));
+  EXPECT_FALSE(contains(cache, cpu_scope(), "dear"));
 }
 
 TEST(CachePolicy, LibraryDefaultIsCost) {

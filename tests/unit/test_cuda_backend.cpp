@@ -458,6 +458,26 @@ TEST_F(gpu, EnginesOverACallersContextHaveScopesOfTheirOwnAndReleaseThem) {
   EXPECT_EQ(kernel_cache().stats(first.scope()).entries, 0u) << "nothing of the scope is left cached";
 }
 
+TEST_F(gpu, TheKernelCacheCountsEachCubinAtItsRealSize) {
+  const engine own = cuda::make_engine(cuda::native_context(eng));  // a scope of its own
+  std::uint64_t sum = 0;
+  std::vector<std::shared_ptr<const kernel>> built;
+  for (const kernel_source& src : {kernels::softmax_source(dialect::cuda_c, 64),
+                                   kernels::eltwise_source(dialect::cuda_c, op_kind::relu, 64),
+                                   kernels::pack_source(dialect::cuda_c, /*transpose_b=*/false, 64)}) {
+    built.push_back(cuda::detail::get_program(own, src, {}));
+    const kernel& k = *built.back();
+    const std::size_t cubin = k.binary().size();
+    EXPECT_GT(cubin, 0u) << k.name();
+    EXPECT_GE(k.cached_bytes(), cubin + k.store_key().size()) << k.name() << ": the cubin and the key at least";
+    sum += k.cached_bytes();
+  }
+  const cache_stats s = kernel_cache().stats(own.scope());
+  EXPECT_EQ(s.entries, built.size());
+  EXPECT_EQ(s.bytes, sum) << "the kernel cache counts the sum of the cubins' real sizes";
+  cuda::release_cached(own);
+}
+
 TEST_F(gpu, EngineBlobsRoundTripAndForeignOrCorruptOnesAreRejected) {
   const byte_vector blob = cuda::get_engine_cache_blob(eng);
   const engine again = cuda::make_engine_from_cache_blob(cuda::native_device(eng), blob);

@@ -142,6 +142,26 @@ TEST_F(fixture, SpecializedKernelsAreOneProgramPerShapeWithTheSizesCompiledIn) {
   EXPECT_EQ(programs_for_shapes(eng, 35, 19, {1, 7, 129}), 3u) << "three shapes, three GEMM programs";
 }
 
+TEST_F(fixture, TheKernelCacheCountsEachProgramAtItsRealSize) {
+  fresh_context ctx(eng);  // a scope of its own: only these kernels count in it
+  std::uint64_t sum = 0;
+  std::vector<std::shared_ptr<const kernel>> built;
+  for (const kernel_source& src : {kernels::softmax_source(kernels::dialect::opencl_c, 64),
+                                   kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::relu, 64),
+                                   kernels::pack_source(kernels::dialect::opencl_c, /*transpose_b=*/false, 64)}) {
+    built.push_back(opencl::detail::get_program(ctx.eng, src, {}));
+    const kernel& k = *built.back();
+    const std::size_t binary = k.binary().size();
+    EXPECT_GT(binary, 0u) << k.name();
+    EXPECT_GE(k.cached_bytes(), binary + k.store_key().size()) << k.name() << ": the binary and the key at least";
+    EXPECT_NE(k.cached_bytes(), kernel_bytes_estimate) << k.name();
+    sum += k.cached_bytes();
+  }
+  const cache_stats s = kernel_cache().stats(ctx.eng.scope());
+  EXPECT_EQ(s.entries, built.size());
+  EXPECT_EQ(s.bytes, sum) << "the kernel cache counts the sum of the kernels' real sizes";
+}
+
 TEST_F(fixture, ConcurrentFirstCompilesBuildOnce) {
   fresh_context ctx(eng);
   const std::int64_t k = 9, n = 5;

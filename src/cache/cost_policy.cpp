@@ -1,0 +1,281 @@
+// COST: GreedyDual-Size-Frequency (Cherkasova, 1998) behind an admission
+// window, in the structure of W-TinyLFU (Einziger et al., 2017).
+//
+// - A new entry enters the window, a FIFO queue of 1% of the capacity. Hits
+//   there cost nothing: a kernel used three more times within the request
+//   that built it stays while the window holds it.
+// - The window's oldest entry, when the window needs its room, faces
+//   admission to the main region. Its priority there would be
+//       L + uses x cost / size
+//   with `uses` everything known of the key: uses remembered from before it
+//   was cached (halving as insertions go by) plus its uses since. It is
+//   admitted only if it beats every main-region entry it would displace,
+//   lowest priority first; those are then evicted. Otherwise it is evicted
+//   itself ("refused") and its uses are remembered, so a key that keeps
+//   coming back gets in. An entry whose cost is not known yet (still being
+//   built) is admitted.
+// - The main region is plain GDSF on the uses while cached: an entry's
+//   priority is L at its last use plus (1 + hits) x cost / size, and L (the
+//   inflation value, the device's clock) rises to the priority of each
+//   entry evicted from it, so what stays unused ages.
+//
+// The history of evicted and refused keys is bounded: 1,024 keys plus 4 per
+// cached entry, the oldest forgotten first.
+//
+// On the traces bench_policy replays (synthetic Zipf traces and traces
+// recorded from bench_dynamic_shapes), measured against LRU, GDSF and
+// SIEVE: docs/benchmarks.md.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "cache/eviction_queue.hpp"
+#include "cache/policy.hpp"
+
+namespace unicache::detail {
+namespace {
+
+constexpr double kWindowShare = 0.01;
+constexpr std::size_t kGhostsMin = 1024;
+constexpr std::size_t kGhostsPerEntry = 4;
+
+enum region : std::uint8_t { outside = 0, window = 1, main = 2 };
+
+class cost_policy final : public cache_policy {
+ public:
+  explicit cost_policy(std::atomic<std::uint64_t>& clock) : cache_policy(clock) {
+    clock_.store(std::bit_cast<std::uint64_t>(0.0), std::memory_order_relaxed);
+  }
+
+  void set_capacity(std::uint64_t bytes) override {
+    window_capacity_ = static_cast<std::uint64_t>(static_cast<double>(bytes) * kWindowShare);
+  }
+
+  void on_insert(entry* e) override {
+    ++inserts_;
+    ++resident_;
+    recall(e);
+    e->stamp.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    e->region = window;
+    e->prev = window_newest_;
+    e->next = nullptr;
+    (window_newest_ ? window_newest_->next : window_oldest_) = e;
+    window_newest_ = e;
+    window_bytes_ += e->size_bytes;
+  }
+
+  // Entries cached under another policy were admitted there: main region.
+  void on_adopt(entry* e) override {
+    ++resident_;
+    e->region = main;
+    main_.push(e, priority_of(e));
+  }
+
+  void on_update(entry* e, std::uint64_t old_size) override {
+    if (e->region == window) {
+      window_bytes_ = window_bytes_ - old_size + e->size_bytes;
+    } else if (e->region == main) {
+      main_.update(e, priority_of(e));
+    }
+  }
+
+  void on_remove(entry* e) override {
+    --resident_;
+    if (e->region == window) {
+      unlink(e);
+    } else if (e->region == main) {
+      main_.erase(e);
+    }
+    e->region = outside;
+  }
+
+  bool make_room(std::uint64_t target, const entry* incoming, policy_host& host) override {
+    const std::uint64_t incoming_bytes = incoming ? incoming->size_bytes : 0;
+    // The window keeps its share: its oldest leave as new entries arrive.
+    while (window_oldest_ && window_bytes_ + incoming_bytes > window_capacity_) leave_window(target, host);
+    while (window_oldest_ && host.used_bytes() > target) leave_window(target, host);
+    if (incoming && host.used_bytes() > target) {
+      // No window left to give room: the new entry itself faces admission,
+      // as it would on leaving the window.
+      const auto g = ghosts_.find(incoming->hash);
+      const double uses = 1.0 + (g == ghosts_.end() ? 0.0 : decayed(g->second));
+      if (!take_room(incoming, uses, target, host.used_bytes(), host)) {
+        remember(incoming->hash, static_cast<float>(uses), incoming->cost_ns.load(std::memory_order_relaxed));
+        return false;
+      }
+    }
+    while (host.used_bytes() > target) {  // a shrink
+      double priority = 0;
+      entry* v = main_.victim(priority_of, &priority);
+      if (!v) break;
+      main_.erase(v);
+      evict_from_main(v, priority, host);
+    }
+    return true;
+  }
+
+  // Only the main region holds victims; make_room empties the window first.
+  entry* victim() override {
+    if (window_oldest_) return window_oldest_;
+    double priority = 0;
+    return main_.victim(priority_of, &priority);
+  }
+
+ private:
+  double inflation() const { return std::bit_cast<double>(clock_.load(std::memory_order_relaxed)); }
+
+  static double per_byte(const entry* e) {
+    return static_cast<double>(e->cost_ns.load(std::memory_order_relaxed)) /
+           static_cast<double>(std::max<std::uint64_t>(e->size_bytes, 1));
+  }
+  static double uses_while_cached(const entry* e) {
+    return 1.0 + static_cast<double>(e->hits.load(std::memory_order_relaxed));
+  }
+  // Main region: L at the last use (the stamp) plus GDSF's term.
+  static double priority_of(const entry* e) {
+    return std::bit_cast<double>(e->stamp.load(std::memory_order_relaxed)) + uses_while_cached(e) * per_byte(e);
+  }
+
+  void unlink(entry* e) {
+    (e->prev ? e->prev->next : window_oldest_) = e->next;
+    (e->next ? e->next->prev : window_newest_) = e->prev;
+    e->prev = e->next = nullptr;
+    window_bytes_ -= e->size_bytes;
+  }
+
+  // The window's oldest entry goes to the main region if it beats every
+  // entry it would displace there, else out.
+  void leave_window(std::uint64_t target, policy_host& host) {
+    entry* c = window_oldest_;
+    unlink(c);
+    c->region = outside;
+    const double uses = c->history + uses_while_cached(c);
+    if (!take_room(c, uses, target, host.used_bytes() - c->size_bytes, host)) {
+      remember(c->hash, static_cast<float>(uses), c->cost_ns.load(std::memory_order_relaxed));
+      host.evict(c, /*refused=*/true);
+      return;
+    }
+    c->region = main;
+    c->stamp.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    main_.push(c, priority_of(c));
+  }
+
+  // Makes room in the main region for `c` (in no region), used `uses`
+  // times: evicts main-region entries, lowest priority first, until it fits
+  // in what the main region may hold (`target` less the window), if c's
+  // priority there would beat every one of them; otherwise evicts nothing
+  // and returns false. `used` is what the device holds without c. An entry
+  // of unknown cost beats everything.
+  bool take_room(const entry* c, double uses, std::uint64_t target, std::uint64_t used, policy_host& host) {
+    const std::uint64_t main_capacity = target > window_bytes_ ? target - window_bytes_ : 0;
+    if (c->size_bytes > main_capacity) return false;
+    const bool cost_known = c->cost_ns.load(std::memory_order_relaxed) > 0;
+    const double claim = inflation() + uses * per_byte(c);
+    const std::uint64_t main_used = used - window_bytes_;
+    displaced_.clear();
+    std::uint64_t freed = 0;
+    bool admitted = true;
+    while (main_used - freed + c->size_bytes > main_capacity) {
+      double priority = 0;
+      entry* v = main_.victim(priority_of, &priority);
+      if (!v || (cost_known && priority > claim)) {
+        admitted = false;
+        break;
+      }
+      main_.erase(v);
+      displaced_.emplace_back(v, priority);
+      freed += v->size_bytes;
+    }
+    for (const auto& [v, priority] : displaced_) {
+      if (admitted) {
+        evict_from_main(v, priority, host);
+      } else {
+        main_.push(v, priority);
+      }
+    }
+    return admitted;
+  }
+
+  // GreedyDual: everything left ages relative to what was just given up.
+  // `v` was just taken out of the main region's queue.
+  void evict_from_main(entry* v, double priority, policy_host& host) {
+    v->region = outside;
+    if (priority > inflation()) clock_.store(std::bit_cast<std::uint64_t>(priority), std::memory_order_relaxed);
+    remember(v->hash, static_cast<float>(v->history + uses_while_cached(v)), v->cost_ns.load(std::memory_order_relaxed));
+    host.evict(v, /*refused=*/false);
+  }
+
+  // The memory of keys given up or turned away: how often each was used
+  // and what it cost, so that a key that comes back is judged by its whole
+  // history, not as new. `order_` lists (hash, serial) oldest first; a slot
+  // whose serial is not its ghost's (the key was recalled, then remembered
+  // again) is stale and forgets nothing when it expires.
+  struct ghost {
+    float uses = 0;
+    float cost_ns = 0;
+    std::uint64_t serial = 0;
+    std::uint64_t when = 0;  // inserts_ when remembered
+  };
+
+  std::size_t ghost_limit() const { return kGhostsMin + kGhostsPerEntry * resident_; }
+
+  void remember(std::uint64_t hash, float uses, float cost_ns) {
+    auto [it, added] = ghosts_.try_emplace(hash);
+    if (!added) {
+      it->second.uses = uses;
+      it->second.cost_ns = cost_ns;
+      it->second.when = inserts_;
+      return;
+    }
+    it->second = {uses, cost_ns, ++serial_, inserts_};
+    order_.emplace_back(hash, serial_);
+    while (order_.size() > ghost_limit()) {
+      const auto [oldest, serial] = order_.front();
+      order_.pop_front();
+      if (const auto g = ghosts_.find(oldest); g != ghosts_.end() && g->second.serial == serial) ghosts_.erase(g);
+    }
+  }
+
+  // A remembered key's uses, halved for every ghost_limit() insertions
+  // since it was remembered (old popularity fades).
+  double decayed(const ghost& g) const {
+    const double periods = static_cast<double>(inserts_ - g.when) / static_cast<double>(ghost_limit());
+    return g.uses * std::exp2(-periods);
+  }
+
+  // A new entry takes over its key's remembered uses.
+  void recall(entry* e) {
+    e->history = 0;
+    const auto it = ghosts_.find(e->hash);
+    if (it == ghosts_.end()) return;
+    e->history = static_cast<float>(decayed(it->second));
+    if (e->cost_ns.load(std::memory_order_relaxed) <= 0) e->cost_ns.store(it->second.cost_ns, std::memory_order_relaxed);
+    ghosts_.erase(it);  // its slot in order_ is now stale
+  }
+
+  // The window: oldest first, linked through entry::prev/next.
+  entry* window_oldest_ = nullptr;
+  entry* window_newest_ = nullptr;
+  std::uint64_t window_bytes_ = 0;
+  std::uint64_t window_capacity_ = 0;
+  eviction_queue main_;
+  std::vector<std::pair<entry*, double>> displaced_;  // leave_window's scratch
+  std::size_t resident_ = 0;
+  std::uint64_t inserts_ = 0;
+
+  absl::flat_hash_map<std::uint64_t, ghost> ghosts_;
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> order_;
+  std::uint64_t serial_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<cache_policy> make_cost_policy(std::atomic<std::uint64_t>& clock) {
+  return std::make_unique<cost_policy>(clock);
+}
+
+}  // namespace unicache::detail

@@ -1,0 +1,42 @@
+// LRU: evicts the entry used least recently. The device's clock is a tick
+// that advances with every insertion; a hit stamps its entry with it, and
+// the eviction queue orders entries by stamp.
+#pragma once
+
+#include "cache/eviction_queue.hpp"
+#include "cache/policy.hpp"
+
+namespace unicache::detail {
+
+class lru_policy : public cache_policy {
+ public:
+  explicit lru_policy(std::atomic<std::uint64_t>& clock) : cache_policy(clock) {
+    clock_.store(tick_, std::memory_order_relaxed);
+  }
+
+  void on_insert(entry* e) override {
+    // The new entry takes a tick of its own and the clock that hits stamp
+    // moves past it: an entry hit after this insertion is more recent than
+    // this entry, not tied with it (K1, K2, hit K1, K3 evicts K2).
+    e->stamp.store(++tick_, std::memory_order_relaxed);
+    clock_.store(++tick_, std::memory_order_relaxed);
+    queue_.push(e, priority_of(e));
+  }
+  void on_adopt(entry* e) override { queue_.push(e, priority_of(e)); }
+  void on_update(entry*, std::uint64_t) override {}  // recency alone orders entries
+  void on_remove(entry* e) override { queue_.erase(e); }
+  entry* victim() override {
+    double priority = 0;
+    return queue_.victim(&priority_of, &priority);
+  }
+
+ private:
+  static double priority_of(const entry* e) {
+    return static_cast<double>(e->stamp.load(std::memory_order_relaxed));
+  }
+
+  std::uint64_t tick_ = 0;
+  eviction_queue queue_;
+};
+
+}  // namespace unicache::detail

@@ -1,0 +1,28 @@
+#include "cache/policy.hpp"
+
+namespace unicache::detail {
+
+#define UNICACHE_POLICY(value, factory) \
+  std::unique_ptr<cache_policy> factory(std::atomic<std::uint64_t>& clock);
+#include "cache/policies.def"
+#undef UNICACHE_POLICY
+
+bool cache_policy::make_room(std::uint64_t target, const entry* /*incoming*/, policy_host& host) {
+  while (host.used_bytes() > target) {
+    entry* e = victim();
+    if (!e) break;
+    host.evict(e, /*refused=*/false);
+  }
+  return true;
+}
+
+std::unique_ptr<cache_policy> make_policy(eviction_policy kind, std::atomic<std::uint64_t>& clock) {
+  kind = effective_policy(kind);
+#define UNICACHE_POLICY(value, factory) \
+  if (kind == eviction_policy::value) return factory(clock);
+#include "cache/policies.def"
+#undef UNICACHE_POLICY
+  return make_lru_policy(clock);  // unreachable: every value is registered
+}
+
+}  // namespace unicache::detail
