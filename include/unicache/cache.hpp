@@ -99,10 +99,10 @@ struct cache_scope {
 // get_or_add is exactly one of hit, wait or miss (a lookup that finds a
 // value, one hit); refused_full and refused_oversize are misses whose value
 // was not cached. Misses, inserts, evictions, failures, refusals, bytes and
-// entries are exact. Hits and waits are exact for an entry's first 64 uses
-// and then sampled (an unbiased estimate, within about 13% for a hot
-// entry), so that hits of an entry shared by many threads do not all write
-// one cache line.
+// entries are exact. Hits and waits are exact for an entry's first 1,024
+// uses and then sampled (an unbiased estimate, within a few percent), so
+// that hits of an entry shared by many threads do not all write one cache
+// line.
 struct cache_stats {
   std::uint64_t hits = 0;     // a finished value was returned
   std::uint64_t waits = 0;    // a value still being built was returned

@@ -1,9 +1,11 @@
 // COST: GreedyDual-Size-Frequency (Cherkasova, 1998) behind an admission
-// window, in the structure of W-TinyLFU (Einziger et al., 2017).
+// window, in the structure of W-TinyLFU (Einziger et al., 2017), adapted to
+// entries of very different sizes.
 //
-// - A new entry enters the window, a FIFO queue of 1% of the capacity. Hits
-//   there cost nothing: a kernel used three more times within the request
-//   that built it stays while the window holds it.
+// - A new entry enters the window, a FIFO queue of 1% of the capacity (and
+//   at least the newest entry). Hits there cost nothing: a kernel used three
+//   more times within the request that built it stays while the window
+//   holds it.
 // - The window's oldest entry, when the window needs its room, faces
 //   admission to the main region. Its priority there would be
 //       L + uses x cost / size
@@ -14,6 +16,12 @@
 //   itself ("refused") and its uses are remembered, so a key that keeps
 //   coming back gets in. An entry whose cost is not known yet (still being
 //   built) is admitted.
+// - A new entry larger than the window's share would push the whole window
+//   out and make each leaver find room for it too. When the device is full
+//   it is judged first, the same way, against the main region as if the
+//   window were empty: unless it would win that room, it is not cached and
+//   the window keeps what it holds (a 2 MB weight that packs in a
+//   millisecond never pushes out the kernel of the request in flight).
 // - The main region is plain GDSF on the uses while cached: an entry's
 //   priority is L at its last use plus (1 + hits) x cost / size, and L (the
 //   inflation value, the device's clock) rises to the priority of each
@@ -22,9 +30,8 @@
 // The history of evicted and refused keys is bounded: 1,024 keys plus 4 per
 // cached entry, the oldest forgotten first.
 //
-// On the traces bench_policy replays (synthetic Zipf traces and traces
-// recorded from bench_dynamic_shapes), measured against LRU, GDSF and
-// SIEVE: docs/benchmarks.md.
+// Measured by bench_policy on synthetic Zipf traces and on traces recorded
+// from bench_dynamic_shapes, against LRU, GDSF and SIEVE: docs/benchmarks.md.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -61,10 +68,8 @@ class cost_policy final : public cache_policy {
     recall(e);
     e->stamp.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
     e->region = window;
-    e->prev = window_newest_;
-    e->next = nullptr;
-    (window_newest_ ? window_newest_->next : window_oldest_) = e;
-    window_newest_ = e;
+    e->heap_index = window_base_ + static_cast<std::uint32_t>(window_.size());  // not in a heap: its window slot
+    window_.push_back(e);
     window_bytes_ += e->size_bytes;
   }
 
@@ -95,18 +100,21 @@ class cost_policy final : public cache_policy {
 
   bool make_room(std::uint64_t target, const entry* incoming, policy_host& host) override {
     const std::uint64_t incoming_bytes = incoming ? incoming->size_bytes : 0;
+    // Larger than the window's share, it would push the whole window out
+    // and make each leaver find room for it as well: unless it would win
+    // that room from the main region anyway, it goes now, and the window
+    // keeps what it holds.
+    if (incoming && incoming_bytes > window_capacity_ && host.used_bytes() > target &&
+        !admits_new(incoming, target + incoming_bytes, host, /*dry_run=*/true)) {
+      return false;
+    }
     // The window keeps its share: its oldest leave as new entries arrive.
-    while (window_oldest_ && window_bytes_ + incoming_bytes > window_capacity_) leave_window(target, host);
-    while (window_oldest_ && host.used_bytes() > target) leave_window(target, host);
-    if (incoming && host.used_bytes() > target) {
-      // No window left to give room: the new entry itself faces admission,
-      // as it would on leaving the window.
-      const auto g = ghosts_.find(incoming->hash);
-      const double uses = 1.0 + (g == ghosts_.end() ? 0.0 : decayed(g->second));
-      if (!take_room(incoming, uses, target, host.used_bytes(), host)) {
-        remember(incoming->hash, static_cast<float>(uses), incoming->cost_ns.load(std::memory_order_relaxed));
-        return false;
-      }
+    while (!window_.empty() && window_bytes_ + incoming_bytes > window_capacity_) leave_window(target, host);
+    while (!window_.empty() && host.used_bytes() > target) leave_window(target, host);
+    // No window left to give room: the new entry itself faces admission,
+    // as it would on leaving the window.
+    if (incoming && host.used_bytes() > target && !admits_new(incoming, main_capacity(target), host, false)) {
+      return false;
     }
     while (host.used_bytes() > target) {  // a shrink
       double priority = 0;
@@ -120,7 +128,7 @@ class cost_policy final : public cache_policy {
 
   // Only the main region holds victims; make_room empties the window first.
   entry* victim() override {
-    if (window_oldest_) return window_oldest_;
+    if (!window_.empty()) return window_.front();
     double priority = 0;
     return main_.victim(priority_of, &priority);
   }
@@ -141,20 +149,33 @@ class cost_policy final : public cache_policy {
   }
 
   void unlink(entry* e) {
-    (e->prev ? e->prev->next : window_oldest_) = e->next;
-    (e->next ? e->next->prev : window_newest_) = e->prev;
-    e->prev = e->next = nullptr;
+    window_[e->heap_index - window_base_] = nullptr;  // unsigned: wraps consistently
+    while (!window_.empty() && !window_.front()) {
+      window_.pop_front();
+      ++window_base_;
+    }
     window_bytes_ -= e->size_bytes;
+  }
+
+  // Whether the new entry `incoming`, not yet cached, wins room in a main
+  // region that may hold `capacity` (evicting what it displaces unless
+  // `dry_run`). A refused key is remembered with this use.
+  bool admits_new(const entry* incoming, std::uint64_t capacity, policy_host& host, bool dry_run) {
+    const auto g = ghosts_.find(incoming->hash);
+    const double uses = 1.0 + (g == ghosts_.end() ? 0.0 : decayed(g->second));
+    if (take_room(incoming, uses, capacity, host.used_bytes() - window_bytes_, host, dry_run)) return true;
+    remember(incoming->hash, static_cast<float>(uses), incoming->cost_ns.load(std::memory_order_relaxed));
+    return false;
   }
 
   // The window's oldest entry goes to the main region if it beats every
   // entry it would displace there, else out.
   void leave_window(std::uint64_t target, policy_host& host) {
-    entry* c = window_oldest_;
+    entry* c = window_.front();
     unlink(c);
     c->region = outside;
     const double uses = c->history + uses_while_cached(c);
-    if (!take_room(c, uses, target, host.used_bytes() - c->size_bytes, host)) {
+    if (!take_room(c, uses, main_capacity(target), host.used_bytes() - c->size_bytes - window_bytes_, host)) {
       remember(c->hash, static_cast<float>(uses), c->cost_ns.load(std::memory_order_relaxed));
       host.evict(c, /*refused=*/true);
       return;
@@ -164,22 +185,24 @@ class cost_policy final : public cache_policy {
     main_.push(c, priority_of(c));
   }
 
-  // Makes room in the main region for `c` (in no region), used `uses`
-  // times: evicts main-region entries, lowest priority first, until it fits
-  // in what the main region may hold (`target` less the window), if c's
-  // priority there would beat every one of them; otherwise evicts nothing
-  // and returns false. `used` is what the device holds without c. An entry
-  // of unknown cost beats everything.
-  bool take_room(const entry* c, double uses, std::uint64_t target, std::uint64_t used, policy_host& host) {
-    const std::uint64_t main_capacity = target > window_bytes_ ? target - window_bytes_ : 0;
-    if (c->size_bytes > main_capacity) return false;
+  // What the main region may hold when the device may hold `target`: what
+  // the window does not.
+  std::uint64_t main_capacity(std::uint64_t target) const { return target > window_bytes_ ? target - window_bytes_ : 0; }
+
+  // Makes room for `c` (in no region), used `uses` times, in a main region
+  // that may hold `capacity` and holds `used`: evicts main-region entries,
+  // lowest priority first, until c fits, if c's priority there would beat
+  // every one of them; otherwise evicts nothing and returns false. An entry
+  // of unknown cost beats everything. `dry_run`: only tells.
+  bool take_room(const entry* c, double uses, std::uint64_t capacity, std::uint64_t used, policy_host& host,
+                 bool dry_run = false) {
+    if (c->size_bytes > capacity) return false;
     const bool cost_known = c->cost_ns.load(std::memory_order_relaxed) > 0;
     const double claim = inflation() + uses * per_byte(c);
-    const std::uint64_t main_used = used - window_bytes_;
     displaced_.clear();
     std::uint64_t freed = 0;
     bool admitted = true;
-    while (main_used - freed + c->size_bytes > main_capacity) {
+    while (used - freed + c->size_bytes > capacity) {
       double priority = 0;
       entry* v = main_.victim(priority_of, &priority);
       if (!v || (cost_known && priority > claim)) {
@@ -191,7 +214,7 @@ class cost_policy final : public cache_policy {
       freed += v->size_bytes;
     }
     for (const auto& [v, priority] : displaced_) {
-      if (admitted) {
+      if (admitted && !dry_run) {
         evict_from_main(v, priority, host);
       } else {
         main_.push(v, priority);
@@ -257,9 +280,11 @@ class cost_policy final : public cache_policy {
     ghosts_.erase(it);  // its slot in order_ is now stale
   }
 
-  // The window: oldest first, linked through entry::prev/next.
-  entry* window_oldest_ = nullptr;
-  entry* window_newest_ = nullptr;
+  // The window, oldest first; a removed entry leaves a null slot until it
+  // reaches the front. A window entry's heap_index is its slot's absolute
+  // number; `window_base_` is the front's.
+  std::deque<entry*> window_;
+  std::uint32_t window_base_ = 0;
   std::uint64_t window_bytes_ = 0;
   std::uint64_t window_capacity_ = 0;
   eviction_queue main_;

@@ -37,19 +37,16 @@ struct entry : entry_base {
   std::atomic<std::uint32_t> waits{0};
   cache_future future;
 
-  // Cold: the size and cost, under the owning device's mutex (cost_ns is
-  // also read by policies there; it is atomic because update_cost writes it).
+  // Cold, under the owning device's mutex: the size and cost (cost_ns is
+  // atomic because update_cost writes it), and the policy's bookkeeping
+  // (see cache/policy.hpp): what the device's policy of the moment makes
+  // of them.
   std::uint64_t size_bytes = 0;
-  std::atomic<float> cost_ns{0};     // a heuristic: float precision is plenty
-
-  // The policy's bookkeeping (see cache/policy.hpp), under the device's
-  // mutex: what the device's policy of the moment makes of them.
   double priority = 0;               // its key in the policy's eviction_queue
-  std::uint32_t heap_index = 0;      // its position there
+  std::atomic<float> cost_ns{0};     // a heuristic: float precision is plenty
+  std::uint32_t heap_index = 0;      // its position in the eviction_queue (or a policy's own queue)
   float history = 0;                 // uses remembered from before it was cached
   std::uint8_t region = 0;           // which of the policy's queues holds it
-  entry* prev = nullptr;             // a policy's intrusive list (COST's window)
-  entry* next = nullptr;
 
   std::string_view key() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), key_size};

@@ -154,6 +154,23 @@ TEST(CachePolicy, CostAdmitsAnEntryUsedAgainWhileInTheWindow) {
   }
 }
 
+TEST(CachePolicy, CostTurnsAwayALargeCheapEntryWithoutPushingTheWindowOut) {
+  // Kernels of 100 KB that cost 500 ms, and a 2.5 MB weight that packs in
+  // 1 ms: the weight would need most kernels evicted, so it is not cached,
+  // and the kernel in the window stays there for its next use.
+  constexpr std::size_t k100 = 100 * 1024;
+  unified_cache cache(config_with(3, eviction_policy::cost));
+  for (int i = 0; i < 20; ++i) add_int(cache, cpu_scope(), "kernel_" + std::to_string(i), 1, k100, 500'000'000);
+  add_int(cache, cpu_scope(), "new_kernel", 1, k100, 500'000'000);
+  EXPECT_TRUE(add_int(cache, cpu_scope(), "weight", 1, 2 * kMb + kMb / 2, 1'000'000).built);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "weight"));
+  const cache_stats s = cache.stats(cpu_scope());
+  EXPECT_EQ(s.refused_admission, 1u);
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_FALSE(add_int(cache, cpu_scope(), "new_kernel", 1, k100, 500'000'000).built) << "still cached: a hit";
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(contains(cache, cpu_scope(), "kernel_" + std::to_string(i))) << i;
+}
+
 TEST(CachePolicy, CostAdmitsEntriesOfUnknownCost) {
   unified_cache cache(config_with(2, eviction_policy::cost));
   add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
