@@ -18,10 +18,11 @@
 //   built) is admitted.
 // - A new entry larger than the window's share would push the whole window
 //   out and make each leaver find room for it too. When the device is full
-//   it is judged first, the same way, against the main region as if the
-//   window were empty: unless it would win that room, it is not cached and
-//   the window keeps what it holds (a 2 MB weight that packs in a
-//   millisecond never pushes out the kernel of the request in flight).
+//   it is judged first, against the main region as if the window were
+//   empty and on this one use (its history is of a time it did not stay):
+//   unless it would win that room, it is not cached and the window keeps
+//   what it holds (a 2 MB weight that packs in a millisecond never pushes
+//   out the kernel of the request in flight).
 // - The main region is plain GDSF on the uses while cached: an entry's
 //   priority is L at its last use plus (1 + hits) x cost / size, and L (the
 //   inflation value, the device's clock) rises to the priority of each
@@ -102,10 +103,14 @@ class cost_policy final : public cache_policy {
     const std::uint64_t incoming_bytes = incoming ? incoming->size_bytes : 0;
     // Larger than the window's share, it would push the whole window out
     // and make each leaver find room for it as well: unless it would win
-    // that room from the main region anyway, it goes now, and the window
-    // keeps what it holds.
+    // that room from the main region on this use alone, it goes now, and
+    // the window keeps what it holds. Its history does not count here: it
+    // is of a time the key did not stay (a weight asked for once per
+    // request by a cache smaller than the request's weights is asked for
+    // often and never hit); a window leaver's uses in the window show that
+    // its history is live.
     if (incoming && incoming_bytes > window_capacity_ && host.used_bytes() > target &&
-        !admits_new(incoming, target + incoming_bytes, host, /*dry_run=*/true)) {
+        !admits_new(incoming, /*count_history=*/false, target + incoming_bytes, host, /*dry_run=*/true)) {
       return false;
     }
     // The window keeps its share: its oldest leave as new entries arrive.
@@ -113,7 +118,8 @@ class cost_policy final : public cache_policy {
     while (!window_.empty() && host.used_bytes() > target) leave_window(target, host);
     // No window left to give room: the new entry itself faces admission,
     // as it would on leaving the window.
-    if (incoming && host.used_bytes() > target && !admits_new(incoming, main_capacity(target), host, false)) {
+    if (incoming && host.used_bytes() > target &&
+        !admits_new(incoming, /*count_history=*/true, main_capacity(target), host, /*dry_run=*/false)) {
       return false;
     }
     while (host.used_bytes() > target) {  // a shrink
@@ -159,12 +165,17 @@ class cost_policy final : public cache_policy {
 
   // Whether the new entry `incoming`, not yet cached, wins room in a main
   // region that may hold `capacity` (evicting what it displaces unless
-  // `dry_run`). A refused key is remembered with this use.
-  bool admits_new(const entry* incoming, std::uint64_t capacity, policy_host& host, bool dry_run) {
+  // `dry_run`), counting `uses`. A refused key is remembered with this use
+  // added to its history.
+  bool admits_new(const entry* incoming, bool count_history, std::uint64_t capacity, policy_host& host,
+                  bool dry_run) {
     const auto g = ghosts_.find(incoming->hash);
-    const double uses = 1.0 + (g == ghosts_.end() ? 0.0 : decayed(g->second));
-    if (take_room(incoming, uses, capacity, host.used_bytes() - window_bytes_, host, dry_run)) return true;
-    remember(incoming->hash, static_cast<float>(uses), incoming->cost_ns.load(std::memory_order_relaxed));
+    const double history = g == ghosts_.end() ? 0.0 : decayed(g->second);
+    if (take_room(incoming, 1.0 + (count_history ? history : 0.0), capacity, host.used_bytes() - window_bytes_, host,
+                  dry_run)) {
+      return true;
+    }
+    remember(incoming->hash, static_cast<float>(1.0 + history), incoming->cost_ns.load(std::memory_order_relaxed));
     return false;
   }
 

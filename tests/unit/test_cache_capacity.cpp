@@ -171,6 +171,20 @@ TEST(CachePolicy, CostTurnsAwayALargeCheapEntryWithoutPushingTheWindowOut) {
   for (int i = 0; i < 20; ++i) EXPECT_TRUE(contains(cache, cpu_scope(), "kernel_" + std::to_string(i))) << i;
 }
 
+TEST(CachePolicy, CostJudgesANewEntryLargerThanTheWindowOnItsOwnUseNotItsHistory) {
+  // A weight asked for again and again but never kept (each time it would
+  // displace kernels worth more per byte): its growing history must not
+  // let it push out kernels it was never reused alongside. Counting 300
+  // remembered uses, 300 x 1 ms / 2.5 MB would outweigh 5 ms / 100 KB.
+  constexpr std::size_t k100 = 100 * 1024;
+  unified_cache cache(config_with(3, eviction_policy::cost));
+  for (int i = 0; i < 25; ++i) add_int(cache, cpu_scope(), "kernel_" + std::to_string(i), 1, k100, 5'000'000);
+  for (int i = 0; i < 300; ++i) add_int(cache, cpu_scope(), "weight", 1, 2 * kMb + kMb / 2, 1'000'000);
+  EXPECT_FALSE(contains(cache, cpu_scope(), "weight"));
+  EXPECT_EQ(cache.stats(cpu_scope()).refused_admission, 300u);
+  EXPECT_EQ(cache.stats(cpu_scope()).evictions, 0u);
+}
+
 TEST(CachePolicy, CostAdmitsEntriesOfUnknownCost) {
   unified_cache cache(config_with(2, eviction_policy::cost));
   add_int(cache, cpu_scope(), "compile_1s", 1, kMb, 1'000'000'000);
