@@ -33,10 +33,13 @@
 //     auto handle = cache.get_or_build<const my_kernel>(...);  // miss
 //   }
 //
-// It writes no memory that another thread's hit writes: no reference count,
-// no shared_future copy, no lock. get_or_add and get_or_build hand out owned
-// references, and every hit of a key shared by many threads writes their
-// one reference count.
+// It takes no lock and touches no reference count: no shared_future copy,
+// no entry reference. What a hit writes in the entry is its use count (for
+// its first 1,024 uses, then for a sampled few) and its use stamp (only
+// when the policy's clock moved since the entry's last use), so hits of a
+// warm working set from many threads share no written cache line.
+// get_or_add and get_or_build hand out owned references, and every hit of a
+// key shared by many threads writes their one reference count.
 //
 // Thread safety: every member function of `unified_cache` may be called
 // concurrently from any thread. Eviction callbacks run on the thread that
@@ -97,8 +100,8 @@ struct cache_scope {
 
 // Counters of one scope (or, from `total_stats`, of the whole cache). Every
 // get_or_add is exactly one of hit, wait or miss (a lookup that finds a
-// value, one hit); refused_full and refused_oversize are misses whose value
-// was not cached. Misses, inserts, evictions, failures, refusals, bytes and
+// value, one hit); refused_full, refused_oversize and the refused_admission
+// of new entries are misses whose value was not cached. Misses, inserts, evictions, failures, refusals, bytes and
 // entries are exact. Hits and waits are exact for an entry's first 1,024
 // uses and then sampled (an unbiased estimate, within a few percent), so
 // that hits of an entry shared by many threads do not all write one cache
@@ -108,14 +111,15 @@ struct cache_stats {
   std::uint64_t waits = 0;    // a value still being built was returned
   std::uint64_t misses = 0;   // the caller was told to build
   std::uint64_t inserts = 0;  // misses that created an entry
-  std::uint64_t evictions = 0;       // entries removed to make room or by shrinking
+  std::uint64_t evictions = 0;       // entries removed to make room, by shrinking or by clear()
   std::uint64_t failures = 0;        // entries dropped because their build failed
   std::uint64_t refused_full = 0;    // not cached: NO_EVICT and no room
   std::uint64_t refused_oversize = 0;  // not cached: larger than the capacity (or capacity 0)
-  // cached, then turned away by COST's admission when it left the window,
-  // as worth less than what it would displace (also counted in evictions)
+  // turned away by COST as worth less than what it would displace: a new
+  // entry (not cached; a miss), or an entry leaving COST's admission window
+  // (cached until then; also counted in evictions)
   std::uint64_t refused_admission = 0;
-  std::uint64_t bytes = 0;    // declared sizes of the entries now cached
+  std::uint64_t bytes = 0;    // sizes of the entries now cached (declared; real once built, see get_or_build)
   std::uint64_t entries = 0;  // entries now cached
 };
 
@@ -223,8 +227,8 @@ const cache_value& entry_value(entry_base* entry) noexcept;
 
 // A value borrowed from the cache for one scope, as `lookup` returns it.
 // While it lives the value stays valid, even if the cache evicts it or is
-// cleared meanwhile. Taking and ending a borrow writes only this thread's
-// own state. Rules:
+// cleared meanwhile (not if the cache itself is destroyed). Taking and
+// ending a borrow writes only this thread's own epoch record. Rules:
 // - destroy it on the thread that made it (it is movable, not copyable);
 // - keep it short, as a read-side critical section: while any borrow lives,
 //   memory the cache gave up (evicted values among it) is not freed;
@@ -294,7 +298,7 @@ class unified_cache {
   // and must fulfil it (set_value or set_exception; a destroyed promise counts
   // as a failure). A failed entry reaches every waiter as the same exception
   // and is dropped at the next lookup, which then builds again. If the value
-  // cannot be cached (disabled, oversize, NO_EVICT and full) the result is
+  // cannot be cached (disabled, oversize, NO_EVICT and full, COST refuses it) the result is
   // also invalid and `future` is not stored. `size_bytes` is what the entry
   // counts against the device's capacity; `cost_ns` is an estimate of the
   // build time, replaced by `update_cost` when the real time is known.
@@ -318,7 +322,8 @@ class unified_cache {
   // when the key is not cached, is still being built, or failed (the
   // caller then calls get_or_build, which waits or builds), and when the
   // cached value is null. T must be the type every builder of this key
-  // returns. Lock-free; any thread.
+  // returns. Any thread; lock-free for device ids 0-63 (others look their
+  // device up under a lock).
   template <typename T>
   cache_ref<T> lookup(const cache_scope& scope, backend_id backend, std::string_view key);
 

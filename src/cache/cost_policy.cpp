@@ -14,15 +14,17 @@
 //   admitted only if it beats every main-region entry it would displace,
 //   lowest priority first; those are then evicted. Otherwise it is evicted
 //   itself ("refused") and its uses are remembered, so a key that keeps
-//   coming back gets in. An entry whose cost is not known yet (still being
-//   built) is admitted.
+//   coming back gets in. An entry whose cost is not known yet (get_or_build
+//   reports it once built) is judged at the cost remembered for its key,
+//   else admitted, and is never given up for another while its build is in
+//   flight.
 // - A new entry larger than the window's share would push the whole window
 //   out and make each leaver find room for it too. When the device is full
 //   it is judged first, against the main region as if the window were
 //   empty and on this one use (its history is of a time it did not stay):
 //   unless it would win that room, it is not cached and the window keeps
-//   what it holds (a 2 MB weight that packs in a millisecond never pushes
-//   out the kernel of the request in flight).
+//   what it holds (a 2 MB weight that packs in a millisecond, once that
+//   cost is known, never pushes out the kernel of the request in flight).
 // - The main region is plain GDSF on the uses while cached: an entry's
 //   priority is L at its last use plus (1 + hits) x cost / size, and L (the
 //   inflation value, the device's clock) rises to the priority of each
@@ -35,6 +37,7 @@
 // from bench_dynamic_shapes, against LRU, GDSF and SIEVE: docs/benchmarks.md.
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <cmath>
 #include <deque>
 #include <utility>
@@ -119,7 +122,8 @@ class cost_policy final : public cache_policy {
     // No window left to give room: the new entry itself faces admission,
     // as it would on leaving the window.
     if (incoming && host.used_bytes() > target &&
-        !admits_new(incoming, /*count_history=*/true, main_capacity(target), host, /*dry_run=*/false)) {
+        !admits_new(incoming, /*count_history=*/true, main_capacity(target + incoming_bytes), host,
+                    /*dry_run=*/false)) {
       return false;
     }
     while (host.used_bytes() > target) {  // a shrink
@@ -149,8 +153,11 @@ class cost_policy final : public cache_policy {
   static double uses_while_cached(const entry* e) {
     return 1.0 + static_cast<double>(e->hits.load(std::memory_order_relaxed));
   }
-  // Main region: L at the last use (the stamp) plus GDSF's term.
+  // Main region: L at the last use (the stamp) plus GDSF's term. An entry
+  // still being built (its cost unknown) is not given up for another while
+  // its builder works: infinite, until on_update gives it its cost.
   static double priority_of(const entry* e) {
+    if (e->awaiting_cost) return std::numeric_limits<double>::infinity();
     return std::bit_cast<double>(e->stamp.load(std::memory_order_relaxed)) + uses_while_cached(e) * per_byte(e);
   }
 
@@ -171,11 +178,15 @@ class cost_policy final : public cache_policy {
                   bool dry_run) {
     const auto g = ghosts_.find(incoming->hash);
     const double history = g == ghosts_.end() ? 0.0 : decayed(g->second);
-    if (take_room(incoming, 1.0 + (count_history ? history : 0.0), capacity, host.used_bytes() - window_bytes_, host,
-                  dry_run)) {
+    // get_or_build reports the cost once built: until then a key seen
+    // before is judged at the cost it had.
+    double cost = incoming->cost_ns.load(std::memory_order_relaxed);
+    if (cost <= 0 && g != ghosts_.end()) cost = g->second.cost_ns;
+    if (take_room(incoming, cost, 1.0 + (count_history ? history : 0.0), capacity, host.used_bytes() - window_bytes_,
+                  host, dry_run)) {
       return true;
     }
-    remember(incoming->hash, static_cast<float>(1.0 + history), incoming->cost_ns.load(std::memory_order_relaxed));
+    remember(incoming->hash, static_cast<float>(1.0 + history), static_cast<float>(cost));
     return false;
   }
 
@@ -186,7 +197,8 @@ class cost_policy final : public cache_policy {
     unlink(c);
     c->region = outside;
     const double uses = c->history + uses_while_cached(c);
-    if (!take_room(c, uses, main_capacity(target), host.used_bytes() - c->size_bytes - window_bytes_, host)) {
+    if (!take_room(c, c->cost_ns.load(std::memory_order_relaxed), uses, main_capacity(target),
+                   host.used_bytes() - c->size_bytes - window_bytes_, host)) {
       remember(c->hash, static_cast<float>(uses), c->cost_ns.load(std::memory_order_relaxed));
       host.evict(c, /*refused=*/true);
       return;
@@ -200,23 +212,25 @@ class cost_policy final : public cache_policy {
   // the window does not.
   std::uint64_t main_capacity(std::uint64_t target) const { return target > window_bytes_ ? target - window_bytes_ : 0; }
 
-  // Makes room for `c` (in no region), used `uses` times, in a main region
-  // that may hold `capacity` and holds `used`: evicts main-region entries,
-  // lowest priority first, until c fits, if c's priority there would beat
-  // every one of them; otherwise evicts nothing and returns false. An entry
-  // of unknown cost beats everything. `dry_run`: only tells.
-  bool take_room(const entry* c, double uses, std::uint64_t capacity, std::uint64_t used, policy_host& host,
-                 bool dry_run = false) {
+  // Makes room for `c` (in no region), which costs `cost_ns` to build and
+  // was used `uses` times, in a main region that may hold `capacity` and
+  // holds `used`: evicts main-region entries, lowest priority first, until
+  // c fits, if c's priority there would beat every one of them; otherwise
+  // evicts nothing and returns false. An entry of unknown cost (0) beats
+  // everything. `dry_run`: only tells.
+  bool take_room(const entry* c, double cost_ns, double uses, std::uint64_t capacity, std::uint64_t used,
+                 policy_host& host, bool dry_run = false) {
     if (c->size_bytes > capacity) return false;
-    const bool cost_known = c->cost_ns.load(std::memory_order_relaxed) > 0;
-    const double claim = inflation() + uses * per_byte(c);
+    const bool cost_known = cost_ns > 0;
+    const double claim =
+        inflation() + uses * cost_ns / static_cast<double>(std::max<std::uint64_t>(c->size_bytes, 1));
     displaced_.clear();
     std::uint64_t freed = 0;
     bool admitted = true;
     while (used - freed + c->size_bytes > capacity) {
       double priority = 0;
       entry* v = main_.victim(priority_of, &priority);
-      if (!v || (cost_known && priority > claim)) {
+      if (!v || std::isinf(priority) || (cost_known && priority > claim)) {  // a build in flight stays
         admitted = false;
         break;
       }
@@ -238,7 +252,9 @@ class cost_policy final : public cache_policy {
   // `v` was just taken out of the main region's queue.
   void evict_from_main(entry* v, double priority, policy_host& host) {
     v->region = outside;
-    if (priority > inflation()) clock_.store(std::bit_cast<std::uint64_t>(priority), std::memory_order_relaxed);
+    if (priority > inflation() && std::isfinite(priority)) {
+      clock_.store(std::bit_cast<std::uint64_t>(priority), std::memory_order_relaxed);
+    }
     remember(v->hash, static_cast<float>(v->history + uses_while_cached(v)), v->cost_ns.load(std::memory_order_relaxed));
     host.evict(v, /*refused=*/false);
   }

@@ -80,6 +80,7 @@ bool device_cache::make_room(std::uint64_t target, const entry* incoming, remova
 void device_cache::update_entry(entry* e, std::uint64_t cost_ns, std::uint64_t size_bytes,
                                 std::vector<removed_entry>& removed) {
   e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
+  e->awaiting_cost = false;
   if (!e->resident.load(std::memory_order_relaxed)) return;
   const std::uint64_t old_size = e->size_bytes;
   if (size_bytes != 0 && size_bytes != old_size) {
@@ -89,7 +90,15 @@ void device_cache::update_entry(entry* e, std::uint64_t cost_ns, std::uint64_t s
     e->size_bytes = size_bytes;
   }
   policy_->on_update(e, old_size);
-  if (used_bytes_ > capacity_bytes_) make_room(capacity_bytes_, nullptr, removal::capacity, removed);
+  if (used_bytes_ <= capacity_bytes_) return;
+  // Grown past what fits: an entry larger than the whole budget, or one a
+  // policy that never evicts for room cannot keep, goes itself; otherwise
+  // the policy makes room.
+  if (e->size_bytes > capacity_bytes_ || !policy_->evicts_for_room()) {
+    remove_locked(e, removal::capacity, removed);
+    if (used_bytes_ <= capacity_bytes_) return;
+  }
+  make_room(capacity_bytes_, nullptr, removal::capacity, removed);
 }
 
 void device_cache::set_budget(std::uint64_t bytes, eviction_policy new_policy,

@@ -47,6 +47,7 @@ struct entry : entry_base {
   std::uint32_t heap_index = 0;      // its position in the eviction_queue (or a policy's own queue)
   float history = 0;                 // uses remembered from before it was cached
   std::uint8_t region = 0;           // which of the policy's queues holds it
+  bool awaiting_cost = false;        // inserted by get_or_build, whose cost comes once built
 
   std::string_view key() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), key_size};

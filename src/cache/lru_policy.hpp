@@ -27,12 +27,15 @@ class lru_policy : public cache_policy {
   void on_remove(entry* e) override { queue_.erase(e); }
   entry* victim() override {
     double priority = 0;
-    return queue_.victim(&priority_of, &priority);
+    return queue_.victim([this](const entry* e) { return priority_of(e); }, &priority);
   }
 
  private:
-  static double priority_of(const entry* e) {
-    return static_cast<double>(e->stamp.load(std::memory_order_relaxed));
+  // A stamp above the clock was written by a hit that raced a change of
+  // policy, with the previous policy's clock: it counts as the oldest.
+  double priority_of(const entry* e) const {
+    const std::uint64_t stamp = e->stamp.load(std::memory_order_relaxed);
+    return stamp <= tick_ ? static_cast<double>(stamp) : 0.0;
   }
 
   std::uint64_t tick_ = 0;

@@ -205,6 +205,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
         // Allocate before evicting: if allocation throws, nothing has changed.
         entry_ref made = entry_ref::adopt(entry::create(hash, scope.context_id, backend, key, size_bytes, cost_ns, future));
         entry* e = as_entry(made);
+        e->awaiting_cost = want_entry && cost_ns == 0;  // get_or_build: complete_build reports it
         if (d->make_room(d->capacity() - size_bytes, e, removal::capacity, removed)) {
           d->insert_locked(e, counters);
           result = {outcome::inserted, {}, entry_ref::share(e)};

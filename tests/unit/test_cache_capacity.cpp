@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <future>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "cache_test_support.hpp"
 #include "unicache/cache.hpp"
@@ -183,6 +185,42 @@ TEST(CachePolicy, CostJudgesANewEntryLargerThanTheWindowOnItsOwnUseNotItsHistory
   EXPECT_FALSE(contains(cache, cpu_scope(), "weight"));
   EXPECT_EQ(cache.stats(cpu_scope()).refused_admission, 300u);
   EXPECT_EQ(cache.stats(cpu_scope()).evictions, 0u);
+}
+
+TEST(CachePolicy, CostAdmitsANewEntryOfMostOfTheCapacityThatBeatsWhatItDisplaces) {
+  unified_cache cache(config_with(3, eviction_policy::cost));
+  add_int(cache, cpu_scope(), "a_100ms", 1, kMb, 100'000'000);
+  add_int(cache, cpu_scope(), "b_100ms", 1, kMb, 100'000'000);
+  add_int(cache, cpu_scope(), "c_1ms", 1, kMb, 1'000'000);  // in the window
+  // 2 MB that cost 10 s: worth a 100 ms megabyte; the window's 1 ms entry
+  // goes first (refused), then the new entry takes one main-region entry's room.
+  add_int(cache, cpu_scope(), "large_10s", 1, 2 * kMb, 10'000'000'000);
+  EXPECT_TRUE(contains(cache, cpu_scope(), "large_10s"));
+  EXPECT_FALSE(contains(cache, cpu_scope(), "c_1ms"));
+  EXPECT_EQ(cache.stats(cpu_scope()).entries, 2u);
+  EXPECT_EQ(cache.stats(cpu_scope()).bytes, 3 * kMb);
+}
+
+TEST(CachePolicy, CostNeverGivesUpAnEntryStillBeingBuiltForAnother) {
+  unified_cache cache(config_with(2, eviction_policy::cost));
+  std::promise<void> release;
+  std::shared_future<void> go = release.get_future().share();
+  std::promise<void> started;
+  std::thread builder([&] {
+    cache.get_or_build<int>(cpu_scope(), kBackend, "slow_build", kMb, [&] {
+      started.set_value();
+      go.wait();
+      return std::make_shared<int>(1);
+    });
+  });
+  started.get_future().wait();
+  add_int(cache, cpu_scope(), "a_1ms", 1, kMb, 1'000'000);  // pushes the build out of the window: admitted
+  add_int(cache, cpu_scope(), "b_1s", 1, kMb, 1'000'000'000);  // a leaves: the build in flight is not its victim
+  EXPECT_TRUE(contains(cache, cpu_scope(), "slow_build"));
+  EXPECT_FALSE(contains(cache, cpu_scope(), "a_1ms"));
+  release.set_value();
+  builder.join();
+  EXPECT_FALSE(add_int(cache, cpu_scope(), "slow_build", 2).built) << "its value is cached";
 }
 
 TEST(CachePolicy, CostAdmitsEntriesOfUnknownCost) {
@@ -398,6 +436,30 @@ TEST(CacheRealSizes, AValueThatKnowsItsSizeIsCountedAtItInsteadOfTheEstimate) {
   // A value without cached_bytes() keeps the size it was inserted with.
   cache.get_or_build<int>(cpu_scope(), kBackend, "int", 1000, [] { return std::make_shared<int>(1); });
   EXPECT_EQ(cache.stats(cpu_scope()).bytes, after.bytes + 1000);
+}
+
+TEST(CacheRealSizes, AValueThatGrowsPastANoEvictBudgetIsDroppedItselfNotTheOthers) {
+  unified_cache cache(config_with(4, eviction_policy::no_evict));
+  for (const char* k : {"a", "b", "c"}) {
+    cache.get_or_build<const sized_value>(cpu_scope(), kBackend, k, kMb,
+                                          [] { return std::make_shared<const sized_value>(sized_value{kMb}); });
+  }
+  cache.get_or_build<const sized_value>(cpu_scope(), kBackend, "grows", kMb,
+                                        [] { return std::make_shared<const sized_value>(sized_value{3 * kMb}); });
+  EXPECT_FALSE(contains(cache, cpu_scope(), "grows"));
+  for (const char* k : {"a", "b", "c"}) EXPECT_TRUE(contains(cache, cpu_scope(), k)) << k;
+  EXPECT_EQ(cache.stats(cpu_scope()).bytes, 3 * kMb);
+}
+
+TEST(CacheRealSizes, AValueThatGrowsPastTheWholeBudgetIsDroppedItself) {
+  for (auto policy : {eviction_policy::lru, eviction_policy::cost}) {
+    unified_cache cache(config_with(2, policy));
+    add_int(cache, cpu_scope(), "small", 1, kMb / 2);
+    cache.get_or_build<const sized_value>(cpu_scope(), kBackend, "huge", kMb,
+                                          [] { return std::make_shared<const sized_value>(sized_value{3 * kMb}); });
+    EXPECT_FALSE(contains(cache, cpu_scope(), "huge")) << to_string(policy);
+    EXPECT_TRUE(contains(cache, cpu_scope(), "small")) << to_string(policy) << ": nothing else is given up for it";
+  }
 }
 
 }  // namespace
