@@ -103,7 +103,7 @@ struct cache_scope {
 // value, one hit); refused_full, refused_oversize and the refused_admission
 // of new entries are misses whose value was not cached. Misses, inserts, evictions, failures, refusals, bytes and
 // entries are exact. Hits and waits are exact for an entry's first 1,024
-// uses and then sampled (an unbiased estimate, within a few percent), so
+// uses and then sampled (an unbiased estimate, within about 1/8), so
 // that hits of an entry shared by many threads do not all write one cache
 // line.
 struct cache_stats {

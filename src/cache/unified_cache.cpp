@@ -88,12 +88,13 @@ build_state settle(entry* e) {
 // threads on one working set that alone halves throughput. So an entry's
 // hits and waits are exact up to kExactUses; beyond, a use adds `weight`
 // with probability 1/weight, an unbiased estimate. The weight grows with
-// the count (a 1,024th of it, from 16 to 4,096, a power of two), so a hot
-// entry's line is written once in thousands of hits while the estimate's
-// relative error stays within a few percent. The first 1,024 uses are
+// the count (a 64th of it, from 16 to 4,096, a power of two), so a hot
+// entry's line is written once in hundreds to thousands of hits while the
+// estimate's relative error stays near 1/8. The first 1,024 uses are
 // exact because COST compares frequencies of that order (entries used once
 // per request); stats of hot entries are estimates (docs/design.md).
 constexpr std::uint32_t kExactUses = 1024;
+constexpr std::uint32_t kWeightDivisor = 64;
 constexpr std::uint32_t kMinWeight = 16;
 constexpr std::uint32_t kMaxWeight = 4096;
 
@@ -103,7 +104,7 @@ void count_use(std::atomic<std::uint32_t>& counter) {
     counter.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const std::uint32_t weight = std::clamp(std::bit_floor(seen / kExactUses), kMinWeight, kMaxWeight);
+  const std::uint32_t weight = std::clamp(std::bit_floor(seen / kWeightDivisor), kMinWeight, kMaxWeight);
   // Seeded by the order in which threads first count, so that a replay on
   // one thread makes the same choices every run.
   constinit thread_local std::uint32_t state = 0;
