@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -84,7 +85,10 @@ class epoch_domain {
   // object (one that outlives a function call): end_read(begin_read()),
   // on the same thread.
   static record* begin_read() noexcept { return instance().enter(); }
-  static void end_read(record* rec) noexcept { exit(rec); }
+  static void end_read(record* rec) noexcept {
+    assert(rec == current_record_ && "a read section must end on the thread that began it");
+    exit(rec);
+  }
 
  private:
   epoch_domain();
