@@ -1,0 +1,242 @@
+/* unicache/unicache.h — the C interface (C99) to unicache.
+ *
+ * DRAFT (branch c-api, not built yet): the contract the implementation in
+ * src/c_api/ will follow. Everything here maps onto the C++ API one to one;
+ * the C layer holds no logic of its own.
+ *
+ * Conventions
+ * - Every function returns unicache_status_t; UNICACHE_SUCCESS is 0. On
+ *   failure, unicache_last_error() returns this thread's message for the
+ *   last failed call (valid until the thread's next call into unicache).
+ *   No C++ exception ever crosses this interface.
+ * - Handles are opaque pointers. A handle created by a function is owned by
+ *   the caller and released by its destroy function, which accepts NULL.
+ *   Destroying a handle twice is undefined; where it can be detected (a
+ *   handle whose magic no longer matches) it is reported as
+ *   UNICACHE_INVALID_HANDLE, never a crash.
+ * - Out-parameters are written only on success.
+ * - Sizes and blobs follow the RFCs' size-query pattern: pass data == NULL
+ *   to learn the size in *size; pass a buffer and its capacity in *size to
+ *   fill it. A buffer too small is UNICACHE_BUFFER_TOO_SMALL with the
+ *   needed size in *size and nothing written.
+ * - Strings returned through the size-query pattern include the
+ *   terminating NUL in their size.
+ * - Thread safety is that of the C++ object behind a handle: engines,
+ *   compiled partitions and the caches may be used from any thread; a
+ *   graph is built by one thread; a stream is used by one thread.
+ */
+#ifndef UNICACHE_UNICACHE_H
+#define UNICACHE_UNICACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define UNICACHE_API __attribute__((visibility("default")))
+#else
+#define UNICACHE_API
+#endif
+
+/* --- Status --------------------------------------------------------------- */
+
+typedef enum {
+  UNICACHE_SUCCESS = 0,
+  UNICACHE_INVALID_ARGUMENT = 1,  /* a null pointer, an unknown enum value, a bad shape */
+  UNICACHE_INVALID_HANDLE = 2,    /* a null or destroyed handle */
+  UNICACHE_BUFFER_TOO_SMALL = 3,  /* *size holds the size needed */
+  UNICACHE_INVALID_GRAPH = 4,     /* graph_error: the graph cannot be partitioned */
+  UNICACHE_COMPILE_FAILED = 5,    /* compile_error, including a blob for another device */
+  UNICACHE_EXECUTE_FAILED = 6,    /* execute_error */
+  UNICACHE_CACHE_ERROR = 7,       /* cache_error: e.g. a capacity above the maximum */
+  UNICACHE_STORE_ERROR = 8,       /* the persistent store refused a setting */
+  UNICACHE_UNSUPPORTED = 9,       /* the build lacks the backend asked for */
+  UNICACHE_OUT_OF_MEMORY = 10,
+  UNICACHE_RUNTIME_ERROR = 11     /* any other failure; see unicache_last_error() */
+} unicache_status_t;
+
+/* This thread's message for its last failed call; "" if none. Never NULL.
+ * Owned by unicache; valid until this thread's next call. */
+UNICACHE_API const char* unicache_last_error(void);
+/* The status's name ("UNICACHE_BUFFER_TOO_SMALL"). Static storage. */
+UNICACHE_API const char* unicache_status_name(unicache_status_t status);
+
+/* The library's version ("1.2.0") and git hash. Static storage. */
+UNICACHE_API const char* unicache_version(void);
+
+/* --- Caches ---------------------------------------------------------------- */
+
+typedef enum { UNICACHE_ENGINE_CPU = 0, UNICACHE_ENGINE_GPU = 1 } unicache_engine_kind_t;
+
+typedef enum {
+  UNICACHE_POLICY_DEFAULT = 0,
+  UNICACHE_POLICY_NO_EVICT = 1,
+  UNICACHE_POLICY_LRU = 2,
+  UNICACHE_POLICY_COST = 3
+} unicache_policy_t;
+
+typedef enum { UNICACHE_CONSTANT_TENSOR_CACHE = 0, UNICACHE_KERNEL_CACHE = 1 } unicache_cache_t;
+
+/* Capacity in MB of every device of `kind` in one process-wide cache (and
+ * its policy), as ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY sets it for the
+ * constant tensor cache. Shrinking evicts; 0 caches nothing. */
+UNICACHE_API unicache_status_t unicache_set_cache_capacity(unicache_cache_t cache, unicache_engine_kind_t kind,
+                                                           size_t capacity_mb, unicache_policy_t policy);
+UNICACHE_API unicache_status_t unicache_get_cache_capacity(unicache_cache_t cache, unicache_engine_kind_t kind,
+                                                           size_t* capacity_mb, unicache_policy_t* policy);
+/* oneDNN Graph's names for the constant tensor cache. */
+UNICACHE_API unicache_status_t unicache_set_constant_tensor_cache_capacity(unicache_engine_kind_t kind, size_t size_mb);
+UNICACHE_API unicache_status_t unicache_get_constant_tensor_cache_capacity(unicache_engine_kind_t kind, size_t* size_mb);
+/* The RFC's kernel cache capacity, in entries of the kernel cache. */
+UNICACHE_API unicache_status_t unicache_set_kernel_cache_capacity(size_t capacity_mb);
+UNICACHE_API unicache_status_t unicache_get_kernel_cache_capacity(size_t* capacity_mb);
+
+typedef struct {
+  uint64_t hits, waits, misses, inserts, evictions, failures;
+  uint64_t refused_full, refused_oversize, refused_admission;
+  uint64_t bytes, entries;
+} unicache_cache_stats_t;
+
+/* Counters of the whole cache (every device and context). */
+UNICACHE_API unicache_status_t unicache_get_cache_stats(unicache_cache_t cache, unicache_cache_stats_t* stats);
+
+/* An eviction callback: called after an entry of `cache` is evicted, on the
+ * evicting thread, with no lock of the cache held. `key` and `key_size` are
+ * valid during the call only. It must not throw (it is C). */
+typedef void (*unicache_eviction_callback_t)(void* user_data, unicache_engine_kind_t kind, int device_id,
+                                             uint64_t context_id, uint32_t backend_id, const void* key,
+                                             size_t key_size);
+/* Subscribes; *subscription identifies it for removal. user_data is passed
+ * back unchanged and must outlive the subscription. */
+UNICACHE_API unicache_status_t unicache_add_eviction_callback(unicache_cache_t cache, uint32_t backend_id,
+                                                              unicache_eviction_callback_t callback,
+                                                              void* user_data, uint64_t* subscription);
+/* Waits for calls running on other threads. UNICACHE_INVALID_ARGUMENT if the
+ * subscription is unknown or already removed. */
+UNICACHE_API unicache_status_t unicache_remove_eviction_callback(unicache_cache_t cache, uint32_t backend_id,
+                                                                 uint64_t subscription);
+
+/* --- Persistent kernel store (the process-wide store's runtime settings) --- */
+
+UNICACHE_API unicache_status_t unicache_store_set_enabled(int enabled);
+UNICACHE_API unicache_status_t unicache_store_set_directory(const char* directory);
+UNICACHE_API unicache_status_t unicache_store_set_capacity_mb(uint64_t capacity_mb);
+/* The directory in use (size-query pattern). */
+UNICACHE_API unicache_status_t unicache_store_get_directory(char* directory, size_t* size);
+
+typedef struct {
+  uint64_t entries, bytes, devices, temporary_files;
+} unicache_store_stats_t;
+UNICACHE_API unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats);
+
+/* --- Graphs ---------------------------------------------------------------- */
+
+typedef struct unicache_graph* unicache_graph_t;
+typedef struct unicache_partition* unicache_partition_t;  /* borrowed from its graph */
+
+typedef enum {
+  UNICACHE_OP_MATMUL = 0,
+  UNICACHE_OP_ADD = 1,
+  UNICACHE_OP_MULTIPLY = 2,
+  UNICACHE_OP_RELU = 3,
+  UNICACHE_OP_GELU_ERF = 4,
+  UNICACHE_OP_GELU_TANH = 5,
+  UNICACHE_OP_SIGMOID = 6,
+  UNICACHE_OP_TANH = 7,
+  UNICACHE_OP_SOFTMAX = 8
+} unicache_op_kind_t;
+
+enum { UNICACHE_UNKNOWN_DIM = -1, UNICACHE_MAX_NDIMS = 8 };
+
+typedef struct {
+  uint64_t id;
+  int32_t ndims;
+  int64_t dims[UNICACHE_MAX_NDIMS]; /* UNICACHE_UNKNOWN_DIM: known at compile time */
+  int32_t is_constant;              /* a weight: packed once, reused across executions */
+} unicache_logical_tensor_t;
+
+UNICACHE_API unicache_status_t unicache_graph_create(unicache_graph_t* graph);
+UNICACHE_API unicache_status_t unicache_graph_destroy(unicache_graph_t graph);
+/* Declares an f32 tensor; *tensor gets its id and shape. */
+UNICACHE_API unicache_status_t unicache_graph_add_tensor(unicache_graph_t graph, int32_t ndims, const int64_t* dims,
+                                                         int32_t is_constant, unicache_logical_tensor_t* tensor);
+UNICACHE_API unicache_status_t unicache_graph_add_op(unicache_graph_t graph, unicache_op_kind_t kind,
+                                                     const uint64_t* input_ids, size_t num_inputs,
+                                                     const uint64_t* output_ids, size_t num_outputs,
+                                                     int32_t transpose_a, int32_t transpose_b, uint64_t* op_id);
+/* Validates and partitions (UNICACHE_INVALID_GRAPH with the reason). */
+UNICACHE_API unicache_status_t unicache_graph_finalize(unicache_graph_t graph);
+UNICACHE_API unicache_status_t unicache_graph_get_partition_count(unicache_graph_t graph, size_t* count);
+/* The partition stays valid while its graph lives; it is not destroyed. */
+UNICACHE_API unicache_status_t unicache_graph_get_partition(unicache_graph_t graph, size_t index,
+                                                            unicache_partition_t* partition);
+UNICACHE_API unicache_status_t unicache_partition_get_input_count(unicache_partition_t partition, size_t* count);
+UNICACHE_API unicache_status_t unicache_partition_get_input(unicache_partition_t partition, size_t index,
+                                                            unicache_logical_tensor_t* tensor);
+UNICACHE_API unicache_status_t unicache_partition_get_output_count(unicache_partition_t partition, size_t* count);
+UNICACHE_API unicache_status_t unicache_partition_get_output(unicache_partition_t partition, size_t index,
+                                                             unicache_logical_tensor_t* tensor);
+
+/* --- Engines, streams, compiling, executing ------------------------------- */
+
+typedef struct unicache_engine* unicache_engine_t;
+typedef struct unicache_stream* unicache_stream_t;
+typedef struct unicache_compiled_partition* unicache_compiled_partition_t;
+
+/* The CPU engine (oneDNN). Backend-specific engines (OpenCL, CUDA) are made
+ * by the functions of unicache_opencl.h and unicache_cuda.h. */
+UNICACHE_API unicache_status_t unicache_engine_create_cpu(int index, unicache_engine_t* engine);
+UNICACHE_API unicache_status_t unicache_engine_destroy(unicache_engine_t engine);
+UNICACHE_API unicache_status_t unicache_engine_get_kind(unicache_engine_t engine, unicache_engine_kind_t* kind);
+
+UNICACHE_API unicache_status_t unicache_stream_create(unicache_engine_t engine, unicache_stream_t* stream);
+UNICACHE_API unicache_status_t unicache_stream_destroy(unicache_stream_t stream);
+/* Waits for work queued on the stream. */
+UNICACHE_API unicache_status_t unicache_stream_wait(unicache_stream_t stream);
+
+/* Compiles `partition` for concrete input shapes: shapes[i] has ndims[i]
+ * dimensions, for each of the partition's inputs in order. */
+UNICACHE_API unicache_status_t unicache_compile(unicache_partition_t partition, size_t num_inputs,
+                                                const int32_t* ndims, const int64_t* const* shapes,
+                                                unicache_engine_t engine, unicache_compiled_partition_t* compiled);
+UNICACHE_API unicache_status_t unicache_compiled_partition_destroy(unicache_compiled_partition_t compiled);
+UNICACHE_API unicache_status_t unicache_compiled_partition_get_output(unicache_compiled_partition_t compiled,
+                                                                      size_t index,
+                                                                      unicache_logical_tensor_t* tensor);
+
+/* A tensor with data: `data` is a host pointer on the CPU, a cl_mem for
+ * OpenCL, a CUdeviceptr for CUDA. The caller owns it. `version`: bump it
+ * when a constant's contents change. */
+typedef struct {
+  unicache_logical_tensor_t desc;
+  void* data;
+  uint64_t version;
+} unicache_tensor_t;
+
+UNICACHE_API unicache_status_t unicache_compiled_partition_execute(unicache_compiled_partition_t compiled,
+                                                                   unicache_stream_t stream,
+                                                                   const unicache_tensor_t* inputs,
+                                                                   size_t num_inputs,
+                                                                   const unicache_tensor_t* outputs,
+                                                                   size_t num_outputs);
+
+/* Compiled-partition cache blobs (size-query pattern). The id is a
+ * NUL-terminated string of 32 hex digits. */
+UNICACHE_API unicache_status_t unicache_compiled_partition_get_cache_blob_id(unicache_compiled_partition_t compiled,
+                                                                             char* id, size_t* size);
+UNICACHE_API unicache_status_t unicache_compiled_partition_get_cache_blob(unicache_compiled_partition_t compiled,
+                                                                          uint8_t* blob, size_t* size);
+UNICACHE_API unicache_status_t unicache_compile_from_cache_blob(unicache_partition_t partition, size_t num_inputs,
+                                                                const int32_t* ndims, const int64_t* const* shapes,
+                                                                unicache_engine_t engine, const uint8_t* blob,
+                                                                size_t blob_size,
+                                                                unicache_compiled_partition_t* compiled);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UNICACHE_UNICACHE_H */
