@@ -90,7 +90,8 @@ UNICACHE_API unicache_status_t unicache_get_cache_capacity(unicache_cache_t cach
 /* oneDNN Graph's names for the constant tensor cache. */
 UNICACHE_API unicache_status_t unicache_set_constant_tensor_cache_capacity(unicache_engine_kind_t kind, size_t size_mb);
 UNICACHE_API unicache_status_t unicache_get_constant_tensor_cache_capacity(unicache_engine_kind_t kind, size_t* size_mb);
-/* The RFC's kernel cache capacity, in entries of the kernel cache. */
+/* The kernel cache's capacity in MB, for every device of both kinds (get:
+ * the CPU kind's). */
 UNICACHE_API unicache_status_t unicache_set_kernel_cache_capacity(size_t capacity_mb);
 UNICACHE_API unicache_status_t unicache_get_kernel_cache_capacity(size_t* capacity_mb);
 

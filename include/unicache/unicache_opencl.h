@@ -1,9 +1,10 @@
 /* unicache/unicache_opencl.h — the OpenCL backend's C interop.
  *
- * DRAFT (branch c-api, not built yet). Conventions as in unicache.h. The
- * OpenCL handles passed in stay the caller's: unicache retains what it
- * keeps (clRetainContext) and releases it when the engine and everything
- * cached for it are gone.
+ * Conventions as in unicache.h. The OpenCL handles passed in stay the
+ * caller's: unicache retains what it keeps and releases it when the engine
+ * and everything cached for it are gone. Tensors of an OpenCL engine's
+ * compiled partitions hold a cl_mem as their data. Present only in builds
+ * with the OpenCL backend.
  */
 #ifndef UNICACHE_UNICACHE_OPENCL_H
 #define UNICACHE_UNICACHE_OPENCL_H
@@ -36,6 +37,18 @@ UNICACHE_API unicache_status_t unicache_opencl_engine_create_from_cache_blob(cl_
 UNICACHE_API unicache_status_t unicache_opencl_engine_get_device(unicache_engine_t engine, cl_device_id* device);
 UNICACHE_API unicache_status_t unicache_opencl_engine_get_context(unicache_engine_t engine, cl_context* context);
 UNICACHE_API unicache_status_t unicache_opencl_stream_get_queue(unicache_stream_t stream, cl_command_queue* queue);
+
+/* Buffers, for callers without their own OpenCL bindings (Python's ctypes):
+ * a buffer of `bytes` in the engine's context, filled from `host` if not
+ * NULL, owned by the caller and released with unicache_opencl_buffer_release;
+ * blocking copies on the stream's queue. */
+UNICACHE_API unicache_status_t unicache_opencl_buffer_create(unicache_engine_t engine, size_t bytes, const void* host,
+                                                             cl_mem* buffer);
+UNICACHE_API unicache_status_t unicache_opencl_buffer_release(cl_mem buffer);
+UNICACHE_API unicache_status_t unicache_opencl_buffer_read(unicache_stream_t stream, cl_mem buffer, void* host,
+                                                           size_t bytes);
+UNICACHE_API unicache_status_t unicache_opencl_buffer_write(unicache_stream_t stream, cl_mem buffer,
+                                                            const void* host, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,8 @@
 #   unknown_*            a component that does not exist: REQUIRED fails
 #                        find_package and says why, OPTIONAL gives
 #                        unicache_<component>_FOUND FALSE;
-#   <backend>_not_built  each backend this build lacks: the same.
+#   <backend>_not_built  each backend this build lacks: the same;
+#   c_interface          a C program (consumer_c/) with COMPONENTS c.
 # Every case runs; the failures are listed at the end.
 #   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCOMPONENTS=onednn_cpu,opencl,cuda -P run_install_test.cmake
 # COMPONENTS: the backends the build has, comma-separated.
@@ -30,9 +31,12 @@ set(failures "")
 # and its output match every regex; else it must configure and build, and
 # each RUN program must exit 0 printing "<program>: hit" or "<program>: ok".
 function(consumer case)
-  cmake_parse_arguments(ARG "" "" "ARGS;RUN;FAIL_MATCHING" ${ARGN})
+  cmake_parse_arguments(ARG "" "DIR" "ARGS;RUN;FAIL_MATCHING" ${ARGN})
   set(build ${WORK_DIR}/${case})
-  execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${build}
+  if(NOT ARG_DIR)
+    set(ARG_DIR ${CONSUMER_DIR})
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${ARG_DIR} -B ${build}
                     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release ${ARG_ARGS}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   set(failure "")
@@ -99,6 +103,9 @@ foreach(backend IN LISTS built)
   consumer(${backend}_no_dep_optional ARGS ${hide} -DCONSUMER_OPTIONAL_COMPONENTS=${backend}
            -DCONSUMER_EXPECT_MISSING=${backend} RUN consumer)
 endforeach()
+
+# A C program with the C interface alone (consumer_c/, next to consumer/).
+consumer(c_interface DIR ${CONSUMER_DIR}/../consumer_c RUN consumer_c)
 
 consumer(unknown_required ARGS -DCONSUMER_COMPONENTS=no_such_component
          FAIL_MATCHING "Reason given by package" "no_such_component: no such component")

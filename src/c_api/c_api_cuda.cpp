@@ -1,0 +1,132 @@
+// The CUDA backend's C interop (include/unicache/unicache_cuda.h).
+#include "unicache/unicache_cuda.h"
+
+#include "c_api/c_api_internal.hpp"
+#include "unicache/cuda.hpp"
+
+using namespace unicache;
+using namespace unicache::c_api;
+
+namespace {
+unicache_engine_t engine_handle(unicache::engine e) {
+  auto h = std::make_unique<unicache_engine>();
+  h->e = std::move(e);
+  return created(std::move(h));
+}
+void need_driver() {
+  if (!cuda::available()) raise(UNICACHE_UNSUPPORTED, "CUDA: " + cuda::unavailable_reason());
+}
+const unicache::engine& cuda_engine(unicache_engine_t handle) {
+  const unicache::engine& e = live(handle, kEngineMagic, "engine")->e;
+  if (!e.owner() || std::string(e.owner()->name()) != "cuda") raise(UNICACHE_INVALID_ARGUMENT, "not a CUDA engine");
+  return e;
+}
+const unicache::stream& cuda_stream(unicache_stream_t handle) {
+  const unicache::stream& s = live(handle, kStreamMagic, "stream")->s;
+  const unicache::engine& e = s.get_engine();
+  if (!e.owner() || std::string(e.owner()->name()) != "cuda") raise(UNICACHE_INVALID_ARGUMENT, "not a CUDA stream");
+  return s;
+}
+}  // namespace
+
+extern "C" {
+
+unicache_status_t unicache_cuda_available(int* available, char* reason, size_t* size) {
+  return guarded([&] {
+    *need(available, "available") = cuda::available() ? 1 : 0;
+    if (size) copy_out(cuda::available() ? std::string() : cuda::unavailable_reason(), reason, size);
+  });
+}
+
+unicache_status_t unicache_cuda_engine_create_default(unicache_engine_t* engine) {
+  return guarded([&] {
+    need(engine, "engine");
+    need_driver();
+    *engine = engine_handle(cuda::make_engine());
+  });
+}
+
+unicache_status_t unicache_cuda_engine_create(int ordinal, unicache_engine_t* engine) {
+  return guarded([&] {
+    need(engine, "engine");
+    need_driver();
+    *engine = engine_handle(cuda::make_engine(ordinal));
+  });
+}
+
+unicache_status_t unicache_cuda_engine_create_in_context(CUcontext context, unicache_engine_t* engine) {
+  return guarded([&] {
+    need(engine, "engine");
+    need_driver();
+    *engine = engine_handle(cuda::make_engine(need(context, "context")));
+  });
+}
+
+unicache_status_t unicache_cuda_release_cached(unicache_engine_t engine) {
+  return guarded([&] { cuda::release_cached(cuda_engine(engine)); });
+}
+
+unicache_status_t unicache_cuda_stream_create(unicache_engine_t engine, CUstream cu_stream, unicache_stream_t* stream) {
+  return guarded([&] {
+    need(stream, "stream");
+    auto h = std::make_unique<unicache_stream>();
+    h->s = cuda::make_stream(cuda_engine(engine), need(cu_stream, "cu_stream"));
+    *stream = created(std::move(h));
+  });
+}
+
+unicache_status_t unicache_cuda_engine_get_cache_blob_id(int ordinal, char* id, size_t* size) {
+  return guarded([&] {
+    need_driver();
+    copy_out(cuda::get_engine_cache_blob_id(ordinal), id, size);
+  });
+}
+
+unicache_status_t unicache_cuda_engine_get_cache_blob(unicache_engine_t engine, uint8_t* blob, size_t* size) {
+  return guarded([&] {
+    const byte_vector b = cuda::get_engine_cache_blob(cuda_engine(engine));
+    copy_out(b.data(), b.size(), blob, size);
+  });
+}
+
+unicache_status_t unicache_cuda_engine_create_from_cache_blob(int ordinal, const uint8_t* blob, size_t size,
+                                                              unicache_engine_t* engine) {
+  return guarded([&] {
+    need(engine, "engine");
+    if (size) need(blob, "blob");
+    need_driver();
+    try {
+      *engine = engine_handle(cuda::make_engine_from_cache_blob(ordinal, byte_span(blob, size)));
+    } catch (const cuda::cuda_error& e) {
+      raise(UNICACHE_INVALID_ARGUMENT, e.what());  // foreign, stale or corrupt
+    }
+  });
+}
+
+unicache_status_t unicache_cuda_engine_get_context(unicache_engine_t engine, CUcontext* context) {
+  return guarded([&] { *need(context, "context") = cuda::native_context(cuda_engine(engine)); });
+}
+
+unicache_status_t unicache_cuda_stream_get_stream(unicache_stream_t stream, CUstream* cu_stream) {
+  return guarded([&] { *need(cu_stream, "cu_stream") = cuda::native_stream(cuda_stream(stream)); });
+}
+
+unicache_status_t unicache_cuda_buffer_create(unicache_engine_t engine, size_t bytes, const void* host,
+                                              CUdeviceptr* buffer) {
+  return guarded([&] { *need(buffer, "buffer") = cuda::make_buffer(cuda_engine(engine), bytes, host); });
+}
+
+unicache_status_t unicache_cuda_buffer_free(unicache_engine_t engine, CUdeviceptr buffer) {
+  return guarded([&] { cuda::free_buffer(cuda_engine(engine), buffer); });
+}
+
+unicache_status_t unicache_cuda_buffer_read(unicache_stream_t stream, CUdeviceptr buffer, void* host, size_t bytes) {
+  return guarded([&] { cuda::read_buffer(cuda_stream(stream), buffer, need(host, "host"), bytes); });
+}
+
+unicache_status_t unicache_cuda_buffer_write(unicache_stream_t stream, CUdeviceptr buffer, const void* host,
+                                             size_t bytes) {
+  return guarded([&] { cuda::write_buffer(cuda_stream(stream), buffer, need(host, "host"), bytes); });
+}
+
+}  // extern "C"

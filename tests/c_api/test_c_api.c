@@ -1,0 +1,241 @@
+/* mkdtemp under -std=c99 */
+#define _XOPEN_SOURCE 700
+/* The C interface, from C: every function of unicache.h, including misuse
+ * (null and destroyed handles, buffers too small, bad graphs, shapes and
+ * blobs). A tiny harness: CHECK counts failures; the exit code is 0 when
+ * none failed, 77 (CTest's skip) when the build has no CPU backend for the
+ * parts that need one. */
+#include <unistd.h>
+
+#include "c_test.h"
+
+static void test_status_and_version(void) {
+  CHECK(strcmp(unicache_status_name(UNICACHE_BUFFER_TOO_SMALL), "UNICACHE_BUFFER_TOO_SMALL") == 0);
+  CHECK(strcmp(unicache_status_name((unicache_status_t)999), "UNICACHE_UNKNOWN_STATUS") == 0);
+  CHECK(unicache_version() != NULL && strlen(unicache_version()) > 0);
+  CHECK(unicache_last_error() != NULL);
+}
+
+static void test_cache_settings(void) {
+  size_t mb = 0;
+  unicache_policy_t policy = UNICACHE_POLICY_DEFAULT;
+  OK(unicache_set_cache_capacity(UNICACHE_CONSTANT_TENSOR_CACHE, UNICACHE_ENGINE_GPU, 512, UNICACHE_POLICY_LRU));
+  OK(unicache_get_cache_capacity(UNICACHE_CONSTANT_TENSOR_CACHE, UNICACHE_ENGINE_GPU, &mb, &policy));
+  CHECK(mb == 512 && policy == UNICACHE_POLICY_LRU);
+  OK(unicache_set_constant_tensor_cache_capacity(UNICACHE_ENGINE_CPU, 256));
+  OK(unicache_get_constant_tensor_cache_capacity(UNICACHE_ENGINE_CPU, &mb));
+  CHECK(mb == 256);
+  OK(unicache_set_kernel_cache_capacity(64));
+  OK(unicache_get_kernel_cache_capacity(&mb));
+  CHECK(mb == 64);
+  /* Misuse: unknown kinds and policies, null outputs, a capacity that does not fit. */
+  CHECK_STATUS(unicache_set_cache_capacity(UNICACHE_KERNEL_CACHE, (unicache_engine_kind_t)7, 1, UNICACHE_POLICY_LRU),
+               UNICACHE_INVALID_ARGUMENT);
+  CHECK(strstr(unicache_last_error(), "engine kind") != NULL);
+  CHECK_STATUS(unicache_set_cache_capacity((unicache_cache_t)9, UNICACHE_ENGINE_CPU, 1, UNICACHE_POLICY_LRU),
+               UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_set_cache_capacity(UNICACHE_KERNEL_CACHE, UNICACHE_ENGINE_CPU, 1, (unicache_policy_t)42),
+               UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_get_kernel_cache_capacity(NULL), UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_set_kernel_cache_capacity((size_t)-1), UNICACHE_CACHE_ERROR);
+  OK(unicache_get_kernel_cache_capacity(&mb));
+  CHECK(mb == 64);  /* a refused setting changes nothing */
+  unicache_cache_stats_t stats;
+  OK(unicache_get_cache_stats(UNICACHE_KERNEL_CACHE, &stats));
+  CHECK_STATUS(unicache_get_cache_stats(UNICACHE_KERNEL_CACHE, NULL), UNICACHE_INVALID_ARGUMENT);
+}
+
+static int evicted = 0;
+static void on_evict(void* user_data, unicache_engine_kind_t kind, int device_id, uint64_t context_id,
+                     uint32_t backend_id, const void* key, size_t key_size) {
+  (void)kind, (void)device_id, (void)context_id, (void)backend_id, (void)key, (void)key_size;
+  ++*(int*)user_data;
+}
+
+static void test_eviction_callbacks(void) {
+  uint64_t sub = 0;
+  OK(unicache_add_eviction_callback(UNICACHE_KERNEL_CACHE, 0xC0DE0001u, on_evict, &evicted, &sub));
+  CHECK(sub != 0);
+  CHECK_STATUS(unicache_add_eviction_callback(UNICACHE_KERNEL_CACHE, 1, NULL, NULL, &sub), UNICACHE_INVALID_ARGUMENT);
+  OK(unicache_remove_eviction_callback(UNICACHE_KERNEL_CACHE, 0xC0DE0001u, sub));
+  CHECK_STATUS(unicache_remove_eviction_callback(UNICACHE_KERNEL_CACHE, 0xC0DE0001u, sub), UNICACHE_INVALID_ARGUMENT);
+}
+
+static void test_store(void) {
+  char dir[] = "/tmp/unicache-c-api-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  OK(unicache_store_set_directory(dir));
+  OK(unicache_store_set_enabled(1));
+  OK(unicache_store_set_capacity_mb(64));
+  size_t size = 0;
+  OK(unicache_store_get_directory(NULL, &size));
+  CHECK(size == strlen(dir) + 1);
+  char small[4];
+  size_t small_size = sizeof small;
+  CHECK_STATUS(unicache_store_get_directory(small, &small_size), UNICACHE_BUFFER_TOO_SMALL);
+  CHECK(small_size == strlen(dir) + 1);
+  char* got = malloc(size);
+  OK(unicache_store_get_directory(got, &size));
+  CHECK(strcmp(got, dir) == 0);
+  free(got);
+  unicache_store_stats_t stats;
+  OK(unicache_store_get_stats(&stats));
+  CHECK_STATUS(unicache_store_set_directory(NULL), UNICACHE_INVALID_ARGUMENT);
+}
+
+static void test_graph_misuse(void) {
+  unicache_graph_t g = NULL;
+  OK(unicache_graph_create(&g));
+  const int64_t a[2] = {2, 3}, c[2] = {4, 5};
+  unicache_logical_tensor_t ta, tc, tout;
+  OK(unicache_graph_add_tensor(g, 2, a, 0, &ta));
+  OK(unicache_graph_add_tensor(g, 2, c, 0, &tc));
+  OK(unicache_graph_add_tensor(g, 2, a, 0, &tout));
+  uint64_t in[2] = {ta.id, tc.id}, out[1] = {tout.id};
+  OK(unicache_graph_add_op(g, UNICACHE_OP_MATMUL, in, 2, out, 1, 0, 0, NULL));
+  CHECK_STATUS(unicache_graph_finalize(g), UNICACHE_INVALID_GRAPH);  /* K: 3 against 4 */
+  CHECK(strlen(unicache_last_error()) > 0);
+  size_t count = 0;
+  CHECK_STATUS(unicache_graph_get_partition_count(g, &count), UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_graph_add_op(g, (unicache_op_kind_t)99, in, 2, out, 1, 0, 0, NULL), UNICACHE_INVALID_ARGUMENT);
+  uint64_t missing[1] = {12345};
+  CHECK(unicache_graph_add_op(g, UNICACHE_OP_RELU, missing, 1, out, 1, 0, 0, NULL) != UNICACHE_SUCCESS);
+  const int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  CHECK_STATUS(unicache_graph_add_tensor(g, 9, nine, 0, &ta), UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_graph_add_tensor(g, 2, NULL, 0, &ta), UNICACHE_INVALID_ARGUMENT);
+  OK(unicache_graph_destroy(g));
+  CHECK_STATUS(unicache_graph_destroy(g), UNICACHE_INVALID_HANDLE);  /* twice: detected */
+  OK(unicache_graph_destroy(NULL));
+  CHECK_STATUS(unicache_graph_finalize(NULL), UNICACHE_INVALID_HANDLE);
+  CHECK_STATUS(unicache_graph_create(NULL), UNICACHE_INVALID_ARGUMENT);
+}
+
+static int test_compile_and_execute(void) {
+  unicache_engine_t eng = NULL;
+  unicache_status_t s = unicache_engine_create_cpu(0, &eng);
+  if (s == UNICACHE_UNSUPPORTED) return 77;
+  OK(s);
+  unicache_engine_kind_t kind;
+  OK(unicache_engine_get_kind(eng, &kind));
+  CHECK(kind == UNICACHE_ENGINE_CPU);
+  unicache_stream_t strm = NULL;
+  OK(unicache_stream_create(eng, &strm));
+
+  unicache_logical_tensor_t x, w, b, y;
+  unicache_graph_t g = mlp(&x, &w, &b, &y);
+  size_t count = 0;
+  OK(unicache_graph_get_partition_count(g, &count));
+  CHECK(count == 1);
+  unicache_partition_t p = NULL;
+  OK(unicache_graph_get_partition(g, 0, &p));
+  CHECK_STATUS(unicache_graph_get_partition(g, 1, &p), UNICACHE_INVALID_ARGUMENT);
+  size_t inputs = 0;
+  OK(unicache_partition_get_input_count(p, &inputs));
+  CHECK(inputs == 3);
+
+  float wv[K * N], bv[N];
+  for (int i = 0; i < K * N; ++i) wv[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < N; ++i) bv[i] = 0.25f * (float)i - 0.3f;
+  char first_id[64] = "";
+  for (int64_t m = 1; m <= 9; m += 4) {
+    const int32_t ndims[3] = {2, 2, 1};
+    const int64_t xs[2] = {m, K}, ws[2] = {K, N}, bs[1] = {N};
+    const int64_t* shapes[3] = {xs, ws, bs};
+    unicache_compiled_partition_t cp = NULL;
+    OK(unicache_compile(p, 3, ndims, shapes, eng, &cp));
+    unicache_logical_tensor_t out;
+    OK(unicache_compiled_partition_get_output(cp, 0, &out));
+    CHECK(out.ndims == 2 && out.dims[0] == m && out.dims[1] == N);
+
+    float* xv = malloc(sizeof(float) * (size_t)(m * K));
+    float* yv = malloc(sizeof(float) * (size_t)(m * N));
+    for (int64_t i = 0; i < m * K; ++i) xv[i] = (float)((i * 3) % 5) - 2.0f;
+    unicache_tensor_t in[3] = {{x, xv, 0}, {w, wv, 1}, {b, bv, 1}};
+    in[0].desc.dims[0] = m;
+    unicache_tensor_t outs[1] = {{out, yv, 0}};
+    OK(unicache_compiled_partition_execute(cp, strm, in, 3, outs, 1));
+    OK(unicache_stream_wait(strm));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int c = 0; c < N; ++c) {
+        float acc = bv[c];
+        for (int k = 0; k < K; ++k) acc += xv[r * K + k] * wv[k * N + c];
+        const float want = acc > 0 ? acc : 0;
+        CHECK(fabsf(yv[r * N + c] - want) <= 1e-4f * (1 + fabsf(want)));
+      }
+    }
+    /* Misuse: too few tensors, a wrong shape. */
+    CHECK_STATUS(unicache_compiled_partition_execute(cp, strm, in, 2, outs, 1), UNICACHE_EXECUTE_FAILED);
+    in[0].desc.dims[0] = m + 1;
+    CHECK_STATUS(unicache_compiled_partition_execute(cp, strm, in, 3, outs, 1), UNICACHE_EXECUTE_FAILED);
+
+    /* The blob id and blob, through the size-query pattern. */
+    size_t id_size = 0;
+    OK(unicache_compiled_partition_get_cache_blob_id(cp, NULL, &id_size));
+    CHECK(id_size == 33);
+    char id[33];
+    size_t small = 8;
+    CHECK_STATUS(unicache_compiled_partition_get_cache_blob_id(cp, id, &small), UNICACHE_BUFFER_TOO_SMALL);
+    CHECK(small == 33);
+    OK(unicache_compiled_partition_get_cache_blob_id(cp, id, &id_size));
+    if (m == 1) {
+      strcpy(first_id, id);
+    } else {
+      CHECK(strcmp(first_id, id) == 0);  /* shape-agnostic: one id for every shape */
+    }
+    size_t blob_size = 0;
+    OK(unicache_compiled_partition_get_cache_blob(cp, NULL, &blob_size));
+    CHECK(blob_size > 0);
+    uint8_t* blob = malloc(blob_size);
+    OK(unicache_compiled_partition_get_cache_blob(cp, blob, &blob_size));
+    unicache_compiled_partition_t again = NULL;
+    OK(unicache_compile_from_cache_blob(p, 3, ndims, shapes, eng, blob, blob_size, &again));
+    OK(unicache_compiled_partition_destroy(again));
+    blob[blob_size / 2] ^= 0x5a;  /* corrupt */
+    CHECK_STATUS(unicache_compile_from_cache_blob(p, 3, ndims, shapes, eng, blob, blob_size, &again),
+                 UNICACHE_COMPILE_FAILED);
+    free(blob);
+    free(xv);
+    free(yv);
+    OK(unicache_compiled_partition_destroy(cp));
+    CHECK_STATUS(unicache_compiled_partition_destroy(cp), UNICACHE_INVALID_HANDLE);
+  }
+  /* Shapes that do not fit the partition. */
+  const int32_t ndims[3] = {2, 2, 1};
+  const int64_t xs[2] = {4, K + 1}, ws[2] = {K, N}, bs[1] = {N};
+  const int64_t* shapes[3] = {xs, ws, bs};
+  unicache_compiled_partition_t bad = NULL;
+  CHECK_STATUS(unicache_compile(p, 3, ndims, shapes, eng, &bad), UNICACHE_COMPILE_FAILED);
+  CHECK_STATUS(unicache_compile(p, 2, ndims, shapes, eng, &bad), UNICACHE_COMPILE_FAILED);
+  CHECK_STATUS(unicache_compile(p, 3, ndims, shapes, NULL, &bad), UNICACHE_INVALID_HANDLE);
+  CHECK_STATUS(unicache_compile(NULL, 3, ndims, shapes, eng, &bad), UNICACHE_INVALID_HANDLE);
+
+  unicache_cache_stats_t stats;
+  OK(unicache_get_cache_stats(UNICACHE_KERNEL_CACHE, &stats));
+  CHECK(stats.misses > 0 && stats.hits > 0);  /* the second and third shapes hit the kernel */
+
+  OK(unicache_graph_destroy(g));
+  OK(unicache_stream_destroy(strm));
+  OK(unicache_engine_destroy(eng));
+  CHECK_STATUS(unicache_engine_destroy(eng), UNICACHE_INVALID_HANDLE);
+  CHECK_STATUS(unicache_stream_create(eng, &strm), UNICACHE_INVALID_HANDLE);
+  return 0;
+}
+
+int main(void) {
+  test_status_and_version();
+  test_cache_settings();
+  test_eviction_callbacks();
+  test_store();
+  test_graph_misuse();
+  const int compiled = test_compile_and_execute();
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  if (compiled == 77) {
+    fprintf(stderr, "skipped: this build has no CPU backend\n");
+    return 77;
+  }
+  printf("all checks passed\n");
+  return 0;
+}
