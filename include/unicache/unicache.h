@@ -1,29 +1,28 @@
 /* unicache/unicache.h — the C interface (C99) to unicache.
  *
- * DRAFT (branch c-api, not built yet): the contract the implementation in
- * src/c_api/ will follow. Everything here maps onto the C++ API one to one;
- * the C layer holds no logic of its own.
+ * libunicache_c, a shared library holding the core and every backend the
+ * build has, implements it over the C++ API one to one: the C layer holds
+ * no logic of its own. Backend interop: unicache_opencl.h, unicache_cuda.h.
+ * CMake: find_package(unicache COMPONENTS c) and link unicache::c.
  *
  * Conventions
  * - Every function returns unicache_status_t; UNICACHE_SUCCESS is 0. On
  *   failure, unicache_last_error() returns this thread's message for the
- *   last failed call (valid until the thread's next call into unicache).
- *   No C++ exception ever crosses this interface.
+ *   last failed call (valid until the thread's next failed call). No C++
+ *   exception ever crosses this interface.
  * - Handles are opaque pointers. A handle created by a function is owned by
  *   the caller and released by its destroy function, which accepts NULL.
- *   Destroying a handle twice is undefined; where it can be detected (a
- *   handle whose magic no longer matches) it is reported as
- *   UNICACHE_INVALID_HANDLE, never a crash.
+ *   Using a destroyed handle, or destroying one twice, is reported as
+ *   UNICACHE_INVALID_HANDLE (live handles are registered), unless its memory
+ *   was reused by a handle created since; do not rely on it.
  * - Out-parameters are written only on success.
  * - Sizes and blobs follow the RFCs' size-query pattern: pass data == NULL
  *   to learn the size in *size; pass a buffer and its capacity in *size to
  *   fill it. A buffer too small is UNICACHE_BUFFER_TOO_SMALL with the
- *   needed size in *size and nothing written.
- * - Strings returned through the size-query pattern include the
- *   terminating NUL in their size.
+ *   needed size in *size and nothing written. Strings count their NUL.
  * - Thread safety is that of the C++ object behind a handle: engines,
  *   compiled partitions and the caches may be used from any thread; a
- *   graph is built by one thread; a stream is used by one thread.
+ *   graph is built by one thread; a stream is used by one thread at a time.
  */
 #ifndef UNICACHE_UNICACHE_H
 #define UNICACHE_UNICACHE_H
@@ -133,6 +132,30 @@ typedef struct {
 } unicache_store_stats_t;
 UNICACHE_API unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats);
 
+/* Blobs, for applications that keep binaries in their own storage: one
+ * device binary under its key, self-checking, tied to a device identity
+ * (platform, device, device version, driver version; NUL-terminated). */
+typedef struct {
+  const char* platform_name;
+  const char* device_name;
+  const char* device_version;
+  const char* driver_version;
+} unicache_device_identity_t;
+
+/* 32 hex digits naming the blob of `key` for `device` (size-query pattern). */
+UNICACHE_API unicache_status_t unicache_blob_id(const unicache_device_identity_t* device, const void* key,
+                                                size_t key_size, char* id, size_t* size);
+UNICACHE_API unicache_status_t unicache_blob_serialize(const unicache_device_identity_t* device, const void* key,
+                                                       size_t key_size, const uint8_t* binary, size_t binary_size,
+                                                       uint8_t* blob, size_t* size);
+/* The key and binary in `blob` (size-query pattern on both: with either
+ * buffer NULL or too small, both sizes are set and nothing is copied). A
+ * blob of another device, driver or unicache build, a corrupt or truncated
+ * one, or not a blob: UNICACHE_INVALID_ARGUMENT naming the problem. */
+UNICACHE_API unicache_status_t unicache_blob_deserialize(const unicache_device_identity_t* device, const uint8_t* blob,
+                                                         size_t blob_size, void* key, size_t* key_size,
+                                                         uint8_t* binary, size_t* binary_size);
+
 /* --- Graphs ---------------------------------------------------------------- */
 
 typedef struct unicache_graph* unicache_graph_t;
@@ -195,7 +218,8 @@ UNICACHE_API unicache_status_t unicache_engine_get_kind(unicache_engine_t engine
 
 UNICACHE_API unicache_status_t unicache_stream_create(unicache_engine_t engine, unicache_stream_t* stream);
 UNICACHE_API unicache_status_t unicache_stream_destroy(unicache_stream_t stream);
-/* Waits for work queued on the stream. */
+/* Waits for work queued on the stream. Every backend's execute returns
+ * once its work is done, so this returns at once; it checks the handle. */
 UNICACHE_API unicache_status_t unicache_stream_wait(unicache_stream_t stream);
 
 /* Compiles `partition` for concrete input shapes: shapes[i] has ndims[i]

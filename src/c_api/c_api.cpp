@@ -251,6 +251,57 @@ unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats) {
   });
 }
 
+namespace {
+device_identity identity_of(const unicache_device_identity_t* d) {
+  need(d, "device");
+  auto text = [](const char* s, const char* what) { return std::string(need(s, what)); };
+  return {text(d->platform_name, "device->platform_name"), text(d->device_name, "device->device_name"),
+          text(d->device_version, "device->device_version"), text(d->driver_version, "device->driver_version")};
+}
+std::string_view key_of(const void* key, size_t key_size) {
+  if (key_size) need(key, "key");
+  return {static_cast<const char*>(key), key_size};
+}
+}  // namespace
+
+unicache_status_t unicache_blob_id(const unicache_device_identity_t* device, const void* key, size_t key_size,
+                                   char* id, size_t* size) {
+  return guarded([&] { copy_out(blob_id(identity_of(device), key_of(key, key_size)), id, size); });
+}
+
+unicache_status_t unicache_blob_serialize(const unicache_device_identity_t* device, const void* key, size_t key_size,
+                                          const uint8_t* binary, size_t binary_size, uint8_t* blob, size_t* size) {
+  return guarded([&] {
+    if (binary_size) need(binary, "binary");
+    const byte_vector b = serialize_blob(identity_of(device), key_of(key, key_size), byte_span(binary, binary_size));
+    copy_out(b.data(), b.size(), blob, size);
+  });
+}
+
+unicache_status_t unicache_blob_deserialize(const unicache_device_identity_t* device, const uint8_t* blob,
+                                            size_t blob_size, void* key, size_t* key_size, uint8_t* binary,
+                                            size_t* binary_size) {
+  return guarded([&] {
+    need(key_size, "key_size");
+    need(binary_size, "binary_size");
+    if (blob_size) need(blob, "blob");
+    blob_contents c;
+    try {
+      c = deserialize_blob(identity_of(device), byte_span(blob, blob_size));
+    } catch (const store_error& e) {
+      raise(UNICACHE_INVALID_ARGUMENT, e.what());
+    }
+    const bool fits = key && binary && *key_size >= c.key.size() && *binary_size >= c.binary.size();
+    const bool asked = !key || !binary;
+    *key_size = c.key.size();
+    *binary_size = c.binary.size();
+    if (asked) return;
+    if (!fits) raise(UNICACHE_BUFFER_TOO_SMALL, "a buffer is too small: see *key_size and *binary_size");
+    if (!c.key.empty()) std::memcpy(key, c.key.data(), c.key.size());
+    if (!c.binary.empty()) std::memcpy(binary, c.binary.data(), c.binary.size());
+  });
+}
+
 // --- Graphs -------------------------------------------------------------------------
 
 unicache_status_t unicache_graph_create(unicache_graph_t* graph) {

@@ -83,6 +83,44 @@ static void test_store(void) {
   CHECK_STATUS(unicache_store_set_directory(NULL), UNICACHE_INVALID_ARGUMENT);
 }
 
+static void test_blobs(void) {
+  const unicache_device_identity_t gpu = {"Platform", "GPU 1", "OpenCL 3.0", "driver 9"};
+  const unicache_device_identity_t other = {"Platform", "GPU 2", "OpenCL 3.0", "driver 9"};
+  const char key[] = "opencl-c gemm tile=64";
+  const uint8_t binary[5] = {1, 2, 3, 4, 5};
+  size_t id_size = 0;
+  OK(unicache_blob_id(&gpu, key, sizeof key - 1, NULL, &id_size));
+  CHECK(id_size == 33);
+  size_t blob_size = 0;
+  OK(unicache_blob_serialize(&gpu, key, sizeof key - 1, binary, sizeof binary, NULL, &blob_size));
+  uint8_t* blob = malloc(blob_size);
+  OK(unicache_blob_serialize(&gpu, key, sizeof key - 1, binary, sizeof binary, blob, &blob_size));
+  size_t key_size = 0, binary_size = 0;
+  OK(unicache_blob_deserialize(&gpu, blob, blob_size, NULL, &key_size, NULL, &binary_size));
+  CHECK(key_size == sizeof key - 1 && binary_size == sizeof binary);
+  char got_key[64];
+  uint8_t got_binary[5];
+  size_t small_key = 3;
+  CHECK_STATUS(unicache_blob_deserialize(&gpu, blob, blob_size, got_key, &small_key, got_binary, &binary_size),
+               UNICACHE_BUFFER_TOO_SMALL);
+  CHECK(small_key == sizeof key - 1);
+  key_size = sizeof got_key;
+  OK(unicache_blob_deserialize(&gpu, blob, blob_size, got_key, &key_size, got_binary, &binary_size));
+  CHECK(key_size == sizeof key - 1 && memcmp(got_key, key, key_size) == 0);
+  CHECK(memcmp(got_binary, binary, sizeof binary) == 0);
+  CHECK_STATUS(unicache_blob_deserialize(&other, blob, blob_size, got_key, &key_size, got_binary, &binary_size),
+               UNICACHE_INVALID_ARGUMENT);  /* another device */
+  CHECK(strlen(unicache_last_error()) > 0);
+  blob[blob_size - 1] ^= 1;
+  CHECK_STATUS(unicache_blob_deserialize(&gpu, blob, blob_size, got_key, &key_size, got_binary, &binary_size),
+               UNICACHE_INVALID_ARGUMENT);  /* corrupt */
+  CHECK_STATUS(unicache_blob_deserialize(&gpu, blob, 4, got_key, &key_size, got_binary, &binary_size),
+               UNICACHE_INVALID_ARGUMENT);  /* truncated */
+  free(blob);
+  const unicache_device_identity_t incomplete = {"Platform", NULL, "OpenCL 3.0", "driver 9"};
+  CHECK_STATUS(unicache_blob_id(&incomplete, key, sizeof key - 1, NULL, &id_size), UNICACHE_INVALID_ARGUMENT);
+}
+
 static void test_graph_misuse(void) {
   unicache_graph_t g = NULL;
   OK(unicache_graph_create(&g));
@@ -226,6 +264,7 @@ int main(void) {
   test_cache_settings();
   test_eviction_callbacks();
   test_store();
+  test_blobs();
   test_graph_misuse();
   const int compiled = test_compile_and_execute();
   if (failures) {
