@@ -51,6 +51,35 @@ def load_library():
     lib.unicache_last_error.restype = C.c_char_p
     lib.unicache_status_name.restype = C.c_char_p
     lib.unicache_version.restype = C.c_char_p
+    # Every function's parameters, so that ctypes passes pointers and sizes
+    # at their full width (an undeclared Python int goes as a C int).
+    P, VP, SZ, I32, U64 = C.POINTER, C.c_void_p, C.c_size_t, C.c_int32, C.c_uint64
+    prototypes = {
+        "unicache_graph_create": [P(VP)],
+        "unicache_graph_destroy": [VP],
+        "unicache_graph_add_tensor": [VP, I32, P(C.c_int64), I32, P(LogicalTensor)],
+        "unicache_graph_add_op": [VP, C.c_int, P(U64), SZ, P(U64), SZ, I32, I32, P(U64)],
+        "unicache_graph_finalize": [VP],
+        "unicache_graph_get_partition": [VP, SZ, P(VP)],
+        "unicache_engine_create_cpu": [C.c_int, P(VP)],
+        "unicache_engine_destroy": [VP],
+        "unicache_stream_create": [VP, P(VP)],
+        "unicache_stream_destroy": [VP],
+        "unicache_compile": [VP, SZ, P(I32), P(P(C.c_int64)), VP, P(VP)],
+        "unicache_compiled_partition_destroy": [VP],
+        "unicache_compiled_partition_get_output": [VP, SZ, P(LogicalTensor)],
+        "unicache_compiled_partition_execute": [VP, VP, P(Tensor), SZ, P(Tensor), SZ],
+        "unicache_get_cache_stats": [C.c_int, P(CacheStats)],
+        "unicache_opencl_engine_create_default": [P(VP)],
+        "unicache_opencl_buffer_create": [VP, SZ, VP, P(VP)],
+        "unicache_opencl_buffer_read": [VP, VP, VP, SZ],
+        "unicache_opencl_buffer_release": [VP],
+    }
+    for name, argtypes in prototypes.items():
+        if hasattr(lib, name):  # the OpenCL ones exist only in builds with that backend
+            function = getattr(lib, name)
+            function.argtypes = argtypes
+            function.restype = C.c_int
     return lib
 
 
@@ -85,7 +114,7 @@ def mlp_graph(k, n):
     op(OP_RELU, [s], [y])
     check(lib.unicache_graph_finalize(g), "finalize")
     part = C.c_void_p()
-    check(lib.unicache_graph_get_partition(g, C.c_size_t(0), C.byref(part)), "get_partition")
+    check(lib.unicache_graph_get_partition(g, 0, C.byref(part)), "get_partition")
     return g, part, x, w, b
 
 
@@ -99,9 +128,9 @@ def run(device, engine, stream, part, x, w, b, weights, bias, ms, buffers):
         arrays = [(C.c_int64 * len(s))(*s) for s in shapes]
         ptrs = (C.POINTER(C.c_int64) * 3)(*[C.cast(a, C.POINTER(C.c_int64)) for a in arrays])
         cp = C.c_void_p()
-        check(lib.unicache_compile(part, C.c_size_t(3), ndims, ptrs, engine, C.byref(cp)), f"compile M={m}")
+        check(lib.unicache_compile(part, 3, ndims, ptrs, engine, C.byref(cp)), f"compile M={m}")
         out_desc = LogicalTensor()
-        check(lib.unicache_compiled_partition_get_output(cp, C.c_size_t(0), C.byref(out_desc)), "get_output")
+        check(lib.unicache_compiled_partition_get_output(cp, 0, C.byref(out_desc)), "get_output")
         y = np.zeros((m, weights.shape[1]), dtype=np.float32)
         data = [buffers(a) for a in (xs, weights, bias)] + [buffers(y)]
         descs = [x, w, b]
@@ -111,7 +140,7 @@ def run(device, engine, stream, part, x, w, b, weights, bias, ms, buffers):
         ins[0].desc.dims[0] = m
         outs = (Tensor * 1)()
         outs[0].desc, outs[0].data = out_desc, data[3][0]
-        check(lib.unicache_compiled_partition_execute(cp, stream, ins, C.c_size_t(3), outs, C.c_size_t(1)),
+        check(lib.unicache_compiled_partition_execute(cp, stream, ins, 3, outs, 1),
               f"execute M={m}")
         got = data[3][1]()
         want = np.maximum(xs @ weights + bias, 0)
@@ -163,12 +192,12 @@ def main():
 
         def device_buffer(a):  # a cl_mem holding a copy; read back on demand
             mem = C.c_void_p()
-            check(lib.unicache_opencl_buffer_create(engine, C.c_size_t(a.nbytes), a.ctypes.data, C.byref(mem)),
+            check(lib.unicache_opencl_buffer_create(engine, a.nbytes, a.ctypes.data, C.byref(mem)),
                   "buffer_create")
 
             def read():
                 out = np.empty_like(a)
-                check(lib.unicache_opencl_buffer_read(stream, mem, out.ctypes.data, C.c_size_t(a.nbytes)), "read")
+                check(lib.unicache_opencl_buffer_read(stream, mem, out.ctypes.data, out.nbytes), "read")
                 return out
 
             return mem.value, read, (lambda: check(lib.unicache_opencl_buffer_release(mem), "release"))

@@ -54,30 +54,42 @@ typedef enum {
   UNICACHE_STORE_ERROR = 8,       /* the persistent store refused a setting */
   UNICACHE_UNSUPPORTED = 9,       /* the build lacks the backend asked for */
   UNICACHE_OUT_OF_MEMORY = 10,
-  UNICACHE_RUNTIME_ERROR = 11     /* any other failure; see unicache_last_error() */
+  UNICACHE_RUNTIME_ERROR = 11,    /* any other failure; see unicache_last_error() */
+  UNICACHE_STATUS_FORCE_INT32 = 0x7fffffff
 } unicache_status_t;
 
 /* This thread's message for its last failed call; "" if none. Never NULL.
- * Owned by unicache; valid until this thread's next call. */
+ * Owned by unicache; valid until this thread's next failed call. */
 UNICACHE_API const char* unicache_last_error(void);
 /* The status's name ("UNICACHE_BUFFER_TOO_SMALL"). Static storage. */
 UNICACHE_API const char* unicache_status_name(unicache_status_t status);
 
-/* The library's version ("1.2.0") and git hash. Static storage. */
+/* The library's version ("0.1.0"). Static storage. */
 UNICACHE_API const char* unicache_version(void);
 
 /* --- Caches ---------------------------------------------------------------- */
 
-typedef enum { UNICACHE_ENGINE_CPU = 0, UNICACHE_ENGINE_GPU = 1 } unicache_engine_kind_t;
+/* Every enum has a last value that makes it as wide as an int32_t, so that
+ * any value a caller passes is one the library may read and reject. */
+typedef enum {
+  UNICACHE_ENGINE_CPU = 0,
+  UNICACHE_ENGINE_GPU = 1,
+  UNICACHE_ENGINE_KIND_FORCE_INT32 = 0x7fffffff
+} unicache_engine_kind_t;
 
 typedef enum {
   UNICACHE_POLICY_DEFAULT = 0,
   UNICACHE_POLICY_NO_EVICT = 1,
   UNICACHE_POLICY_LRU = 2,
-  UNICACHE_POLICY_COST = 3
+  UNICACHE_POLICY_COST = 3,
+  UNICACHE_POLICY_FORCE_INT32 = 0x7fffffff
 } unicache_policy_t;
 
-typedef enum { UNICACHE_CONSTANT_TENSOR_CACHE = 0, UNICACHE_KERNEL_CACHE = 1 } unicache_cache_t;
+typedef enum {
+  UNICACHE_CONSTANT_TENSOR_CACHE = 0,
+  UNICACHE_KERNEL_CACHE = 1,
+  UNICACHE_CACHE_FORCE_INT32 = 0x7fffffff
+} unicache_cache_t;
 
 /* Capacity in MB of every device of `kind` in one process-wide cache (and
  * its policy), as ONEDNN_GRAPH_CONSTANT_TENSOR_CACHE_CAPACITY sets it for the
@@ -121,7 +133,12 @@ UNICACHE_API unicache_status_t unicache_remove_eviction_callback(unicache_cache_
 
 /* --- Persistent kernel store (the process-wide store's runtime settings) --- */
 
+/* The store never fails its user: an unusable directory turns it off with
+ * one warning on stderr (see docs/configuration.md), and a later
+ * unicache_store_get_stats returns UNICACHE_STORE_ERROR saying why. */
 UNICACHE_API unicache_status_t unicache_store_set_enabled(int enabled);
+/* Whether a put that leaves the store over its size evicts (default on). */
+UNICACHE_API unicache_status_t unicache_store_set_size_eviction(int enabled);
 UNICACHE_API unicache_status_t unicache_store_set_directory(const char* directory);
 UNICACHE_API unicache_status_t unicache_store_set_capacity_mb(uint64_t capacity_mb);
 /* The directory in use (size-query pattern). */
@@ -170,7 +187,8 @@ typedef enum {
   UNICACHE_OP_GELU_TANH = 5,
   UNICACHE_OP_SIGMOID = 6,
   UNICACHE_OP_TANH = 7,
-  UNICACHE_OP_SOFTMAX = 8
+  UNICACHE_OP_SOFTMAX = 8,
+  UNICACHE_OP_KIND_FORCE_INT32 = 0x7fffffff
 } unicache_op_kind_t;
 
 enum { UNICACHE_UNKNOWN_DIM = -1, UNICACHE_MAX_NDIMS = 8 };
@@ -248,6 +266,11 @@ UNICACHE_API unicache_status_t unicache_compiled_partition_execute(unicache_comp
                                                                    const unicache_tensor_t* outputs,
                                                                    size_t num_outputs);
 
+/* The id of the cache blob `partition` compiled for these shapes on
+ * `engine` would have, without compiling: look it up in your storage first. */
+UNICACHE_API unicache_status_t unicache_get_cache_blob_id(unicache_partition_t partition, size_t num_inputs,
+                                                          const int32_t* ndims, const int64_t* const* shapes,
+                                                          unicache_engine_t engine, char* id, size_t* size);
 /* Compiled-partition cache blobs (size-query pattern). The id is a
  * NUL-terminated string of 32 hex digits. */
 UNICACHE_API unicache_status_t unicache_compiled_partition_get_cache_blob_id(unicache_compiled_partition_t compiled,

@@ -37,7 +37,8 @@ UNICACHE_API unicache_status_t unicache_cuda_engine_create(int ordinal, unicache
 UNICACHE_API unicache_status_t unicache_cuda_engine_create_in_context(CUcontext context, unicache_engine_t* engine);
 /* Frees every kernel and weight cached for the engine's context. */
 UNICACHE_API unicache_status_t unicache_cuda_release_cached(unicache_engine_t engine);
-/* A stream over the caller's CUstream (of the engine's context). */
+/* A stream over the caller's CUstream (of the engine's context; NULL is
+ * CUDA's legacy default stream). */
 UNICACHE_API unicache_status_t unicache_cuda_stream_create(unicache_engine_t engine, CUstream cu_stream,
                                                            unicache_stream_t* stream);
 

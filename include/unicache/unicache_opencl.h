@@ -9,6 +9,9 @@
 #ifndef UNICACHE_UNICACHE_OPENCL_H
 #define UNICACHE_UNICACHE_OPENCL_H
 
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
 #include <CL/cl.h>
 
 #include "unicache/unicache.h"

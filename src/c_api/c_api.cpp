@@ -42,8 +42,12 @@ std::string& last_error() {
   thread_local std::string message;
   return message;
 }
-unicache_status_t fail(unicache_status_t status, std::string message) {
-  last_error() = std::move(message);
+unicache_status_t fail(unicache_status_t status, const char* message) noexcept {
+  try {
+    last_error() = message;
+  } catch (...) {
+    last_error().clear();  // no allocation: the message is lost, the status is not
+  }
   return status;
 }
 void raise(unicache_status_t status, std::string message) { throw c_error{status, std::move(message)}; }
@@ -65,6 +69,32 @@ void copy_out(const void* from, std::size_t bytes, void* data, std::size_t* size
 }
 void copy_out(const std::string& s, char* data, std::size_t* size) { copy_out(s.c_str(), s.size() + 1, data, size); }
 
+::unicache_engine* engine_handle(unicache::engine e) {
+  auto h = std::make_unique<::unicache_engine>();
+  h->e = std::move(e);
+  return created(std::move(h));
+}
+
+namespace {
+void check_backend(const unicache::engine& e, const char* backend, const char* what) {
+  if (!e.owner() || std::string(e.owner()->name()) != backend) {
+    raise(UNICACHE_INVALID_ARGUMENT, std::string("not ") + what + " of the " + backend + " backend");
+  }
+}
+}  // namespace
+
+const unicache::engine& backend_engine(::unicache_engine* handle, const char* backend) {
+  const unicache::engine& e = live(handle, kEngineMagic, "engine")->e;
+  check_backend(e, backend, "an engine");
+  return e;
+}
+
+const unicache::stream& backend_stream(::unicache_stream* handle, const char* backend) {
+  const unicache::stream& s = live(handle, kStreamMagic, "stream")->s;
+  check_backend(s.get_engine(), backend, "a stream");
+  return s;
+}
+
 }  // namespace unicache::c_api
 
 namespace {
@@ -73,6 +103,7 @@ engine_kind to_kind(unicache_engine_kind_t k) {
   switch (k) {
     case UNICACHE_ENGINE_CPU: return engine_kind::cpu;
     case UNICACHE_ENGINE_GPU: return engine_kind::gpu;
+    default: break;
   }
   raise(UNICACHE_INVALID_ARGUMENT, "unknown engine kind " + std::to_string(static_cast<int>(k)));
 }
@@ -84,6 +115,7 @@ eviction_policy to_policy(unicache_policy_t p) {
     case UNICACHE_POLICY_NO_EVICT: return eviction_policy::no_evict;
     case UNICACHE_POLICY_LRU: return eviction_policy::lru;
     case UNICACHE_POLICY_COST: return eviction_policy::cost;
+    default: break;
   }
   raise(UNICACHE_INVALID_ARGUMENT, "unknown policy " + std::to_string(static_cast<int>(p)));
 }
@@ -101,6 +133,7 @@ unified_cache& cache_of(unicache_cache_t c) {
   switch (c) {
     case UNICACHE_CONSTANT_TENSOR_CACHE: return constant_tensor_cache();
     case UNICACHE_KERNEL_CACHE: return kernel_cache();
+    default: break;
   }
   raise(UNICACHE_INVALID_ARGUMENT, "unknown cache " + std::to_string(static_cast<int>(c)));
 }
@@ -150,6 +183,7 @@ const char* unicache_status_name(unicache_status_t status) {
     case UNICACHE_UNSUPPORTED: return "UNICACHE_UNSUPPORTED";
     case UNICACHE_OUT_OF_MEMORY: return "UNICACHE_OUT_OF_MEMORY";
     case UNICACHE_RUNTIME_ERROR: return "UNICACHE_RUNTIME_ERROR";
+    default: break;
   }
   return "UNICACHE_UNKNOWN_STATUS";
 }
@@ -231,6 +265,10 @@ unicache_status_t unicache_store_set_enabled(int enabled) {
   return guarded([&] { kernel_store::instance().set_enabled(enabled != 0); });
 }
 
+unicache_status_t unicache_store_set_size_eviction(int enabled) {
+  return guarded([&] { kernel_store::instance().set_size_eviction(enabled != 0); });
+}
+
 unicache_status_t unicache_store_set_directory(const char* directory) {
   return guarded([&] { kernel_store::instance().set_directory(need(directory, "directory")); });
 }
@@ -291,8 +329,10 @@ unicache_status_t unicache_blob_deserialize(const unicache_device_identity_t* de
     } catch (const store_error& e) {
       raise(UNICACHE_INVALID_ARGUMENT, e.what());
     }
-    const bool fits = key && binary && *key_size >= c.key.size() && *binary_size >= c.binary.size();
-    const bool asked = !key || !binary;
+    // A NULL buffer for an empty part is no question: only a NULL buffer
+    // for a part with bytes asks the sizes.
+    const bool asked = (!key && !c.key.empty()) || (!binary && !c.binary.empty());
+    const bool fits = *key_size >= c.key.size() && *binary_size >= c.binary.size();
     *key_size = c.key.size();
     *binary_size = c.binary.size();
     if (asked) return;
@@ -338,9 +378,10 @@ unicache_status_t unicache_graph_add_op(unicache_graph_t graph, unicache_op_kind
 unicache_status_t unicache_graph_finalize(unicache_graph_t graph) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");
-    g->g.finalize();
-    g->partitions.clear();
-    for (const partition& p : g->g.partitions()) g->partitions.push_back({&p});
+    g->g.finalize();  // idempotent: partitions handed out before stay valid
+    if (g->partitions.empty()) {
+      for (const partition& p : g->g.partitions()) g->partitions.push_back({&p});
+    }
   });
 }
 
@@ -395,9 +436,7 @@ unicache_status_t unicache_engine_create_cpu(int index, unicache_engine_t* engin
   return guarded([&] {
     need(engine, "engine");
 #ifdef UNICACHE_C_WITH_ONEDNN
-    auto h = std::make_unique<unicache_engine>();
-    h->e = onednn_cpu::make_engine(index);
-    *engine = created(std::move(h));
+    *engine = engine_handle(onednn_cpu::make_engine(index));
 #else
     (void)index;
     raise(UNICACHE_UNSUPPORTED, "this build has no CPU backend (oneDNN)");
@@ -482,6 +521,16 @@ unicache_status_t unicache_compiled_partition_execute(unicache_compiled_partitio
     const compiled_partition& cp = live(compiled, kCompiledMagic, "compiled partition")->cp;
     unicache_stream* s = live(stream, kStreamMagic, "stream");
     cp.execute(s->s, tensors_of(inputs, num_inputs, "inputs"), tensors_of(outputs, num_outputs, "outputs"));
+  });
+}
+
+unicache_status_t unicache_get_cache_blob_id(unicache_partition_t partition, size_t num_inputs, const int32_t* ndims,
+                                             const int64_t* const* shapes, unicache_engine_t engine, char* id,
+                                             size_t* size) {
+  return guarded([&] {
+    copy_out(get_cache_blob_id(part(partition), shapes_of(num_inputs, ndims, shapes),
+                               live(engine, kEngineMagic, "engine")->e),
+             id, size);
   });
 }
 

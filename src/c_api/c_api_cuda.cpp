@@ -8,33 +8,21 @@ using namespace unicache;
 using namespace unicache::c_api;
 
 namespace {
-unicache_engine_t engine_handle(unicache::engine e) {
-  auto h = std::make_unique<unicache_engine>();
-  h->e = std::move(e);
-  return created(std::move(h));
-}
 void need_driver() {
   if (!cuda::available()) raise(UNICACHE_UNSUPPORTED, "CUDA: " + cuda::unavailable_reason());
 }
-const unicache::engine& cuda_engine(unicache_engine_t handle) {
-  const unicache::engine& e = live(handle, kEngineMagic, "engine")->e;
-  if (!e.owner() || std::string(e.owner()->name()) != "cuda") raise(UNICACHE_INVALID_ARGUMENT, "not a CUDA engine");
-  return e;
-}
-const unicache::stream& cuda_stream(unicache_stream_t handle) {
-  const unicache::stream& s = live(handle, kStreamMagic, "stream")->s;
-  const unicache::engine& e = s.get_engine();
-  if (!e.owner() || std::string(e.owner()->name()) != "cuda") raise(UNICACHE_INVALID_ARGUMENT, "not a CUDA stream");
-  return s;
-}
+const unicache::engine& cuda_engine(unicache_engine_t handle) { return backend_engine(handle, "cuda"); }
+const unicache::stream& cuda_stream(unicache_stream_t handle) { return backend_stream(handle, "cuda"); }
 }  // namespace
 
 extern "C" {
 
 unicache_status_t unicache_cuda_available(int* available, char* reason, size_t* size) {
   return guarded([&] {
-    *need(available, "available") = cuda::available() ? 1 : 0;
-    if (size) copy_out(cuda::available() ? std::string() : cuda::unavailable_reason(), reason, size);
+    need(available, "available");
+    const bool ok = cuda::available();
+    if (size) copy_out(ok ? std::string() : cuda::unavailable_reason(), reason, size);
+    *available = ok ? 1 : 0;
   });
 }
 
@@ -70,7 +58,7 @@ unicache_status_t unicache_cuda_stream_create(unicache_engine_t engine, CUstream
   return guarded([&] {
     need(stream, "stream");
     auto h = std::make_unique<unicache_stream>();
-    h->s = cuda::make_stream(cuda_engine(engine), need(cu_stream, "cu_stream"));
+    h->s = cuda::make_stream(cuda_engine(engine), cu_stream);  // NULL: CUDA's legacy default stream
     *stream = created(std::move(h));
   });
 }

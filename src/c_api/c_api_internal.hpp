@@ -32,7 +32,12 @@ struct c_error {
   std::string message;
 };
 [[noreturn]] void raise(unicache_status_t status, std::string message);
-unicache_status_t fail(unicache_status_t status, std::string message);
+// Records `message` as this thread's last error (a fixed one if even that
+// cannot be allocated) and returns `status`. Never throws.
+unicache_status_t fail(unicache_status_t status, const char* message) noexcept;
+inline unicache_status_t fail(unicache_status_t status, const std::string& message) noexcept {
+  return fail(status, message.c_str());
+}
 
 // Runs `body`, turning every exception into a status and a message.
 template <typename Body>
@@ -50,6 +55,8 @@ unicache_status_t guarded(Body&& body) noexcept {
     return fail(UNICACHE_EXECUTE_FAILED, e.what());
   } catch (const cache_error& e) {
     return fail(UNICACHE_CACHE_ERROR, e.what());
+  } catch (const store_error& e) {
+    return fail(UNICACHE_STORE_ERROR, e.what());
   } catch (const std::bad_alloc&) {
     return fail(UNICACHE_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
@@ -82,8 +89,12 @@ template <typename H>
 unicache_status_t destroy(H* h, std::uint32_t magic, const char* what) {
   if (!h) return UNICACHE_SUCCESS;
   return guarded([&] {
-    if (!unregister_handle(h)) raise(UNICACHE_INVALID_HANDLE, std::string("not a live ") + what + " (destroyed twice?)");
-    if (h->magic != magic) raise(UNICACHE_INVALID_HANDLE, std::string("not a ") + what);
+    // Checked before it is unregistered: a handle of another type passed
+    // here stays registered and usable.
+    if (!is_live(h) || h->magic != magic) {
+      raise(UNICACHE_INVALID_HANDLE, std::string("not a live ") + what + " (destroyed twice, or another type?)");
+    }
+    if (!unregister_handle(h)) raise(UNICACHE_INVALID_HANDLE, std::string("not a live ") + what);
     h->magic = 0;
     delete h;
   });
@@ -93,6 +104,12 @@ H* created(std::unique_ptr<H> h) {
   register_handle(h.get());
   return h.release();
 }
+
+// A new engine handle, and the engine or stream behind a handle, checked to
+// be of the backend named `backend` ("opencl", "cuda").
+::unicache_engine* engine_handle(unicache::engine e);
+const unicache::engine& backend_engine(::unicache_engine* handle, const char* backend);
+const unicache::stream& backend_stream(::unicache_stream* handle, const char* backend);
 
 }  // namespace unicache::c_api
 

@@ -8,22 +8,8 @@ using namespace unicache;
 using namespace unicache::c_api;
 
 namespace {
-unicache_engine_t engine_handle(unicache::engine e) {
-  auto h = std::make_unique<unicache_engine>();
-  h->e = std::move(e);
-  return created(std::move(h));
-}
-const unicache::engine& opencl_engine(unicache_engine_t handle) {
-  const unicache::engine& e = live(handle, kEngineMagic, "engine")->e;
-  if (!e.owner() || std::string(e.owner()->name()) != "opencl") raise(UNICACHE_INVALID_ARGUMENT, "not an OpenCL engine");
-  return e;
-}
-const unicache::stream& opencl_stream(unicache_stream_t handle) {
-  const unicache::stream& s = live(handle, kStreamMagic, "stream")->s;
-  const unicache::engine& e = s.get_engine();
-  if (!e.owner() || std::string(e.owner()->name()) != "opencl") raise(UNICACHE_INVALID_ARGUMENT, "not an OpenCL stream");
-  return s;
-}
+const unicache::engine& opencl_engine(unicache_engine_t handle) { return backend_engine(handle, "opencl"); }
+const unicache::stream& opencl_stream(unicache_stream_t handle) { return backend_stream(handle, "opencl"); }
 }  // namespace
 
 extern "C" {

@@ -59,6 +59,28 @@ static inline unicache_graph_t mlp(unicache_logical_tensor_t* x, unicache_logica
 }
 
 
+/* Checks y = relu(x @ w + b) for M = m against a reference computed here. */
+static inline void c_test_check_mlp(const float* xv, const float* wv, const float* bv, const float* yv, int64_t m) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int c = 0; c < N; ++c) {
+      float acc = bv[c];
+      for (int k = 0; k < K; ++k) acc += xv[r * K + k] * wv[k * N + c];
+      const float want = acc > 0 ? acc : 0;
+      CHECK(fabsf(yv[r * N + c] - want) <= 1e-4f * (1 + fabsf(want)));
+    }
+  }
+}
+
+/* The exit code of a test: 1 if a check failed, else 0. */
+static inline int c_test_finish(void) {
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("all checks passed\n");
+  return 0;
+}
+
 /* Buffers of an engine: make one holding `bytes` copied from `host`, read
  * one back, free one. The CPU's are host pointers. */
 typedef struct {
@@ -99,14 +121,7 @@ static inline void c_test_run_mlp(unicache_engine_t eng, unicache_stream_t strm,
     OK(unicache_compiled_partition_execute(cp, strm, in, 3, outs, 1));
     OK(unicache_stream_wait(strm));
     buffers->read(buffers->ctx, ybuf, yv, sizeof(float) * (size_t)(m * N));
-    for (int64_t r = 0; r < m; ++r) {
-      for (int c = 0; c < N; ++c) {
-        float acc = bv[c];
-        for (int k = 0; k < K; ++k) acc += xv[r * K + k] * wv[k * N + c];
-        const float want = acc > 0 ? acc : 0;
-        CHECK(fabsf(yv[r * N + c] - want) <= 1e-4f * (1 + fabsf(want)));
-      }
-    }
+    c_test_check_mlp(xv, wv, bv, yv, m);
     buffers->release(buffers->ctx, xbuf);
     buffers->release(buffers->ctx, ybuf);
     free(xv);

@@ -71,10 +71,5 @@ int main(void) {
 
   OK(unicache_stream_destroy(strm));
   OK(unicache_engine_destroy(eng));
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("all checks passed\n");
-  return 0;
+  return c_test_finish();
 }
