@@ -139,6 +139,11 @@ UNICACHE_API unicache_status_t unicache_remove_eviction_callback(unicache_cache_
 UNICACHE_API unicache_status_t unicache_store_set_enabled(int enabled);
 /* Whether a put that leaves the store over its size evicts (default on). */
 UNICACHE_API unicache_status_t unicache_store_set_size_eviction(int enabled);
+/* The remote tier, as UNICACHE_REMOTE_CACHE sets it: a redis:// URL ("" or
+ * NULL: off) and optionally a secret file signing entries (NULL: none). A
+ * malformed URL or unusable secret file is UNICACHE_INVALID_ARGUMENT and
+ * changes nothing; the message never quotes a password or the secret. */
+UNICACHE_API unicache_status_t unicache_store_set_remote(const char* url, const char* secret_file);
 UNICACHE_API unicache_status_t unicache_store_set_directory(const char* directory);
 UNICACHE_API unicache_status_t unicache_store_set_capacity_mb(uint64_t capacity_mb);
 /* The directory in use (size-query pattern). */

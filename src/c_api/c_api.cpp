@@ -4,6 +4,8 @@
 // c_api_cuda.cpp.
 #include "unicache/unicache.h"
 
+#include <stdexcept>
+
 #include "absl/container/flat_hash_set.h"
 #include "c_api/c_api_internal.hpp"
 #include "unicache/version.hpp"
@@ -267,6 +269,16 @@ unicache_status_t unicache_store_set_enabled(int enabled) {
 
 unicache_status_t unicache_store_set_size_eviction(int enabled) {
   return guarded([&] { kernel_store::instance().set_size_eviction(enabled != 0); });
+}
+
+unicache_status_t unicache_store_set_remote(const char* url, const char* secret_file) {
+  return guarded([&] {
+    try {
+      kernel_store::instance().set_remote(url ? url : "", secret_file ? secret_file : "");
+    } catch (const std::invalid_argument& e) {
+      raise(UNICACHE_INVALID_ARGUMENT, e.what());
+    }
+  });
 }
 
 unicache_status_t unicache_store_set_directory(const char* directory) {

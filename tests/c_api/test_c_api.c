@@ -81,6 +81,10 @@ static void test_store(void) {
   unicache_store_stats_t stats;
   OK(unicache_store_get_stats(&stats));
   CHECK_STATUS(unicache_store_set_directory(NULL), UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_store_set_remote("http://user:hunter2@example", NULL), UNICACHE_INVALID_ARGUMENT);
+  CHECK(strstr(unicache_last_error(), "hunter2") == NULL);  /* never quotes a password */
+  OK(unicache_store_set_remote(NULL, NULL));                 /* off */
+  OK(unicache_store_set_size_eviction(1));
 }
 
 static void test_blobs(void) {
