@@ -136,13 +136,6 @@ class cost_policy final : public cache_policy {
     return true;
   }
 
-  // Only the main region holds victims; make_room empties the window first.
-  entry* victim() override {
-    if (!window_.empty()) return window_.front();
-    double priority = 0;
-    return main_.victim(priority_of, &priority);
-  }
-
  private:
   double inflation() const { return std::bit_cast<double>(clock_.load(std::memory_order_relaxed)); }
 

@@ -25,9 +25,15 @@ class lru_policy : public cache_policy {
   void on_adopt(entry* e) override { queue_.push(e, priority_of(e)); }
   void on_update(entry*, std::uint64_t) override {}  // recency alone orders entries
   void on_remove(entry* e) override { queue_.erase(e); }
-  entry* victim() override {
-    double priority = 0;
-    return queue_.victim([this](const entry* e) { return priority_of(e); }, &priority);
+  // Least recently used first; admits everything.
+  bool make_room(std::uint64_t target, const entry* /*incoming*/, policy_host& host) override {
+    while (host.used_bytes() > target) {
+      double priority = 0;
+      entry* e = queue_.victim([this](const entry* x) { return priority_of(x); }, &priority);
+      if (!e) break;
+      host.evict(e, /*refused=*/false);
+    }
+    return true;
   }
 
  private:

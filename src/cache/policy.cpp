@@ -7,15 +7,6 @@ namespace unicache::detail {
 #include "cache/policies.def"
 #undef UNICACHE_POLICY
 
-bool cache_policy::make_room(std::uint64_t target, const entry* /*incoming*/, policy_host& host) {
-  while (host.used_bytes() > target) {
-    entry* e = victim();
-    if (!e) break;
-    host.evict(e, /*refused=*/false);
-  }
-  return true;
-}
-
 std::unique_ptr<cache_policy> make_policy(eviction_policy kind, std::atomic<std::uint64_t>& clock) {
   kind = effective_policy(kind);
 #define UNICACHE_POLICY(value, factory) \

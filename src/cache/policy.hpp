@@ -1,7 +1,9 @@
 // An eviction policy of one device's cache: which entries to give up, and in
 // what order, when the device needs room.
 //
-// A policy is a type behind the small interface below, one file each
+// A policy is a type behind the small interface below (told of insertions,
+// updates and removals; asked to make room, which picks victims and may
+// turn the new entry away), one file each
 // (lru_policy.cpp, no_evict_policy.cpp, cost_policy.cpp), registered by one
 // line in policies.def. Every member function is called with the owning
 // device's mutex held; a policy needs no lock of its own.
@@ -67,11 +69,8 @@ class cache_policy {
   // left to evict. `incoming` (nullptr for a shrink) is the entry about to
   // be inserted, not yet in the device: its size, hash and cost are set.
   // Returns false if the policy turns it away instead (the device then
-  // does not cache it). The default evicts victim() after victim() and
-  // admits everything.
-  virtual bool make_room(std::uint64_t target, const entry* incoming, policy_host& host);
-  // The entry to give up next, left in place; nullptr when there is none.
-  virtual entry* victim() = 0;
+  // does not cache it). Choosing the victims is the policy's own business.
+  virtual bool make_room(std::uint64_t target, const entry* incoming, policy_host& host) = 0;
 
  protected:
   std::atomic<std::uint64_t>& clock_;
