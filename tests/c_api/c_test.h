@@ -59,6 +59,27 @@ static inline unicache_graph_t mlp(unicache_logical_tensor_t* x, unicache_logica
 }
 
 
+/* The MLP's input shapes for batch size m, as unicache_compile takes them. */
+typedef struct {
+  int32_t ndims[3];
+  int64_t xs[2], ws[2], bs[1];
+  const int64_t* shapes[3];
+} c_test_shapes;
+static inline void c_test_shapes_for(c_test_shapes* s, int64_t m) {
+  s->ndims[0] = 2, s->ndims[1] = 2, s->ndims[2] = 1;
+  s->xs[0] = m, s->xs[1] = K, s->ws[0] = K, s->ws[1] = N, s->bs[0] = N;
+  s->shapes[0] = s->xs, s->shapes[1] = s->ws, s->shapes[2] = s->bs;
+}
+
+/* The MLP's constant weights and bias, and an input of batch size m. */
+static inline void c_test_weights(float* wv, float* bv) {
+  for (int i = 0; i < K * N; ++i) wv[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < N; ++i) bv[i] = 0.25f * (float)i - 0.3f;
+}
+static inline void c_test_input(float* xv, int64_t m) {
+  for (int64_t i = 0; i < m * K; ++i) xv[i] = (float)((i * 3) % 5) - 2.0f;
+}
+
 /* Checks y = relu(x @ w + b) for M = m against a reference computed here. */
 static inline void c_test_check_mlp(const float* xv, const float* wv, const float* bv, const float* yv, int64_t m) {
   for (int64_t r = 0; r < m; ++r) {
@@ -98,21 +119,19 @@ static inline void c_test_run_mlp(unicache_engine_t eng, unicache_stream_t strm,
   unicache_partition_t p = NULL;
   OK(unicache_graph_get_partition(g, 0, &p));
   float wv[K * N], bv[N];
-  for (int i = 0; i < K * N; ++i) wv[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
-  for (int i = 0; i < N; ++i) bv[i] = 0.25f * (float)i - 0.3f;
+  c_test_weights(wv, bv);
   void* wbuf = buffers->make(buffers->ctx, wv, sizeof wv);
   void* bbuf = buffers->make(buffers->ctx, bv, sizeof bv);
   for (int64_t m = 1; m <= 9; m += 4) {
-    const int32_t ndims[3] = {2, 2, 1};
-    const int64_t xs[2] = {m, K}, ws[2] = {K, N}, bs[1] = {N};
-    const int64_t* shapes[3] = {xs, ws, bs};
+    c_test_shapes sh;
+    c_test_shapes_for(&sh, m);
     unicache_compiled_partition_t cp = NULL;
-    OK(unicache_compile(p, 3, ndims, shapes, eng, &cp));
+    OK(unicache_compile(p, 3, sh.ndims, sh.shapes, eng, &cp));
     unicache_logical_tensor_t out;
     OK(unicache_compiled_partition_get_output(cp, 0, &out));
     float* xv = malloc(sizeof(float) * (size_t)(m * K));
     float* yv = calloc((size_t)(m * N), sizeof(float));
-    for (int64_t i = 0; i < m * K; ++i) xv[i] = (float)((i * 3) % 5) - 2.0f;
+    c_test_input(xv, m);
     void* xbuf = buffers->make(buffers->ctx, xv, sizeof(float) * (size_t)(m * K));
     void* ybuf = buffers->make(buffers->ctx, yv, sizeof(float) * (size_t)(m * N));
     unicache_tensor_t in[3] = {{x, xbuf, 0}, {w, wbuf, 1}, {b, bbuf, 1}};

@@ -176,13 +176,13 @@ static int test_compile_and_execute(void) {
   CHECK(inputs == 3);
 
   float wv[K * N], bv[N];
-  for (int i = 0; i < K * N; ++i) wv[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
-  for (int i = 0; i < N; ++i) bv[i] = 0.25f * (float)i - 0.3f;
+  c_test_weights(wv, bv);
   char first_id[64] = "";
   for (int64_t m = 1; m <= 9; m += 4) {
-    const int32_t ndims[3] = {2, 2, 1};
-    const int64_t xs[2] = {m, K}, ws[2] = {K, N}, bs[1] = {N};
-    const int64_t* shapes[3] = {xs, ws, bs};
+    c_test_shapes sh;
+    c_test_shapes_for(&sh, m);
+    const int32_t* ndims = sh.ndims;
+    const int64_t* const* shapes = sh.shapes;
     unicache_compiled_partition_t cp = NULL;
     OK(unicache_compile(p, 3, ndims, shapes, eng, &cp));
     unicache_logical_tensor_t out;
@@ -191,7 +191,7 @@ static int test_compile_and_execute(void) {
 
     float* xv = malloc(sizeof(float) * (size_t)(m * K));
     float* yv = malloc(sizeof(float) * (size_t)(m * N));
-    for (int64_t i = 0; i < m * K; ++i) xv[i] = (float)((i * 3) % 5) - 2.0f;
+    c_test_input(xv, m);
     unicache_tensor_t in[3] = {{x, xv, 0}, {w, wv, 1}, {b, bv, 1}};
     in[0].desc.dims[0] = m;
     unicache_tensor_t outs[1] = {{out, yv, 0}};
@@ -235,14 +235,14 @@ static int test_compile_and_execute(void) {
     CHECK_STATUS(unicache_compiled_partition_destroy(cp), UNICACHE_INVALID_HANDLE);
   }
   /* Shapes that do not fit the partition. */
-  const int32_t ndims[3] = {2, 2, 1};
-  const int64_t xs[2] = {4, K + 1}, ws[2] = {K, N}, bs[1] = {N};
-  const int64_t* shapes[3] = {xs, ws, bs};
+  c_test_shapes wrong;
+  c_test_shapes_for(&wrong, 4);
+  wrong.xs[1] = K + 1;
   unicache_compiled_partition_t bad = NULL;
-  CHECK_STATUS(unicache_compile(p, 3, ndims, shapes, eng, &bad), UNICACHE_COMPILE_FAILED);
-  CHECK_STATUS(unicache_compile(p, 2, ndims, shapes, eng, &bad), UNICACHE_COMPILE_FAILED);
-  CHECK_STATUS(unicache_compile(p, 3, ndims, shapes, NULL, &bad), UNICACHE_INVALID_HANDLE);
-  CHECK_STATUS(unicache_compile(NULL, 3, ndims, shapes, eng, &bad), UNICACHE_INVALID_HANDLE);
+  CHECK_STATUS(unicache_compile(p, 3, wrong.ndims, wrong.shapes, eng, &bad), UNICACHE_COMPILE_FAILED);
+  CHECK_STATUS(unicache_compile(p, 2, wrong.ndims, wrong.shapes, eng, &bad), UNICACHE_COMPILE_FAILED);
+  CHECK_STATUS(unicache_compile(p, 3, wrong.ndims, wrong.shapes, NULL, &bad), UNICACHE_INVALID_HANDLE);
+  CHECK_STATUS(unicache_compile(NULL, 3, wrong.ndims, wrong.shapes, eng, &bad), UNICACHE_INVALID_HANDLE);
 
   unicache_cache_stats_t stats;
   OK(unicache_get_cache_stats(UNICACHE_KERNEL_CACHE, &stats));
@@ -250,14 +250,13 @@ static int test_compile_and_execute(void) {
 
   /* The blob id before compiling equals the compiled partition's. */
   {
-    const int32_t nd[3] = {2, 2, 1};
-    const int64_t x5[2] = {5, K}, w5[2] = {K, N}, b5[1] = {N};
-    const int64_t* s5[3] = {x5, w5, b5};
+    c_test_shapes s5;
+    c_test_shapes_for(&s5, 5);
     char before[33], after[33];
     size_t before_size = sizeof before, after_size = sizeof after;
-    OK(unicache_get_cache_blob_id(p, 3, nd, s5, eng, before, &before_size));
+    OK(unicache_get_cache_blob_id(p, 3, s5.ndims, s5.shapes, eng, before, &before_size));
     unicache_compiled_partition_t cp5 = NULL;
-    OK(unicache_compile(p, 3, nd, s5, eng, &cp5));
+    OK(unicache_compile(p, 3, s5.ndims, s5.shapes, eng, &cp5));
     OK(unicache_compiled_partition_get_cache_blob_id(cp5, after, &after_size));
     CHECK(strcmp(before, after) == 0);
     OK(unicache_compiled_partition_destroy(cp5));
