@@ -14,15 +14,35 @@
 // Each figure is the best of five rounds of five calls after three warm-up
 // calls, on every core the process may use (OMP_NUM_THREADS to change).
 //
-//   bench_cpu_matmul_kernels [--hidden H] [--ffn F]
+// --requests FILE times whole requests instead, at the M of a trace (the rows
+// per request that bench_dynamic_shapes --shapes-out writes): the layer's six
+// matmuls in order (Q, K and V from the input, the output projection from V,
+// the FFN with GELU and back), each output the next one's input, at the 5%,
+// 10%, ..., 95% quantiles of the trace's M, with
+//   runtime dims   every matmul on the runtime-dims primitive
+//   per shape      every matmul on a primitive for its M, built and its
+//                  weight packed before timing starts: no compile at all,
+//                  what no tier can beat with these primitives
+//   inner product  the same with oneDNN's inner product (bias its own input)
+//   chunked        tiered mode's specialized kernel, every class ready
+// Each request figure is the best of five rounds of three requests; the
+// kernels are interleaved request by request. It prints each as a ratio to
+// runtime dims per M, at the median (the 45-55% quantiles together) and over
+// all quantiles together.
+//
+//   bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--requests FILE]
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -31,18 +51,19 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 struct kernel {
-  dnnl::matmul prim;
-  dnnl::memory weight;  // in the primitive's layout
+  dnnl::primitive prim;
+  dnnl::memory weight;        // in the primitive's layout
+  bool inner_product = false;  // bias as the primitive's own input, not a post-op
 };
 
-// A fused matmul + bias + GELU for `m` rows (DNNL_RUNTIME_DIM_VAL: any).
+// A fused matmul + bias (+ GELU) for `m` rows (DNNL_RUNTIME_DIM_VAL: any).
 kernel make(const dnnl::engine& eng, dnnl::stream& strm, std::int64_t m, std::int64_t k, std::int64_t n,
-            bool packed, std::vector<float>& w) {
+            bool packed, std::vector<float>& w, bool gelu = true) {
   const dnnl::memory::desc a({m, k}, dt::f32, tag::ab), c({m, n}, dt::f32, tag::ab);
   const dnnl::memory::desc b({k, n}, dt::f32, packed ? tag::any : tag::ab), bias({1, n}, dt::f32, tag::ab);
   dnnl::post_ops ops;
   ops.append_binary(dnnl::algorithm::binary_add, bias);
-  ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  if (gelu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, eng);
@@ -54,9 +75,33 @@ kernel make(const dnnl::engine& eng, dnnl::stream& strm, std::int64_t m, std::in
   return {dnnl::matmul(pd), weight};
 }
 
+// The same matmul as an inner product for `m` rows: weights N x K (the K x N
+// weight read transposed), packed once; the bias is its own input.
+kernel make_inner_product(const dnnl::engine& eng, dnnl::stream& strm, std::int64_t m, std::int64_t k, std::int64_t n,
+                          bool gelu, std::vector<float>& w) {
+  const dnnl::memory::desc src({m, k}, dt::f32, tag::ab), dst({m, n}, dt::f32, tag::ab);
+  const dnnl::memory::desc weights({n, k}, dt::f32, tag::any), bias({n}, dt::f32, tag::a);
+  dnnl::post_ops ops;
+  if (gelu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  const dnnl::inner_product_forward::primitive_desc pd(
+      dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, src, weights, bias, dst), attr, eng);
+  dnnl::memory user({{n, k}, dt::f32, tag::ba}, eng, w.data());
+  dnnl::memory weight(pd.weights_desc(), eng);
+  dnnl::reorder(user, weight).execute(strm, user, weight);
+  strm.wait();
+  return {dnnl::inner_product_forward(pd), weight, true};
+}
+
 void run(const dnnl::engine& eng, dnnl::stream& strm, const kernel& kern, std::int64_t rows, std::int64_t k,
          std::int64_t n, float* a, float* c, float* bias) {
   dnnl::memory am({{rows, k}, dt::f32, tag::ab}, eng, a), cm({{rows, n}, dt::f32, tag::ab}, eng, c);
+  if (kern.inner_product) {
+    dnnl::memory bm({{n}, dt::f32, tag::a}, eng, bias);
+    kern.prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, kern.weight}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, cm}});
+    return;
+  }
   dnnl::memory bm({{1, n}, dt::f32, tag::ab}, eng, bias);
   kern.prim.execute(strm, {{DNNL_ARG_SRC, am},
                            {DNNL_ARG_WEIGHTS, kern.weight},
@@ -64,27 +109,161 @@ void run(const dnnl::engine& eng, dnnl::stream& strm, const kernel& kern, std::i
                            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, bm}});
 }
 
+// The rows of one class step of tiered mode for M rows (1/16 of M's power of
+// two, at least 16); a class's primitive has M rounded down to a multiple.
+std::int64_t class_step(std::int64_t m) {
+  const int bits = std::bit_width(static_cast<std::uint64_t>(m));
+  return std::max<std::int64_t>(16, std::int64_t{1} << std::max(0, bits - 4));
+}
+
 template <typename F>
-double best_ms(dnnl::stream& strm, F&& f) {
-  for (int i = 0; i < 3; ++i) f();
+double best_ms(dnnl::stream& strm, F&& f, int rounds = 5, int calls = 5, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) f();
   strm.wait();
   double best = 1e300;
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 5; ++i) f();
+    for (int i = 0; i < calls; ++i) f();
     strm.wait();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 5);
+    best = std::min(best,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / calls);
   }
   return best;
+}
+
+// One matmul configuration of the layer, with every kernel --requests times
+// (per-M kernels built on first use, before timing).
+struct layer_matmul {
+  std::int64_t k, n;
+  bool gelu;
+  std::vector<float> w, bias;
+  kernel runtime;
+  std::map<std::pair<int, std::int64_t>, kernel> per_m;  // (kind, rows)
+
+  enum kind { per_shape, inner_product };
+  const kernel& for_rows(const dnnl::engine& eng, dnnl::stream& strm, kind which, std::int64_t m) {
+    auto it = per_m.find({which, m});
+    if (it == per_m.end()) {
+      it = per_m.emplace(std::pair{which, m}, which == per_shape ? make(eng, strm, m, k, n, true, w, gelu)
+                                                                 : make_inner_product(eng, strm, m, k, n, gelu, w))
+               .first;
+    }
+    return it->second;
+  }
+};
+
+// The trace's M per request, as bench_dynamic_shapes --shapes-out writes it.
+std::vector<std::int64_t> read_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::int64_t> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const long long m = std::strtoll(line.c_str(), nullptr, 10);
+    if (m >= 1 && m <= 65536) rows.push_back(m);
+  }
+  return rows;
+}
+
+int time_requests(std::int64_t hidden, std::int64_t ffn, const std::string& path) {
+  std::vector<std::int64_t> trace = read_rows(path);
+  if (trace.empty()) {
+    std::fprintf(stderr, "bench_cpu_matmul_kernels: %s has no rows per request (bench_dynamic_shapes --shapes-out)\n",
+                 path.c_str());
+    return 2;
+  }
+  std::sort(trace.begin(), trace.end());
+  std::vector<std::int64_t> quantiles;  // 5%, 10%, ..., 95%
+  for (int q = 1; q < 20; ++q) quantiles.push_back(trace[trace.size() * q / 20]);
+  const std::int64_t max_m = quantiles.back();
+
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  std::vector<layer_matmul> mm;
+  for (const auto& [k, n, gelu] : {std::tuple{hidden, hidden, false}, std::tuple{hidden, ffn, true},
+                                   std::tuple{ffn, hidden, false}}) {
+    layer_matmul x{k, n, gelu, std::vector<float>(static_cast<std::size_t>(k * n)),
+                   std::vector<float>(static_cast<std::size_t>(n), 0.1f), {}, {}};
+    for (std::size_t i = 0; i < x.w.size(); ++i) x.w[i] = static_cast<float>(i % 13) * 0.01f - 0.06f;
+    x.runtime = make(eng, strm, DNNL_RUNTIME_DIM_VAL, k, n, false, x.w, gelu);
+    mm.push_back(std::move(x));
+  }
+  const auto buffer = [&] { return std::vector<float>(static_cast<std::size_t>(max_m * std::max(hidden, ffn))); };
+  std::vector<float> input = buffer(), q = buffer(), k = buffer(), v = buffer(), o = buffer(), h = buffer(), y = buffer();
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+
+  enum strategy { runtime_dims, per_shape, inner_product, chunked, kStrategies };
+  const char* names[kStrategies] = {"runtime dims", "per shape", "inner product", "chunked"};
+  const auto matmul = [&](strategy s, layer_matmul& x, std::int64_t m, float* a, float* c) {
+    switch (s) {
+      case runtime_dims:
+        return run(eng, strm, x.runtime, m, x.k, x.n, a, c, x.bias.data());
+      case per_shape:
+      case inner_product:
+        return run(eng, strm,
+                   x.for_rows(eng, strm, s == per_shape ? layer_matmul::per_shape : layer_matmul::inner_product, m),
+                   m, x.k, x.n, a, c, x.bias.data());
+      default: {
+        const std::int64_t step = class_step(m), rows = m / step * step;
+        if (rows == 0) return run(eng, strm, x.runtime, m, x.k, x.n, a, c, x.bias.data());
+        run(eng, strm, x.for_rows(eng, strm, layer_matmul::per_shape, rows), rows, x.k, x.n, a, c, x.bias.data());
+        if (rows < m) run(eng, strm, x.runtime, m - rows, x.k, x.n, a + rows * x.k, c + rows * x.n, x.bias.data());
+      }
+    }
+  };
+  const auto request = [&](strategy s, std::int64_t m) {
+    matmul(s, mm[0], m, input.data(), q.data());
+    matmul(s, mm[0], m, input.data(), k.data());
+    matmul(s, mm[0], m, input.data(), v.data());
+    matmul(s, mm[0], m, v.data(), o.data());
+    matmul(s, mm[1], m, o.data(), h.data());
+    matmul(s, mm[2], m, h.data(), y.data());
+  };
+  std::vector<std::array<double, kStrategies>> best(quantiles.size());
+  for (auto& b : best) b.fill(1e300);
+  for (const std::int64_t m : quantiles) {
+    for (int s = 0; s < kStrategies; ++s) request(static_cast<strategy>(s), m);  // builds and warms up
+  }
+  strm.wait();
+  for (int round = 0; round < 5; ++round) {
+    for (std::size_t i = 0; i < quantiles.size(); ++i) {
+      for (int s = 0; s < kStrategies; ++s) {
+        best[i][s] = std::min(best[i][s], best_ms(
+            strm, [&] { request(static_cast<strategy>(s), quantiles[i]); }, /*rounds=*/1, /*calls=*/3, /*warmup=*/1));
+      }
+    }
+  }
+  std::printf("%-8s %6s %10s", "quantile", "M", "rt ms");
+  for (int s = 1; s < kStrategies; ++s) std::printf(" %14s", names[s]);
+  std::printf("\n");
+  std::array<double, kStrategies> all{}, median{};
+  for (std::size_t i = 0; i < quantiles.size(); ++i) {
+    std::printf("%7zu%% %6lld %10.3f", (i + 1) * 5, static_cast<long long>(quantiles[i]), best[i][0]);
+    for (int s = 1; s < kStrategies; ++s) std::printf(" %13.3fx", best[i][s] / best[i][0]);
+    std::printf("\n");
+    for (int s = 0; s < kStrategies; ++s) {
+      all[s] += best[i][s];
+      if (i >= 8 && i <= 10) median[s] += best[i][s];  // the 45%, 50% and 55% quantiles
+    }
+  }
+  std::printf("%-15s %10s", "median (45-55%)", "");
+  for (int s = 1; s < kStrategies; ++s) std::printf(" %13.3fx", median[s] / median[0]);
+  std::printf("\n%-15s %10s", "all quantiles", "");
+  for (int s = 1; s < kStrategies; ++s) std::printf(" %13.3fx", all[s] / all[0]);
+  std::printf("\n");
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::int64_t hidden = 768, ffn = 3072;
+  std::string requests;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--hidden" || a == "--ffn") && i + 1 < argc) {
+    if (a == "--requests" && i + 1 < argc) {
+      requests = argv[++i];
+    } else if ((a == "--hidden" || a == "--ffn") && i + 1 < argc) {
       const long v = std::strtol(argv[++i], nullptr, 10);
       if (v < 1 || v > 16384) {
         std::fprintf(stderr, "bench_cpu_matmul_kernels: %s must be 1..16384\n", a.c_str());
@@ -92,10 +271,11 @@ int main(int argc, char** argv) {
       }
       (a == "--hidden" ? hidden : ffn) = v;
     } else {
-      std::fprintf(stderr, "usage: bench_cpu_matmul_kernels [--hidden H] [--ffn F]\n");
+      std::fprintf(stderr, "usage: bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--requests FILE]\n");
       return 2;
     }
   }
+  if (!requests.empty()) return time_requests(hidden, ffn, requests);
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
   constexpr std::int64_t kMaxRows = 3000;
@@ -108,8 +288,7 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
     const kernel runtime = make(eng, strm, DNNL_RUNTIME_DIM_VAL, k, n, false, w);
     for (const std::int64_t m : {24, 48, 100, 200, 400, 788, 1500, 3000}) {
-      const int bits = std::bit_width(static_cast<std::uint64_t>(m));
-      const std::int64_t step = std::max<std::int64_t>(16, std::int64_t{1} << std::max(0, bits - 4));
+      const std::int64_t step = class_step(m);
       const std::int64_t rows = m / step * step, rest = m - rows;
       const kernel shape = make(eng, strm, m, k, n, true, w);
       const kernel fixed = make(eng, strm, rows, k, n, true, w);
