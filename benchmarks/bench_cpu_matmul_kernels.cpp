@@ -14,7 +14,7 @@
 // Each figure is the best of five rounds of five calls after three warm-up
 // calls, on every core the process may use (OMP_NUM_THREADS to change).
 //
-// --requests FILE times whole requests instead, at the M of a trace (the rows
+// --shapes FILE times whole requests instead, at the M of a trace (the rows
 // per request that bench_dynamic_shapes --shapes-out writes): the layer's six
 // matmuls in order (Q, K and V from the input, the output projection from V,
 // the FFN with GELU and back), each output the next one's input, at the 5%,
@@ -25,12 +25,14 @@
 //                  what no tier can beat with these primitives
 //   inner product  the same with oneDNN's inner product (bias its own input)
 //   chunked        tiered mode's specialized kernel, every class ready
-// Each request figure is the best of five rounds of three requests; the
-// kernels are interleaved request by request. It prints each as a ratio to
+// The kernels take turns at each M, in an order that rotates each round:
+// each times three requests after an untimed one, and the best of five
+// such rounds is its figure. It prints
+// each as a ratio to
 // runtime dims per M, at the median (the 45-55% quantiles together) and over
 // all quantiles together.
 //
-//   bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--requests FILE]
+//   bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--shapes FILE]
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -131,7 +133,7 @@ double best_ms(dnnl::stream& strm, F&& f, int rounds = 5, int calls = 5, int war
   return best;
 }
 
-// One matmul configuration of the layer, with every kernel --requests times
+// One matmul configuration of the layer, with every kernel --shapes times
 // (per-M kernels built on first use, before timing).
 struct layer_matmul {
   std::int64_t k, n;
@@ -152,26 +154,37 @@ struct layer_matmul {
   }
 };
 
-// The trace's M per request, as bench_dynamic_shapes --shapes-out writes it.
+// The trace's M per request, as bench_dynamic_shapes --shapes-out writes it
+// (one number of 1..65536 per line, # comments). Empty, with a message, if
+// the file cannot be read or a line is not such a number.
 std::vector<std::int64_t> read_rows(const std::string& path) {
   std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "bench_cpu_matmul_kernels: cannot read %s\n", path.c_str());
+    return {};
+  }
   std::vector<std::int64_t> rows;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int number = 1; std::getline(in, line); ++number) {
     if (line.empty() || line[0] == '#') continue;
-    const long long m = std::strtoll(line.c_str(), nullptr, 10);
-    if (m >= 1 && m <= 65536) rows.push_back(m);
+    char* end = nullptr;
+    const long long m = std::strtoll(line.c_str(), &end, 10);
+    if (end == line.c_str() || *end != '\0' || m < 1 || m > 65536) {
+      std::fprintf(stderr, "bench_cpu_matmul_kernels: %s:%d is not a row count of 1..65536\n", path.c_str(), number);
+      return {};
+    }
+    rows.push_back(m);
+  }
+  if (rows.empty()) {
+    std::fprintf(stderr, "bench_cpu_matmul_kernels: %s has no rows per request (bench_dynamic_shapes --shapes-out)\n",
+                 path.c_str());
   }
   return rows;
 }
 
 int time_requests(std::int64_t hidden, std::int64_t ffn, const std::string& path) {
   std::vector<std::int64_t> trace = read_rows(path);
-  if (trace.empty()) {
-    std::fprintf(stderr, "bench_cpu_matmul_kernels: %s has no rows per request (bench_dynamic_shapes --shapes-out)\n",
-                 path.c_str());
-    return 2;
-  }
+  if (trace.empty()) return 2;
   std::sort(trace.begin(), trace.end());
   std::vector<std::int64_t> quantiles;  // 5%, 10%, ..., 95%
   for (int q = 1; q < 20; ++q) quantiles.push_back(trace[trace.size() * q / 20]);
@@ -188,8 +201,9 @@ int time_requests(std::int64_t hidden, std::int64_t ffn, const std::string& path
     x.runtime = make(eng, strm, DNNL_RUNTIME_DIM_VAL, k, n, false, x.w, gelu);
     mm.push_back(std::move(x));
   }
-  const auto buffer = [&] { return std::vector<float>(static_cast<std::size_t>(max_m * std::max(hidden, ffn))); };
-  std::vector<float> input = buffer(), q = buffer(), k = buffer(), v = buffer(), o = buffer(), h = buffer(), y = buffer();
+  const auto buffer = [&](std::int64_t columns) { return std::vector<float>(static_cast<std::size_t>(max_m * columns)); };
+  std::vector<float> input = buffer(hidden), q = buffer(hidden), k = buffer(hidden), v = buffer(hidden);
+  std::vector<float> o = buffer(hidden), h = buffer(ffn), y = buffer(hidden);
   for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
 
   enum strategy { runtime_dims, per_shape, inner_product, chunked, kStrategies };
@@ -227,7 +241,8 @@ int time_requests(std::int64_t hidden, std::int64_t ffn, const std::string& path
   strm.wait();
   for (int round = 0; round < 5; ++round) {
     for (std::size_t i = 0; i < quantiles.size(); ++i) {
-      for (int s = 0; s < kStrategies; ++s) {
+      for (int turn = 0; turn < kStrategies; ++turn) {
+        const int s = (turn + round) % kStrategies;  // each kernel goes first in some round
         best[i][s] = std::min(best[i][s], best_ms(
             strm, [&] { request(static_cast<strategy>(s), quantiles[i]); }, /*rounds=*/1, /*calls=*/3, /*warmup=*/1));
       }
@@ -258,11 +273,11 @@ int time_requests(std::int64_t hidden, std::int64_t ffn, const std::string& path
 
 int main(int argc, char** argv) {
   std::int64_t hidden = 768, ffn = 3072;
-  std::string requests;
+  std::string shapes;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--requests" && i + 1 < argc) {
-      requests = argv[++i];
+    if (a == "--shapes" && i + 1 < argc && argv[i + 1][0] != '\0') {
+      shapes = argv[++i];
     } else if ((a == "--hidden" || a == "--ffn") && i + 1 < argc) {
       const long v = std::strtol(argv[++i], nullptr, 10);
       if (v < 1 || v > 16384) {
@@ -271,11 +286,11 @@ int main(int argc, char** argv) {
       }
       (a == "--hidden" ? hidden : ffn) = v;
     } else {
-      std::fprintf(stderr, "usage: bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--requests FILE]\n");
+      std::fprintf(stderr, "usage: bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--shapes FILE]\n");
       return 2;
     }
   }
-  if (!requests.empty()) return time_requests(hidden, ffn, requests);
+  if (!shapes.empty()) return time_requests(hidden, ffn, shapes);
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
   constexpr std::int64_t kMaxRows = 3000;

@@ -1,13 +1,14 @@
 // The workload of bench_dynamic_shapes and bench_tiers_interleaved: a
 // serving trace of a BERT-base encoder layer's matmuls (see
 // bench_dynamic_shapes.cpp for what it models), the layer as a graph, and
-// the devices that run it with unicache's compiled partitions.
+// the CPU device that runs it with unicache's compiled partitions.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
