@@ -8,6 +8,7 @@
 // BM_constant_sample_hash, BM_constant_fingerprint).
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -157,6 +158,29 @@ BENCHMARK(BM_execute_constant_check)
 BENCHMARK(BM_constant_sample_hash);
 BENCHMARK(BM_constant_fingerprint)->Unit(benchmark::kMicrosecond);
 
+// --help (Google Benchmark calls it, then exits 0).
+void print_usage() {
+  std::fputs(
+      "usage: bench_compile [Google Benchmark options]\n"
+      "\n"
+      "What compile() costs for a shape seen before (a compiled-partition cache\n"
+      "hit) against oneDNN's own primitive cache hit for the same matmul, the\n"
+      "overhead of executing a compiled partition over the oneDNN primitive, and\n"
+      "what checking a packed weight's contents costs per execution\n"
+      "(BM_execute_constant_check/mode:M: none, sampled, full), on the oneDNN CPU\n"
+      "backend.\n"
+      "\n"
+      "Google Benchmark options:\n",
+      stdout);
+  benchmark::PrintDefaultHelp();
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv, print_usage);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,12 +1,12 @@
-// bench_cpu_matmul_kernels: what the CPU backend's tiered kernels can gain.
+// bench_cpu_matmul_kernels: what the CPU backend's adaptive kernels can gain.
 // For the matmuls of bench_dynamic_shapes' BERT layer (H x H, H x F, F x H,
 // each with a bias and GELU), and M from 24 to 3000, it times four oneDNN
 // kernels on the same data, and prints each as a ratio to the first:
 //   runtime dims   one primitive with M = DNNL_RUNTIME_DIM_VAL and the
-//                  weight as given (what tiered mode's generic kernel runs)
+//                  weight as given (what adaptive mode's generic kernel runs)
 //   per shape      a primitive for exactly M rows, weight packed once into
 //                  the layout it picks (format_tag::any)
-//   chunked        tiered mode's specialized kernel: a primitive for the
+//   chunked        adaptive mode's specialized kernel: a primitive for the
 //                  class's rows (M rounded down to 1/16 of its power of
 //                  two, at least 16), the remaining rows on runtime dims
 //   chunked+pad    the same, the remaining rows copied onto a second
@@ -22,9 +22,9 @@
 //   runtime dims   every matmul on the runtime-dims primitive
 //   per shape      every matmul on a primitive for its M, built and its
 //                  weight packed before timing starts: no compile at all,
-//                  what no tier can beat with these primitives
+//                  what no specialized kernel can beat with these primitives
 //   inner product  the same with oneDNN's inner product (bias its own input)
-//   chunked        tiered mode's specialized kernel, every class ready
+//   chunked        adaptive mode's specialized kernel, every class ready
 // The kernels take turns at each M, in an order that rotates each round:
 // each times three requests after an untimed one, and the best of five
 // such rounds is its figure. It prints
@@ -111,7 +111,7 @@ void run(const dnnl::engine& eng, dnnl::stream& strm, const kernel& kern, std::i
                            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, bm}});
 }
 
-// The rows of one class step of tiered mode for M rows (1/16 of M's power of
+// The rows of one class step of adaptive mode for M rows (1/16 of M's power of
 // two, at least 16); a class's primitive has M rounded down to a multiple.
 std::int64_t class_step(std::int64_t m) {
   const int bits = std::bit_width(static_cast<std::uint64_t>(m));
@@ -269,6 +269,20 @@ int time_requests(std::int64_t hidden, std::int64_t ffn, const std::string& path
   return 0;
 }
 
+const char* const kUsage =
+    "usage: bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--shapes FILE]\n"
+    "\n"
+    "What the CPU backend's adaptive kernels can gain: for the matmuls of\n"
+    "bench_dynamic_shapes' BERT layer (H x H, H x F, F x H, with bias and GELU)\n"
+    "and M from 24 to 3000, times four oneDNN kernels on the same data (runtime\n"
+    "dims, per shape, chunked, chunked+pad) and prints each as a ratio to the\n"
+    "first. OMP_NUM_THREADS sets the cores.\n"
+    "\n"
+    "  --hidden H     the layer's hidden size, 1..16384 (default 768)\n"
+    "  --ffn F        its FFN size, 1..16384 (default 3072)\n"
+    "  --shapes FILE  time whole requests instead, at the rows per request of\n"
+    "                 a trace (bench_dynamic_shapes --shapes-out writes one)\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,8 +299,11 @@ int main(int argc, char** argv) {
         return 2;
       }
       (a == "--hidden" ? hidden : ffn) = v;
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: bench_cpu_matmul_kernels [--hidden H] [--ffn F] [--shapes FILE]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }

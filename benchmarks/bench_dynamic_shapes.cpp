@@ -22,9 +22,9 @@
 //   4 warm store        3 + the persistent store, in a process started after
 //                       another one filled the store
 //   4+driver (GPU)      4 with the driver's own cache on and warm as well
-//   5 tiered            the default: every shape on the generic kernel at once,
+//   5 adaptive          the default: every shape on the generic kernel at once,
 //                       hot shape classes specialized in the background
-//   5w tiered, warm     5 in a process started after a warm-up one ran the
+//   5w adaptive, warm   5 in a process started after a warm-up one ran the
 //                       trace in mode 5 with the store on and every class
 //                       specialized at first use (UNICACHE_SPECIALIZE_THRESHOLD=0):
 //                       the tuning choices and binaries are in the store
@@ -76,7 +76,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
-#include "unicache/tiers.hpp"
+#include "unicache/specialization.hpp"
 #include "unicache/version.hpp"
 #if UNICACHE_GPU_WITH_OPENCL || UNICACHE_GPU_WITH_CUDA
 #include "gpu_backends.hpp"
@@ -262,13 +262,14 @@ int child_unicache(const options& o) {
     if (!o.quiet) progress(r + 1, trace.size());
   }
   const double wall_ms = ms_since(t_start);
-  // Tiered: what the background did (a process that fills the store waits
+  // Adaptive: what the background did (a process that fills the store waits
   // for its builds, so that the store holds them).
-  if (current_kernel_shapes() == kernel_shapes::tiered) {
+  if (current_kernel_shapes() == kernel_shapes::adaptive) {
     wait_for_specializations();
-    const tier_stats t = tiered_kernel_stats();
-    std::printf("RESULT tier_classes=%llu tier_ready=%llu tier_failed=%llu tier_generic_executions=%llu "
-                "tier_specialized_executions=%llu tier_slower=%llu tier_build_ms=%.3f tier_saved_ms=%.3f\n",
+    const specialization_stats t = specialization_statistics();
+    std::printf("RESULT specialize_classes=%llu specialize_ready=%llu specialize_failed=%llu "
+                "specialize_generic_executions=%llu specialize_specialized_executions=%llu specialize_slower=%llu "
+                "specialize_build_ms=%.3f specialize_saved_ms=%.3f\n",
                 static_cast<unsigned long long>(t.classes), static_cast<unsigned long long>(t.ready),
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.generic_executions),
                 static_cast<unsigned long long>(t.specialized_executions), static_cast<unsigned long long>(t.slower),
@@ -413,10 +414,10 @@ std::vector<mode_spec> all_modes(const std::string& store, const std::string& dr
        off + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1"},
       {"4d", "warm store + driver cache", "4 with the driver's own cache on and warm",
        driver_on + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1", true},
-      {"5", "tiered", "generic kernel at once, hot shape classes specialized in the background (the default)",
-       off + "UNICACHE_KERNEL_SHAPES=tiered UNICACHE_PERSISTENT_CACHE=0"},
-      {"5w", "tiered, warm store", "5 + the persistent store, filled by a warm-up process that specialized every class",
-       off + "UNICACHE_KERNEL_SHAPES=tiered UNICACHE_PERSISTENT_CACHE=1"},
+      {"5", "adaptive", "generic kernel at once, hot shape classes specialized in the background (the default)",
+       off + "UNICACHE_KERNEL_SHAPES=adaptive UNICACHE_PERSISTENT_CACHE=0"},
+      {"5w", "adaptive, warm store", "5 + the persistent store, filled by a warm-up process that specialized every class",
+       off + "UNICACHE_KERNEL_SHAPES=adaptive UNICACHE_PERSISTENT_CACHE=1"},
       {"dnnl", "oneDNN per shape", "oneDNN primitive per shape through its primitive cache", "", false, true},
       {"dnnl_rt", "oneDNN runtime dims", "one oneDNN primitive per configuration, M = DNNL_RUNTIME_DIM_VAL", "",
        false, true},
@@ -588,6 +589,39 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+const char* const kUsage =
+    "usage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]\n"
+    "           [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]\n"
+    "           [--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace]\n"
+    "           [--quiet] [--demo] [--shapes-out FILE]\n"
+    "\n"
+    "A serving workload whose shapes change on every request (the matmuls of a\n"
+    "BERT-base encoder layer, M = batch x longest sequence), run through\n"
+    "unicache in each mode and through oneDNN directly, each mode a fresh\n"
+    "process: 1 no caching, 2 per shape, 3 shape-agnostic, 4 warm store,\n"
+    "4d 4 with the driver's cache warm (GPU), 5 adaptive, 5w adaptive and warm;\n"
+    "dnnl and dnnl_rt, oneDNN per shape and with runtime dimensions (CPU).\n"
+    "Writes <out>/dynamic_shapes_<device>.json.\n"
+    "\n"
+    "  --device D       cpu, opencl, cuda, or all that this build and machine\n"
+    "                   can run (default all)\n"
+    "  --requests N     requests in the trace (default 1000)\n"
+    "  --seed S         the trace's seed (default 2026)\n"
+    "  --max-batch B    sequences per request, at most (default 8)\n"
+    "  --max-seq L      tokens per sequence, at most (default 512)\n"
+    "  --hidden H       the layer's hidden size (default 768)\n"
+    "  --ffn F          its FFN size (default 3072)\n"
+    "  --budget-s S     a mode starts no request after S seconds (default 100)\n"
+    "  --modes LIST     the modes to run (default all)\n"
+    "  --out DIR        where the JSON goes (default .)\n"
+    "  --record-trace   also write <out>/trace_<device>.csv from mode 2, for\n"
+    "                   bench_policy --trace\n"
+    "  --quiet          no progress on stderr\n"
+    "  --demo           the README demo: 40 short requests, modes 1-5, at most\n"
+    "                   10 s each, JSON under the temporary directory\n"
+    "  --shapes-out F   write the trace's rows per request to F and stop\n"
+    "(--child, --mode and --trace-out are how it starts its own processes.)\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -642,6 +676,9 @@ int main(int argc, char** argv) {
         o.mode = next();
       } else if (a == "--trace-out") {
         o.trace_path = next();
+      } else if (a == "--help" || a == "-h") {
+        std::fputs(kUsage, stdout);
+        return 0;
       } else {
         throw std::invalid_argument("unknown argument " + a);
       }
@@ -653,12 +690,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--device must be cpu, opencl, cuda or all");
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr,
-                 "bench_dynamic_shapes: %s\nusage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] "
-                 "[--seed S] [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S] "
-                 "[--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace] [--quiet] [--demo] "
-                 "[--shapes-out FILE]\n",
-                 e.what());
+    std::fprintf(stderr, "bench_dynamic_shapes: %s\n%s", e.what(), kUsage);
     return 2;
   }
   try {

@@ -132,6 +132,26 @@ bool add_backend(const std::string& wanted, int& registered) {
   return true;
 }
 
+// --help, this program's own option and Google Benchmark's.
+void print_usage() {
+  std::fputs(
+      "usage: bench_gpu_gemm [--backend=opencl|cuda|all] [Google Benchmark options]\n"
+      "\n"
+      "GFLOP/s of the generated GEMM (a MatMul partition, fp32, device buffers,\n"
+      "one execution per iteration including its wait) on the default device of\n"
+      "each GPU backend built and available (UNICACHE_OPENCL_DEVICE and\n"
+      "UNICACHE_CUDA_DEVICE pick others), square sizes: BM_gemm/<backend>/n:N/\n"
+      "constant_b:0|1; and BM_constant_check/<backend>/mode:M, what checking a\n"
+      "constant weight's contents costs per execution.\n"
+      "\n"
+      "  --backend=B, --backend B  opencl, cuda, or all (the default: each\n"
+      "                            available backend; one named alone must be)\n"
+      "\n"
+      "Google Benchmark options:\n",
+      stdout);
+  benchmark::PrintDefaultHelp();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,7 +174,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu_gemm: --backend must be opencl, cuda or all, not '%s'\n", wanted.c_str());
     return 2;
   }
-  benchmark::Initialize(&argc, argv);
+  benchmark::Initialize(&argc, argv, print_usage);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   bool ok = true;
   int registered = 0;

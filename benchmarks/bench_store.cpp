@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "store_eviction.hpp"
@@ -179,9 +180,37 @@ BENCHMARK(BM_store_put_64k)->UseManualTime()->Unit(benchmark::kMicrosecond)->Ite
 BENCHMARK(BM_floor_write_64k)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(500);
 BENCHMARK(BM_store_get_processes)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// --help, this program's own option and Google Benchmark's.
+void print_usage() {
+  std::fputs(
+      "usage: bench_store [Google Benchmark options]\n"
+      "       bench_store --eviction N[,N...]\n"
+      "\n"
+      "The persistent kernel store against the physical floor of the same I/O,\n"
+      "measured in the same run: get and put of a 64 KB binary against open +\n"
+      "read + close and write + rename of the same file, and N processes doing\n"
+      "gets at once (BM_store_get_processes/N). p50 and p99 are counters\n"
+      "(microseconds) beside the mean. The store lies under $TMPDIR (else /tmp).\n"
+      "\n"
+      "  --eviction N[,N...]  instead, for a store of each N 4 KB entries: what\n"
+      "                       evicting it costs the put that triggers it and\n"
+      "                       another process's gets and puts\n"
+      "\n"
+      "Google Benchmark options:\n",
+      stdout);
+  benchmark::PrintDefaultHelp();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help wins over --eviction (Google Benchmark would see it too late).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help") {
+      print_usage();
+      return 0;
+    }
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) != "--eviction") continue;
     std::vector<std::uint64_t> sizes;
@@ -199,7 +228,7 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(bench_root(), ignored);
     return status;
   }
-  benchmark::Initialize(&argc, argv);
+  benchmark::Initialize(&argc, argv, print_usage);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -302,6 +302,26 @@ int run_child_mode(const std::string& backend, bool engine_mode, bool context_mo
   return 2;
 }
 
+const char* const kUsage =
+    "usage: bench_warm_start [--backend opencl|cuda] [--runs N] [--m M] [--k K] [--n N] [--json FILE]\n"
+    "\n"
+    "Time to first result of a fresh process that compiles and runs one fused\n"
+    "MatMul+bias+GELU partition on a GPU backend's default device, in each\n"
+    "condition: cold (empty store, driver caches off), driver (the driver's own\n"
+    "cache warm), warm (the unicache store warm), remote (the remote tier warm,\n"
+    "on a redis-server this program starts, where there is one), down and\n"
+    "stalled (as cold, the remote tier's server closed or silent). Also engine\n"
+    "creation with and without an engine cache blob. Every measured run is a\n"
+    "fresh process; the figures are medians.\n"
+    "\n"
+    "  --backend B  opencl or cuda (default: opencl if built, else cuda);\n"
+    "               UNICACHE_OPENCL_DEVICE, UNICACHE_CUDA_DEVICE pick the device\n"
+    "  --runs N     processes per condition (default 5)\n"
+    "  --m M, --k K, --n N\n"
+    "               the matmul's sizes (default 256 x 768 x 3072, the BERT FFN)\n"
+    "  --json FILE  write the figures to FILE as well\n"
+    "(--child, --engine and --context are how it starts its own processes.)\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -326,9 +346,11 @@ int main(int argc, char** argv) {
     else if (a == "--k") sz.k = std::atoll(next().c_str());
     else if (a == "--n") sz.n = std::atoll(next().c_str());
     else if (a == "--json") json_path = next();
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_warm_start [--backend opencl|cuda] [--runs N] [--m M] [--k K] [--n N] [--json FILE]\n");
+    else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }

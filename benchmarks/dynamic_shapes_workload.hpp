@@ -1,4 +1,4 @@
-// The workload of bench_dynamic_shapes and bench_tiers_interleaved: a
+// The workload of bench_dynamic_shapes and bench_adaptive_interleaved: a
 // serving trace of a BERT-base encoder layer's matmuls (see
 // bench_dynamic_shapes.cpp for what it models), the layer as a graph, and
 // the CPU device that runs it with unicache's compiled partitions.

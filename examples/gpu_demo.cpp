@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu_engine.hpp"
@@ -87,6 +88,32 @@ int run_model(const char* label) {
   return 0;
 }
 
+const char* const kUsage =
+    "usage: gpu_demo\n"
+    "\n"
+    "Cold start against warm start on the default GPU device: runs the MLP block\n"
+    "of mlp_demo (768 -> 3072 (GELU) -> 768) for batch sizes 1, 8 and 32 in two\n"
+    "fresh processes that share one persistent kernel store, in a temporary\n"
+    "directory, with the driver's own caches off. The cold process builds every\n"
+    "kernel, the warm one loads them from the store. Prints each one's engine,\n"
+    "compile and first-result times and its kernels built and loaded.\n"
+    "\n"
+    "Takes no options. The backend is CUDA where the driver reports a device,\n"
+    "else OpenCL; UNICACHE_BACKEND=cuda|opencl forces one, UNICACHE_CUDA_DEVICE\n"
+    "and UNICACHE_OPENCL_DEVICE pick the device. (gpu_demo --process LABEL is\n"
+    "how it starts its two processes.)\n";
+
+// --help prints the usage; any other argument but --process is a usage error.
+int answer_argument(std::string_view argument) {
+  if (argument == "--help" || argument == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "gpu_demo: unknown argument %.*s\n\n%s", static_cast<int>(argument.size()), argument.data(),
+               kUsage);
+  return 2;
+}
+
 std::string self_path() {
   std::array<char, 4096> buf{};
   const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
@@ -104,6 +131,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (argc > 1) return answer_argument(argv[1]);
   char tmpl[] = "/tmp/unicache-demo-XXXXXX";
   const std::string store = ::mkdtemp(tmpl);
   // The driver's own caches off: what a process on a new machine (or in a

@@ -14,15 +14,44 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "unicache/cache.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
-#include "unicache/tiers.hpp"
+#include "unicache/specialization.hpp"
 
-int main() {
+namespace {
+
+const char* const kUsage =
+    "usage: mlp_demo\n"
+    "\n"
+    "What a graph frontend does with unicache: builds a transformer FFN block,\n"
+    "768 -> 3072 (GELU) -> 768, with constant weights, partitions it, and runs\n"
+    "it on the oneDNN CPU backend for batch sizes 1, 8, 32, 8, 1, 128 and 32,\n"
+    "as a server does when requests of different lengths arrive. Prints each\n"
+    "batch's compile and execute times and what the kernel cache, the constant\n"
+    "tensor cache and oneDNN did. Takes no options; UNICACHE_KERNEL_SHAPES\n"
+    "chooses the kernels (docs/configuration.md).\n";
+
+// mlp_demo takes no options: --help prints the usage, anything else is a
+// usage error (exit 2).
+int answer_argument(std::string_view argument) {
+  if (argument == "--help" || argument == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "mlp_demo: unknown argument %.*s\n\n%s", static_cast<int>(argument.size()), argument.data(),
+               kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) return answer_argument(argv[1]);
   using namespace unicache;
   using clock = std::chrono::steady_clock;
   constexpr std::int64_t kHidden = 768, kFfn = 3072;
@@ -91,12 +120,12 @@ int main() {
               static_cast<unsigned long long>(backend.primitives_created),
               static_cast<unsigned long long>(backend.weights_packed),
               std::string(to_string(current_kernel_shapes())).c_str());
-  if (current_kernel_shapes() == kernel_shapes::tiered) {
+  if (current_kernel_shapes() == kernel_shapes::adaptive) {
     wait_for_specializations();
-    const tier_stats tiers = tiered_kernel_stats();
-    std::printf("tiered kernels: %llu shape classes, %llu specialized in the background, %llu runs on them\n",
-                static_cast<unsigned long long>(tiers.classes), static_cast<unsigned long long>(tiers.ready),
-                static_cast<unsigned long long>(tiers.specialized_executions));
+    const specialization_stats specialized = specialization_statistics();
+    std::printf("adaptive kernels: %llu shape classes, %llu specialized in the background, %llu runs on them\n",
+                static_cast<unsigned long long>(specialized.classes), static_cast<unsigned long long>(specialized.ready),
+                static_cast<unsigned long long>(specialized.specialized_executions));
     std::printf("(every batch size runs at once on one runtime-dims matmul per partition; a size class used\n"
                 " enough to repay a build gets primitives of its own, which pack the weights once)\n");
   } else if (current_kernel_shapes() == kernel_shapes::agnostic && backend.weights_packed == 0) {

@@ -1,22 +1,27 @@
 // unicache/backend.hpp — what a device backend implements, and how it
-// registers itself. The core (graph, compiler, caches) includes only this
-// header; it never includes a backend.
+// registers itself. For: backend authors (users meet engine, stream and
+// tensor here, which a backend's make_engine() hands them). The core (graph,
+// compiler, caches) includes only this header; it never includes a backend.
 //
 // A backend compiles a partition for concrete shapes into a compiled_kernel
 // and runs it on a stream. Backends create their engines (an engine names a
 // device and a context, and carries the backend's native handles) and
-// register themselves with register_backend() when they are first used.
+// register themselves with register_backend(), one call, when they are first
+// used. docs/writing-a-backend.md walks through one.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
+#include "unicache/bytes.hpp"
 #include "unicache/cache.hpp"
 #include "unicache/config.hpp"
+#include "unicache/device_identity.hpp"
+#include "unicache/error.hpp"
 #include "unicache/graph.hpp"
-#include "unicache/store.hpp"
 
 namespace unicache {
 
@@ -56,13 +61,13 @@ class compiled_kernel {
   virtual std::vector<kernel_binary> binaries() const { return {}; }
   // True: this kernel was built for exactly the shapes it was compiled for,
   // although the mode is shape-agnostic (a backend may build the first shape
-  // of a configuration that way, because it is ready soonest). Tiered
+  // of a configuration that way, because it is ready soonest). Adaptive
   // dispatch then leaves these shapes alone: their executions count towards
   // no class and never run another class's specialized kernel.
   virtual bool built_for_its_shapes() const { return false; }
 };
 
-// A shape class (kernel_shapes::tiered): the shapes one specialized kernel
+// A shape class (kernel_shapes::adaptive): the shapes one specialized kernel
 // of a backend serves, e.g. every M from 257 to 512 with N = 768, K = 768.
 struct shape_class {
   // Bytes naming the class; equal keys (for one partition and engine) mean
@@ -76,9 +81,15 @@ struct shape_class {
 class backend {
  public:
   virtual ~backend() = default;
+  // The backend's name: what find_backend() finds, what diagnostics print,
+  // and the name of its cache owner id. Unique in the process.
   virtual const char* name() const = 0;
   // The kind of the backend's engines (an engine may say otherwise: see engine).
   virtual engine_kind kind() const = 0;
+  // The owner id of the cache entries the backend makes itself (its kernels
+  // in kernel_cache(), its packed weights in constant_tensor_cache(); see
+  // cache.hpp): a constant of the backend, unique among backends.
+  virtual owner_id cache_owner() const = 0;
   // Compiles `p` for concrete `inputs` (with inferred `outputs`). A kernel
   // whose store key is in `preloaded` is created from that binary (if the
   // driver accepts it) instead of being built. Throws compile_error (or a
@@ -105,9 +116,10 @@ class backend {
                                            const std::vector<std::vector<std::int64_t>>& input_shapes,
                                            const engine& e) const;
 
-  // --- Tiered kernels (kernel_shapes::tiered) -----------------------------------
-  // In tiered mode compile() builds the generic, shape-agnostic kernel; these
-  // two give the specialized tier. The default: no specialized kernels.
+  // --- Adaptive kernels (kernel_shapes::adaptive) -------------------------------
+  // In adaptive mode compile() builds the generic, shape-agnostic kernel;
+  // these three give the specialized kernels of shape classes. The default:
+  // no specialized kernels.
   //
   // The class of `in` (concrete shapes; `out` the outputs at them) for `p`
   // on `e`. Called when a shape is first compiled; must be cheap (no build,
@@ -119,7 +131,7 @@ class backend {
   // building it is then a load, and the class is specialized at its first
   // use. Asked when the class is made (when its first shape is compiled;
   // concurrent first compiles may each ask) and again by its build (a load
-  // does not count as a build in the cost model); outside the tiers' locks;
+  // does not count as a build in the cost model); outside the dispatch's locks;
   // may read the store. An exception counts as false. The default: false.
   virtual bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
                                     const std::vector<logical_tensor>& out, const engine& e) const;
@@ -139,11 +151,16 @@ class backend {
 // current_kernel_shapes() returns from kernel_configuration().
 std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::vector<std::int64_t>>& input_shapes);
 
-// Registers a backend that lives as long as the process. Thread-safe;
-// registering the same object again does nothing, and another object under
-// a name already registered throws error (a backend is never silently
-// replaced). Compiled partitions are cached per backend object, so two
-// backends never share one even when their engines have the same scope.
+// Registers a backend that lives as long as the process, and names its
+// cache owner id b->cache_owner() after it (register_owner): the one call a
+// backend makes, before it hands out its first engine. Thread-safe.
+// Registering the same object again does nothing. Throws error, registering
+// nothing, when another object is registered under the same name (a backend
+// is never silently replaced) or the owner id is already another's (their
+// cache entries would be each other's). Compiled partitions are cached per
+// backend object, so two backends never share one even when their engines
+// have the same scope. A constant_registry the backend keeps subscribes to
+// evictions when it is created: nothing else needs registering.
 void register_backend(backend* b);
 // The backend registered under `name`, or nullptr.
 backend* find_backend(const std::string& name);
@@ -164,33 +181,73 @@ inline constexpr int host_cpu_device_id = 0;
 // engine_kind::cpu every key is the host: host_cpu_device_id. Thread-safe.
 int physical_device_id(engine_kind kind, const std::string& physical_key);
 
+namespace detail {
+// A backend's native handle (an engine's or a stream's) with the type it was
+// made with, so that reading it as another type is an error, not a cast.
+class native_handle {
+ public:
+  native_handle() = default;
+  template <typename T>
+  explicit native_handle(std::shared_ptr<T> p) : ptr_(std::move(p)), type_(&typeid(T)) {}
+
+  template <typename T>
+  T* get(const char* holder) const {
+    if (*type_ != typeid(T)) mismatch(holder, typeid(T));
+    return static_cast<T*>(ptr_.get());
+  }
+  template <typename T>
+  std::shared_ptr<T> shared(const char* holder) const {
+    if (*type_ != typeid(T)) mismatch(holder, typeid(T));
+    return std::static_pointer_cast<T>(ptr_);
+  }
+
+ private:
+  [[noreturn]] void mismatch(const char* holder, const std::type_info& asked) const;
+  std::shared_ptr<void> ptr_;
+  const std::type_info* type_ = &typeid(void);
+};
+}  // namespace detail
+
 // A device and context a backend runs on. Cheap to copy; `native` is the
 // backend's own handle (e.g. a dnnl::engine), opaque to the core.
 class engine {
  public:
   engine() = default;
-  // An engine of the backend's kind.
-  engine(backend* b, int device_id, std::uint64_t context_id, std::shared_ptr<void> native)
+  // An engine of the backend's kind. `native` is what native<T>() returns
+  // (with T its type; nullptr for none).
+  template <typename T>
+  engine(backend* b, int device_id, std::uint64_t context_id, std::shared_ptr<T> native)
       : engine(b, b ? b->kind() : engine_kind::cpu, device_id, context_id, std::move(native)) {}
+  engine(backend* b, int device_id, std::uint64_t context_id, std::nullptr_t)
+      : engine(b, device_id, context_id, std::shared_ptr<void>()) {}
   // An engine of `kind` (a backend whose devices are of several kinds, as
   // OpenCL's GPUs and CPUs). `device_id` names the physical device
   // (physical_device_id).
-  engine(backend* b, engine_kind kind, int device_id, std::uint64_t context_id, std::shared_ptr<void> native)
+  template <typename T>
+  engine(backend* b, engine_kind kind, int device_id, std::uint64_t context_id, std::shared_ptr<T> native)
       : backend_(b), kind_(kind), device_id_(device_id), context_id_(context_id), native_(std::move(native)) {}
+  engine(backend* b, engine_kind kind, int device_id, std::uint64_t context_id, std::nullptr_t)
+      : engine(b, kind, device_id, context_id, std::shared_ptr<void>()) {}
 
-  backend* owner() const { return backend_; }
+  // The backend that made the engine (nullptr for a default engine).
+  backend* get_backend() const { return backend_; }
+  [[deprecated("use get_backend()")]] backend* owner() const { return backend_; }
   engine_kind kind() const { return kind_; }
   int device_id() const { return device_id_; }
   std::uint64_t context_id() const { return context_id_; }
   // The scope of everything this engine caches.
   cache_scope scope() const { return {kind(), device_id_, context_id_}; }
+  // The backend's handle, as the type the backend made the engine with.
+  // Throws invalid_argument for another type (an engine of another backend
+  // given to this one, say): never a reinterpretation.
   template <typename T>
-  T& native() const { return *static_cast<T*>(native_.get()); }
+  T& native() const { return *native_.get<T>("engine"); }
   // The backend's handle, shared: what the engine's cached kernels and
-  // weights hold to keep the device objects they need alive.
+  // weights hold to keep the device objects they need alive. Checked as
+  // native() is.
   template <typename T>
   std::shared_ptr<T> native_shared() const {
-    return std::static_pointer_cast<T>(native_);
+    return native_.shared<T>("engine");
   }
 
  private:
@@ -198,21 +255,26 @@ class engine {
   engine_kind kind_ = engine_kind::cpu;
   int device_id_ = 0;
   std::uint64_t context_id_ = 0;
-  std::shared_ptr<void> native_;
+  detail::native_handle native_;
 };
 
 // An execution queue on an engine. One stream per thread.
 class stream {
  public:
   stream() = default;
-  stream(engine e, std::shared_ptr<void> native) : engine_(std::move(e)), native_(std::move(native)) {}
-  const engine& get_engine() const { return engine_; }
+  // `native` is what native<T>() returns (with T its type; nullptr for none).
   template <typename T>
-  T& native() const { return *static_cast<T*>(native_.get()); }
+  stream(engine e, std::shared_ptr<T> native) : engine_(std::move(e)), native_(std::move(native)) {}
+  stream(engine e, std::nullptr_t) : engine_(std::move(e)) {}
+  const engine& get_engine() const { return engine_; }
+  // The backend's handle, as the type the backend made the stream with;
+  // throws invalid_argument for another type, as engine::native does.
+  template <typename T>
+  T& native() const { return *native_.get<T>("stream"); }
 
  private:
   engine engine_;
-  std::shared_ptr<void> native_;
+  detail::native_handle native_;
 };
 
 }  // namespace unicache

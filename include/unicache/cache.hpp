@@ -10,7 +10,7 @@
 // The core operation is oneDNN's promise/future `get_or_add`:
 //
 //   std::promise<unicache::cache_value> promise;
-//   auto cached = cache.get_or_add(scope, kMyBackend, key, bytes, cost_ns,
+//   auto cached = cache.get_or_add(scope, kMyOwner, key, bytes, cost_ns,
 //                                  promise.get_future().share());
 //   if (cached.valid()) {
 //     use(cached.get());                  // hit, or wait for another builder
@@ -27,7 +27,7 @@
 //
 // `lookup` is the hit path for callers that use a value and let it go:
 //
-//   if (auto kernel = cache.lookup<const my_kernel>(scope, kMyBackend, key)) {
+//   if (auto kernel = cache.lookup<const my_kernel>(scope, kMyOwner, key)) {
 //     kernel->launch(...);                // borrowed until `kernel` ends
 //   } else {
 //     auto handle = cache.get_or_build<const my_kernel>(...);  // miss
@@ -74,18 +74,29 @@ namespace unicache {
 using cache_value = std::shared_ptr<void>;
 using cache_future = std::shared_future<cache_value>;
 
-// Who owns an entry: the backend that created it. The backend's own key bytes
-// are compared only with keys of the same backend id.
-using backend_id = std::uint32_t;
+// Who owns an entry: the namespace its key bytes live in. Key bytes are
+// compared only with keys of the same owner, so two owners never see each
+// other's entries. Each backend has one owner id (backend::cache_owner(),
+// for its kernels and packed weights), and the compiler has its own for
+// compiled partitions (compiled_partition_owner in compiler.hpp).
+using owner_id = std::uint32_t;
 
-// Registers a backend id under its backend's name, which diagnostics use
-// (UNICACHE_VERBOSE lines say backend=onednn_cpu, not its number). Backends
-// call it when they register. Registering an id again under the same name
-// does nothing; under another name it throws cache_error: two backends never
-// share an id (their entries would be each other's). Thread-safe.
-void register_backend_id(backend_id backend, std::string_view name);
-// The name given to `backend`, else its id in hex ("0x0d0e0001").
-std::string backend_name(backend_id backend);
+// Names an owner id, for diagnostics (UNICACHE_VERBOSE lines say
+// owner=onednn_cpu, not its number). register_backend() names a backend's
+// owner id for it; code that uses a unified_cache without a backend may name
+// its own. Naming an id again under the same name does nothing; under
+// another name it throws cache_error: two owners never share an id (their
+// entries would be each other's). Thread-safe.
+void register_owner(owner_id owner, std::string_view name);
+// The name given to `owner`, else its id in hex ("0x0d0e0001").
+std::string owner_name(owner_id owner);
+
+// The names these had before owner ids had a name of their own.
+using backend_id [[deprecated("use unicache::owner_id")]] = owner_id;
+[[deprecated("register_backend() names a backend's owner id; else use register_owner")]] inline void
+register_backend_id(owner_id owner, std::string_view name) {
+  register_owner(owner, name);
+}
 
 // Where an entry lives. Entries are visible only to callers with the same
 // kind, device id and context id. The context id is an opaque value chosen by
@@ -123,12 +134,12 @@ struct cache_stats {
   std::uint64_t entries = 0;  // entries now cached
 };
 
-// What an eviction callback is told. `key` is the backend's own key bytes and
+// What an eviction callback is told. `key` is the owner's own key bytes and
 // is valid only during the call. `value` is the entry's future: ready unless
 // the entry was evicted while still being built.
 struct eviction_event {
   cache_scope scope;
-  backend_id backend = 0;
+  owner_id owner = 0;
   std::string_view key;
   cache_future value;
 };
@@ -136,7 +147,7 @@ using eviction_callback = std::function<void(const eviction_event&)>;
 
 // One subscriber of eviction callbacks, as add_eviction_callback returns it.
 struct eviction_subscription {
-  backend_id backend = 0;
+  owner_id owner = 0;
   std::uint64_t id = 0;  // 0: none
 };
 
@@ -303,7 +314,7 @@ class unified_cache {
   // counts against the device's capacity; `cost_ns` is an estimate of the
   // build time, replaced by `update_cost` when the real time is known.
   // Throws cache_error if `future` is invalid.
-  cache_future get_or_add(const cache_scope& scope, backend_id backend, std::string_view key,
+  cache_future get_or_add(const cache_scope& scope, owner_id owner, std::string_view key,
                           std::size_t size_bytes, std::uint64_t cost_ns,
                           const cache_future& future);
 
@@ -314,7 +325,7 @@ class unified_cache {
   // and the entry is removed so that the next call builds again. T must be the
   // type every builder of this key returns.
   template <typename T, typename Builder>
-  cache_handle<T> get_or_build(const cache_scope& scope, backend_id backend, std::string_view key,
+  cache_handle<T> get_or_build(const cache_scope& scope, owner_id owner, std::string_view key,
                                std::size_t size_bytes, Builder&& builder);
 
   // The hit path that shares nothing: the cached value of `key`, borrowed
@@ -325,27 +336,27 @@ class unified_cache {
   // returns. Any thread; lock-free for device ids 0-63 (others look their
   // device up under a lock).
   template <typename T>
-  cache_ref<T> lookup(const cache_scope& scope, backend_id backend, std::string_view key);
+  cache_ref<T> lookup(const cache_scope& scope, owner_id owner, std::string_view key);
 
   // Whether the entry is cached (built or in flight, not failed). A pure lookup: it does
   // not count as a use, a hit or a miss.
-  bool contains(const cache_scope& scope, backend_id backend, std::string_view key) const;
+  bool contains(const cache_scope& scope, owner_id owner, std::string_view key) const;
 
   // Replaces the cost of an existing entry (no effect if absent). Backends
   // call it when a build finishes and its real duration is known.
-  void update_cost(const cache_scope& scope, backend_id backend, std::string_view key,
+  void update_cost(const cache_scope& scope, owner_id owner, std::string_view key,
                    std::uint64_t cost_ns);
 
   // Removes one entry (no callback: the caller asked). Returns whether it was present.
-  bool remove(const cache_scope& scope, backend_id backend, std::string_view key);
+  bool remove(const cache_scope& scope, owner_id owner, std::string_view key);
   // Removes every entry; eviction callbacks run for each.
   void clear();
-  // Evicts every entry of `backend` on one device (all its contexts) but
+  // Evicts every entry of `owner` on one device (all its contexts) but
   // those still being built, with eviction callbacks: what a backend does
   // when the device runs out of memory, before it retries. Returns the bytes
   // the entries counted (their values are freed once no caller holds them).
-  std::uint64_t evict_device(engine_kind kind, int device_id, backend_id backend);
-  // Evicts every entry of one scope (one context), of every backend, with
+  std::uint64_t evict_device(engine_kind kind, int device_id, owner_id owner);
+  // Evicts every entry of one scope (one context), of every owner, with
   // eviction callbacks: before a context the caller owns is destroyed.
   // Returns the bytes the entries counted.
   std::uint64_t evict_scope(const cache_scope& scope);
@@ -366,12 +377,12 @@ class unified_cache {
   void set_enabled(bool enabled);
   bool enabled() const;
 
-  // Subscribes `callback` to evictions of `backend`'s entries. A backend may
+  // Subscribes `callback` to evictions of `owner`'s entries. An owner may
   // have several subscribers (a backend's own bookkeeping and a user who
   // observes it); each is called, in the order they subscribed, after an
   // entry is evicted or cleared, never for an entry removed with remove() or
   // dropped after a failed build. Throws cache_error for an empty callback.
-  eviction_subscription add_eviction_callback(backend_id backend, eviction_callback callback);
+  eviction_subscription add_eviction_callback(owner_id owner, eviction_callback callback);
   // Unsubscribes. After this returns no call of that callback is running,
   // except one on the calling thread (unsubscribing from inside the callback
   // is allowed). Returns false if the subscription was already removed.
@@ -387,7 +398,7 @@ class unified_cache {
     cache_future future;
     detail::entry_ref entry;  // set for hit, wait and inserted
   };
-  lookup_result lookup_or_insert(const cache_scope& scope, backend_id backend,
+  lookup_result lookup_or_insert(const cache_scope& scope, owner_id owner,
                                  std::string_view key, std::size_t size_bytes,
                                  std::uint64_t cost_ns, const cache_future& future,
                                  bool want_entry);
@@ -398,7 +409,7 @@ class unified_cache {
   void drop_failed(const cache_scope& scope, const detail::entry_ref& entry);
   // lookup's hit path, inside a read section: the entry and its value, or
   // nullptr when it is not a hit.
-  detail::entry_base* find_built(const cache_scope& scope, backend_id backend, std::string_view key,
+  detail::entry_base* find_built(const cache_scope& scope, owner_id owner, std::string_view key,
                                  void** value);
 
   std::unique_ptr<impl> impl_;
@@ -414,22 +425,22 @@ unified_cache& kernel_cache();
 // ---------------------------------------------------------------------------
 
 template <typename T>
-cache_ref<T> unified_cache::lookup(const cache_scope& scope, backend_id backend, std::string_view key) {
+cache_ref<T> unified_cache::lookup(const cache_scope& scope, owner_id owner, std::string_view key) {
   cache_ref<T> ref;
   ref.section_ = detail::begin_read_section();
   void* value = nullptr;
-  ref.entry_ = find_built(scope, backend, key, &value);
+  ref.entry_ = find_built(scope, owner, key, &value);
   if (!ref.entry_) return cache_ref<T>();  // ends the section
   ref.value_ = static_cast<T*>(value);
   return ref;
 }
 
 template <typename T, typename Builder>
-cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, backend_id backend,
+cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, owner_id owner,
                                             std::string_view key, std::size_t size_bytes,
                                             Builder&& builder) {
   std::promise<cache_value> promise;
-  auto found = lookup_or_insert(scope, backend, key, size_bytes, /*cost_ns=*/0,
+  auto found = lookup_or_insert(scope, owner, key, size_bytes, /*cost_ns=*/0,
                                 promise.get_future().share(), /*want_entry=*/true);
   using outcome = lookup_result::outcome;
   if (found.kind == outcome::hit || found.kind == outcome::wait) {

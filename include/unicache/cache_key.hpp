@@ -16,10 +16,11 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
+
+#include "unicache/error.hpp"
 
 namespace unicache {
 
@@ -71,7 +72,7 @@ class cache_key {
 
 // Reads back, field by field, bytes that a cache_key wrote: what blob
 // payloads written with cache_key are parsed with. Every read checks the
-// field's width prefix and bounds and throws std::invalid_argument when the
+// field's width prefix and bounds and throws unicache::invalid_argument when the
 // bytes are not the field asked for; it never reads out of bounds.
 class cache_key_reader {
  public:
@@ -82,7 +83,7 @@ class cache_key_reader {
   T read() {
     using U = std::make_unsigned_t<T>;
     if (bytes_.size() - at_ < 1 + sizeof(U) || static_cast<unsigned char>(bytes_[at_]) != sizeof(U)) {
-      throw std::invalid_argument("malformed field at byte " + std::to_string(at_));
+      throw invalid_argument("malformed field at byte " + std::to_string(at_));
     }
     U v = 0;
     for (std::size_t i = 0; i < sizeof(U); ++i) {
@@ -94,7 +95,7 @@ class cache_key_reader {
   bool read_bool() { return read<std::uint8_t>() != 0; }
   std::string_view read_text() {
     const auto n = read<std::uint64_t>();
-    if (bytes_.size() - at_ < n) throw std::invalid_argument("truncated text field at byte " + std::to_string(at_));
+    if (bytes_.size() - at_ < n) throw invalid_argument("truncated text field at byte " + std::to_string(at_));
     std::string_view v = bytes_.substr(at_, n);
     at_ += n;
     return v;

@@ -100,7 +100,10 @@ compiled_partition compile_from_cache_blob(const partition& p,
 
 stream make_stream(const engine& e);
 
-// Backend id under which compiled partitions live in the kernel cache.
-inline constexpr backend_id compiled_partition_backend_id = 0xC0DE0001;
+// The owner id of compiled partitions in the kernel cache (the compiler's,
+// whatever the backend: see owner_id in cache.hpp).
+inline constexpr owner_id compiled_partition_owner = 0xC0DE0001;
+[[deprecated("use compiled_partition_owner")]] inline constexpr owner_id compiled_partition_backend_id =
+    compiled_partition_owner;
 
 }  // namespace unicache

@@ -8,7 +8,7 @@
 //   UNICACHE_KERNEL_CACHE_CAPACITY=cpu:256;gpu:512:COST
 //   UNICACHE_KERNEL_CACHE=0|1
 //   UNICACHE_VERBOSE=0|1
-//   UNICACHE_KERNEL_SHAPES=tiered|agnostic|specialized
+//   UNICACHE_KERNEL_SHAPES=adaptive|agnostic|specialized
 //   UNICACHE_SPECIALIZE_THREADS=1, UNICACHE_SPECIALIZE_MAX=32, UNICACHE_SPECIALIZE_THRESHOLD=1
 //
 // A capacity is in MB and is the budget of each device of that engine kind;
@@ -102,22 +102,26 @@ enum class kernel_shapes : std::uint8_t {
   // kernel, and a shape class that is used enough for a kernel chosen for it
   // to repay its build gets one, built in the background and swapped in
   // (see specialize_settings). Executions never wait for a build.
-  tiered,
+  adaptive,
+  // The old name of adaptive (UNICACHE_KERNEL_SHAPES=tiered still parses).
+  tiered [[deprecated("use kernel_shapes::adaptive")]] = adaptive,
 };
 std::string_view to_string(kernel_shapes mode);
 // The mode backends use for kernels compiled from now on: set_kernel_shapes()
-// if called, else UNICACHE_KERNEL_SHAPES=tiered|agnostic|specialized (read
-// once; a malformed value gets one warning and the default, tiered).
-// Thread-safe; kernels already compiled stay as they are.
+// if called, else UNICACHE_KERNEL_SHAPES=adaptive|agnostic|specialized (read
+// once; a malformed value gets one warning and the default, adaptive).
+// Thread-safe; kernels already compiled stay as they are. set_kernel_shapes
+// throws invalid_argument for a value outside the enum.
 kernel_shapes current_kernel_shapes();
 void set_kernel_shapes(kernel_shapes mode);
-// Parses "tiered", "agnostic" or "specialized", case-insensitively. nullopt otherwise.
+// Parses "adaptive", "agnostic" or "specialized", case-insensitively, and
+// "tiered" (adaptive's old name) as adaptive. nullopt otherwise.
 std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text);
 // Whether kernels compiled in `mode` take their sizes as arguments (one
-// generic kernel serves every shape): agnostic and tiered.
+// generic kernel serves every shape): agnostic and adaptive.
 inline bool shape_agnostic(kernel_shapes mode) { return mode != kernel_shapes::specialized; }
 
-// When and how tiered mode builds specialized kernels (process-wide).
+// When and how adaptive mode builds specialized kernels (process-wide).
 //
 // The cost model: each compiled partition counts, per shape class (what a
 // backend's specialized kernel serves, e.g. "M 257..512, N 768, K 768"), the
@@ -135,7 +139,7 @@ inline bool shape_agnostic(kernel_shapes mode) { return mode != kernel_shapes::s
 struct specialize_settings {
   // Background threads that build specialized kernels: a oneTBB arena of
   // this many threads at low priority, beside the callers' threads. 0 turns
-  // specialization off (tiered runs like agnostic). Up to 64.
+  // specialization off (adaptive runs like agnostic). Up to 64.
   unsigned threads = 1;
   // At most this many specialized variants (shape classes) per compiled
   // partition; classes beyond it stay on the generic kernel. Up to 1024.
@@ -152,7 +156,7 @@ struct specialize_settings {
 // taken when the first specialization starts; later changes of it are
 // ignored. Thread-safe.
 specialize_settings current_specialize_settings();
-// Throws std::invalid_argument for threads > 64, max_variants > 1024, a
+// Throws invalid_argument for threads > 64, max_variants > 1024, a
 // threshold outside [0, 1e6] or a saving outside [0, 1].
 void set_specialize_settings(const specialize_settings& settings);
 
@@ -179,6 +183,7 @@ std::string_view to_string(constant_check mode);
 // The check backends apply from now on: set_constant_check() if called,
 // else UNICACHE_CONSTANT_CHECK=sampled|full|none (read once; a malformed
 // value gets one warning and the default, sampled). Thread-safe.
+// set_constant_check throws invalid_argument for a value outside the enum.
 constant_check current_constant_check();
 void set_constant_check(constant_check mode);
 // Parses "sampled", "full" or "none", case-insensitively. nullopt otherwise.

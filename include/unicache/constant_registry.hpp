@@ -109,7 +109,7 @@ class constant_registry {
   // Subscribes this registry to evictions of `backend`'s entries in `cache`
   // (beside any other subscriber). Backends create one registry per backend
   // id and never destroy it.
-  constant_registry(unified_cache& cache, backend_id backend)
+  constant_registry(unified_cache& cache, owner_id backend)
       : cache_(cache),
         backend_(backend),
         subscription_(cache_.add_eviction_callback(backend_, [this](const eviction_event& e) { evicted(e.key); })) {}
@@ -265,7 +265,7 @@ class constant_registry {
   static constexpr std::size_t kSeenLimit = 4096;
 
   unified_cache& cache_;
-  backend_id backend_;
+  owner_id backend_;
   eviction_subscription subscription_;
   std::mutex mu_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<slot>>> slots_;

@@ -111,10 +111,10 @@ class graph {
                        const std::vector<logical_tensor>& outputs, bool transpose_a = false,
                        bool transpose_b = false);
 
-  // Validates and partitions. Throws graph_error for: an op reading a tensor
-  // nobody declared, a tensor written twice, a cycle, a wrong number of
-  // inputs or outputs, and shapes that cannot agree (matmul K, broadcasting,
-  // eltwise/softmax shape, output shape). Idempotent.
+  // Validates and partitions. Throws graph_error for: an op of an unknown
+  // kind, an op reading a tensor nobody declared, a tensor written twice, a
+  // cycle, a wrong number of inputs or outputs, and shapes that cannot agree
+  // (matmul K, broadcasting, eltwise/softmax shape, output shape). Idempotent.
   void finalize();
   bool finalized() const { return finalized_; }
 

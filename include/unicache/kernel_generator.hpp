@@ -155,8 +155,8 @@ struct gemm_problem {
   std::array<std::size_t, 3> pack_global(int work_group) const;
 };
 
-// --- Tiered GEMMs ------------------------------------------------------------------
-// What the GPU backends share for kernel_shapes::tiered: a GEMM's shape
+// --- Adaptive GEMMs ----------------------------------------------------------------
+// What the GPU backends share for kernel_shapes::adaptive: a GEMM's shape
 // class is M's power-of-two range [2^(b-1), 2^b) with N and K (and the
 // configuration: transposes, packing, chain); its specialized kernel is the
 // GEMM with the tiles that ran fastest for the class among a few candidates.
@@ -203,7 +203,7 @@ shape_class gemm_specialization_class(const partition& p, const std::vector<logi
 // read).
 bool gemm_specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
                                const std::vector<logical_tensor>& out, const gemm_tiles& plan, dialect d,
-                               const engine& e, backend_id id, const device_identity& device);
+                               const engine& e, owner_id id, const device_identity& device);
 
 // The floats of a scratch B that every candidate can read (padded to its tiles).
 std::size_t gemm_scratch_b_floats(const gemm_problem& g, const std::vector<gemm_tiles>& candidates);

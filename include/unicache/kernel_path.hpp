@@ -1,10 +1,12 @@
-// unicache/kernel_path.hpp — how every GPU backend gets a device kernel:
-// the kernel cache, then a preloaded binary, then the persistent store, and
-// only then a build from source. The core owns the path; a backend writes
-// the few functions of `kernel_builder` (build, load, read back, identity).
+// unicache/kernel_path.hpp — how every backend that compiles code gets a
+// kernel: the kernel cache, then a preloaded binary, then the store, and only
+// then a build from source. For: backend authors. The core owns the path; a
+// backend writes the few functions of `kernel_builder` (build, load, read
+// back, identity) and never calls the store itself. docs/writing-a-backend.md
+// walks through one.
 //
 //   struct my_builder final : unicache::kernel_builder { ... };
-//   auto k = unicache::get_kernel(kMyBackend, engine.scope(), my_builder{engine}, source, preloaded);
+//   auto k = unicache::get_kernel(my_backend.cache_owner(), engine.scope(), my_builder{engine}, source, preloaded);
 //   k->launch([&] { launch_and_wait(k->program<my_program>(), args); });
 //
 // The path, for one kernel_source on one engine:
@@ -106,7 +108,7 @@ struct kernel_path_stats {
   std::uint64_t load_ns = 0;         // time loading binaries (the store read included)
   std::uint64_t first_launch_ns = 0; // each kernel's first launch: a driver's last compile step plus one run
 };
-kernel_path_stats kernel_stats(backend_id backend);
+kernel_path_stats kernel_stats(owner_id owner);
 
 // Time this thread spent in first launches, so that a timing that contains
 // one (packing a weight) can leave it out.
@@ -135,7 +137,7 @@ class time_without_first_launches {
 // configuration it is. Immutable but for the one-shot flags.
 class kernel {
  public:
-  kernel(backend_id backend, std::unique_ptr<device_program> program, std::string name, std::string store_key,
+  kernel(owner_id owner, std::unique_ptr<device_program> program, std::string name, std::string store_key,
          device_identity identity, bool store_after_first_launch);
   ~kernel();
   kernel(const kernel&) = delete;
@@ -175,7 +177,7 @@ class kernel {
  private:
   void after_first_launch(std::chrono::steady_clock::time_point start) const;
 
-  backend_id backend_;
+  owner_id owner_;
   std::unique_ptr<device_program> program_;
   std::string name_;
   std::string store_key_;
@@ -189,9 +191,10 @@ class kernel {
 // being built; once built it counts kernel::cached_bytes().
 inline constexpr std::size_t kernel_bytes_estimate = 128 * 1024;
 
-// The kernel path (see the top of this file). Throws what the builder's
-// build() throws when a kernel does not build.
-std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& scope, const kernel_builder& builder,
+// The kernel path (see the top of this file), for the backend whose cache
+// owner id is `owner` (its kernels are entries of kernel_cache() under it).
+// Throws what the builder's build() throws when a kernel does not build.
+std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded);
 
 // The binaries of `kernels` (null ones skipped), for compiled_kernel::binaries().

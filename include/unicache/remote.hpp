@@ -1,7 +1,12 @@
-// unicache/remote.hpp — the remote tier of the kernel store: a Redis server
-// that a fleet of machines shares, so that each kernel is compiled once.
+// unicache/remote.hpp — the remote tier of the kernel store: a server that a
+// fleet of machines shares, so that each kernel is compiled once. For: users
+// (configuration, statistics, maintenance).
 //
-// Configuration is a URL (UNICACHE_REMOTE_CACHE, or remote_config directly):
+// "Remote" names the tier, whatever serves it; what belongs to one kind of
+// server is named after it. The one kind today is Redis: redis_config is its
+// parsed URL, and the maintenance results report the server's own figures.
+//
+// Configuration is a URL (UNICACHE_REMOTE_CACHE, kernel_store::set_remote):
 //
 //   redis://[[user:]password@]host[:port][/db][?option=value&...]
 //
@@ -18,7 +23,7 @@
 //              breaker_s=N            the first back-off after a failure, 1..3600 (default 60);
 //                                     it doubles while failures go on, up to an hour
 //
-// The password is never printed: remote_config::to_string() and every error
+// The password is never printed: redis_config::to_string() and every error
 // and warning show "***" in its place.
 #pragma once
 
@@ -39,7 +44,8 @@ class remote_error : public error {
   using error::error;
 };
 
-struct remote_config {
+// A redis:// URL, parsed.
+struct redis_config {
   std::string host;
   std::uint16_t port = 6379;
   std::uint32_t db = 0;
@@ -60,7 +66,7 @@ struct remote_config {
 // What the remote tier did in this process (kernel_store::remote_statistics).
 struct remote_stats {
   bool enabled = false;
-  std::string url;  // remote_config::to_string(): no password
+  std::string url;  // redis_config::to_string(): no password
   std::uint64_t hits = 0;           // values found and verified
   std::uint64_t misses = 0;         // no value
   std::uint64_t rejected = 0;       // values that failed a check (corrupt, foreign, unsigned, too large): never served
@@ -73,16 +79,22 @@ struct remote_stats {
   std::uint64_t bytes_written = 0;
 };
 
-// Parses a remote URL. Throws std::invalid_argument naming what is wrong
+// Parses a redis:// URL. Throws invalid_argument naming what is wrong
 // (never quoting the password): another scheme, an empty or malformed host,
 // a port, database or option value out of range, an unknown option, a prefix
 // with other characters, a bad percent-escape, or a URL over 4096 bytes.
-remote_config parse_remote_url(std::string_view url);
+redis_config parse_redis_url(std::string_view url);
+
+// The names these had when "remote" meant Redis.
+using remote_config [[deprecated("use redis_config")]] = redis_config;
+[[deprecated("use parse_redis_url")]] inline redis_config parse_remote_url(std::string_view url) {
+  return parse_redis_url(url);
+}
 
 // One value under the configuration's prefix, as the maintenance tool sees
 // it. Every string is printable ASCII (keys and values are untrusted).
 struct remote_entry_info {
-  std::string redis_key;
+  std::string server_key;  // where the value is on the server (a Redis key), quoted
   std::string device_hash;  // 32 hex digits, from the entry
   std::string kind;         // what the entry's key says it is, or ""
   std::string name;
@@ -116,7 +128,7 @@ struct remote_summary {
 
 // Maintenance of the values under one prefix (unicache-store --remote).
 // Each call walks the prefix with SCAN; throws remote_error when the server
-// fails or times out, std::invalid_argument for bad settings (as
+// fails or times out, invalid_argument for bad settings (as
 // kernel_store::set_remote).
 class remote_maintenance {
  public:

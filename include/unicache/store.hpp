@@ -80,12 +80,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "unicache/bytes.hpp"
+#include "unicache/device_identity.hpp"
 #include "unicache/error.hpp"
 #include "unicache/remote.hpp"
 
@@ -94,18 +94,6 @@ namespace unicache {
 namespace detail {
 struct store_access;
 }
-
-using byte_vector = std::vector<unsigned char>;
-using byte_span = std::span<const unsigned char>;
-
-// What a binary was compiled for. Two identities that differ in any field
-// (or in the unicache build that made them) never share binaries.
-struct device_identity {
-  std::string platform_name;
-  std::string device_name;
-  std::string device_version;
-  std::string driver_version;
-};
 
 // Configuration of a store; see docs/configuration.md.
 struct store_config {
@@ -219,7 +207,7 @@ class kernel_store {
   // ("" for unsigned values). get then asks the remote tier on a local miss
   // and writes a remote hit to the local store; put and remove also go to
   // the remote tier, in the background (never in read-only mode). Throws
-  // std::invalid_argument for a malformed URL or an unusable secret file,
+  // invalid_argument for a malformed URL or an unusable secret file,
   // changing nothing; the message never quotes a password or the secret.
   void set_remote(const std::string& url, const std::string& secret_file = "");
   // What the remote tier did in this process (all zero when it is off).

@@ -119,16 +119,16 @@ UNICACHE_API unicache_status_t unicache_get_cache_stats(unicache_cache_t cache, 
  * evicting thread, with no lock of the cache held. `key` and `key_size` are
  * valid during the call only. It must not throw (it is C). */
 typedef void (*unicache_eviction_callback_t)(void* user_data, unicache_engine_kind_t kind, int device_id,
-                                             uint64_t context_id, uint32_t backend_id, const void* key,
+                                             uint64_t context_id, uint32_t owner_id, const void* key,
                                              size_t key_size);
 /* Subscribes; *subscription identifies it for removal. user_data is passed
  * back unchanged and must outlive the subscription. */
-UNICACHE_API unicache_status_t unicache_add_eviction_callback(unicache_cache_t cache, uint32_t backend_id,
+UNICACHE_API unicache_status_t unicache_add_eviction_callback(unicache_cache_t cache, uint32_t owner_id,
                                                               unicache_eviction_callback_t callback,
                                                               void* user_data, uint64_t* subscription);
 /* Waits for calls running on other threads. UNICACHE_INVALID_ARGUMENT if the
  * subscription is unknown or already removed. */
-UNICACHE_API unicache_status_t unicache_remove_eviction_callback(unicache_cache_t cache, uint32_t backend_id,
+UNICACHE_API unicache_status_t unicache_remove_eviction_callback(unicache_cache_t cache, uint32_t owner_id,
                                                                  uint64_t subscription);
 
 /* --- Persistent kernel store (the process-wide store's runtime settings) --- */

@@ -1,7 +1,7 @@
 // The CUDA backend's C interop (include/unicache/unicache_cuda.h).
 #include "unicache/unicache_cuda.h"
 
-#include "c_api/c_api_internal.hpp"
+#include "c_api_internal.hpp"
 #include "unicache/cuda.hpp"
 
 using namespace unicache;

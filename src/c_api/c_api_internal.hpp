@@ -57,6 +57,8 @@ unicache_status_t guarded(Body&& body) noexcept {
     return fail(UNICACHE_CACHE_ERROR, e.what());
   } catch (const store_error& e) {
     return fail(UNICACHE_STORE_ERROR, e.what());
+  } catch (const invalid_argument& e) {
+    return fail(UNICACHE_INVALID_ARGUMENT, e.what());
   } catch (const std::bad_alloc&) {
     return fail(UNICACHE_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
@@ -104,6 +106,22 @@ H* created(std::unique_ptr<H> h) {
   register_handle(h.get());
   return h.release();
 }
+
+// Between the C enums and the C++ ones; the to_ functions raise
+// UNICACHE_INVALID_ARGUMENT for a value outside the C enum.
+engine_kind to_kind(unicache_engine_kind_t k);
+unicache_engine_kind_t from_kind(engine_kind k);
+eviction_policy to_policy(unicache_policy_t p);
+unicache_policy_t from_policy(eviction_policy p);
+unified_cache& cache_of(unicache_cache_t c);
+op_kind to_op(unicache_op_kind_t k);
+unicache_logical_tensor_t to_c(const logical_tensor& t);
+// The partition behind a handle (UNICACHE_INVALID_HANDLE for NULL), and
+// tensor `index` of `list` as C sees it (UNICACHE_INVALID_ARGUMENT past the end).
+const partition& part(unicache_partition_t p);
+void tensor_at(const std::vector<logical_tensor>& list, size_t index, unicache_logical_tensor_t* tensor);
+// A shape from the C arrays, checked (ndims in range, dims not NULL).
+std::vector<std::int64_t> shape_of(int32_t ndims, const int64_t* dims);
 
 // A new engine handle, and the engine or stream behind a handle, checked to
 // be of the backend named `backend` ("opencl", "cuda").

@@ -1,7 +1,7 @@
 // The OpenCL backend's C interop (include/unicache/unicache_opencl.h).
 #include "unicache/unicache_opencl.h"
 
-#include "c_api/c_api_internal.hpp"
+#include "c_api_internal.hpp"
 #include "unicache/opencl.hpp"
 
 using namespace unicache;

@@ -18,6 +18,16 @@ void check_capacity(std::size_t capacity_mb) {
   }
 }
 
+void check_kind(engine_kind kind) {
+  if (!known_kind(kind)) throw cache_error("unicache: unknown engine kind " + std::to_string(static_cast<int>(kind)));
+}
+
+void check_policy(eviction_policy policy) {
+  if (static_cast<unsigned>(policy) > static_cast<unsigned>(eviction_policy::library_default)) {
+    throw cache_error("unicache: unknown eviction policy " + std::to_string(static_cast<int>(policy)));
+  }
+}
+
 namespace {
 
 std::string describe_scope(engine_kind kind, int device_id, std::uint64_t context_id) {
@@ -42,6 +52,7 @@ unified_cache::impl::impl(cache_config c) : initial(c), settings(c) {
 }
 
 device_cache* unified_cache::impl::find_device(engine_kind kind, int device_id) const {
+  if (!known_kind(kind)) return nullptr;  // no such device: a miss; device() reports it
   if (device_id >= 0 && device_id < kDirectDevices) {
     return direct[static_cast<int>(kind)][device_id].load(std::memory_order_acquire);
   }
@@ -57,6 +68,7 @@ std::uint64_t unified_cache::impl::budget_of(engine_kind kind, int device_id) co
 
 device_cache* unified_cache::impl::device(engine_kind kind, int device_id) {
   if (device_cache* d = find_device(kind, device_id)) return d;
+  check_kind(kind);
   mutex_lock lock(&config_mu);
   if (device_id >= 0 && device_id < kDirectDevices) {
     auto& slot = direct[static_cast<int>(kind)][device_id];
@@ -95,12 +107,12 @@ void unified_cache::impl::finish_removals(engine_kind kind, int device_id, std::
     if (initial.verbose) {
       char line[384];
       std::snprintf(line, sizeof line,
-                    "unicache_verbose,%s,evict,%s,backend=%s,key=%016" PRIx64 ",bytes=%" PRIu64 ",reason=%s",
+                    "unicache_verbose,%s,evict,%s,owner=%s,key=%016" PRIx64 ",bytes=%" PRIu64 ",reason=%s",
                     initial.name.c_str(), describe_scope(kind, device_id, e->context_id).c_str(),
-                    backend_name(e->backend).c_str(), e->hash, e->size_bytes, describe(r.reason));
+                    owner_name(e->owner).c_str(), e->hash, e->size_bytes, describe(r.reason));
       write_line(line);
     }
-    if (evicted) callbacks.run(eviction_event{{kind, device_id, e->context_id}, e->backend, e->key(), e->future});
+    if (evicted) callbacks.run(eviction_event{{kind, device_id, e->context_id}, e->owner, e->key(), e->future});
     // With its size: an evicted large value (a packed weight's device
     // memory) is freed at the collect() below, not after a batch.
     const std::size_t bytes = e->size_bytes;
@@ -110,20 +122,22 @@ void unified_cache::impl::finish_removals(engine_kind kind, int device_id, std::
   epoch_domain::instance().collect();
 }
 
-void unified_cache::impl::trace_miss(const cache_scope& scope, backend_id backend, std::uint64_t hash,
+void unified_cache::impl::trace_miss(const cache_scope& scope, owner_id owner, std::uint64_t hash,
                                      std::uint64_t size, const char* outcome) const {
   if (!initial.verbose) return;
   char line[384];
   std::snprintf(line, sizeof line,
-                "unicache_verbose,%s,miss,%s,backend=%s,key=%016" PRIx64 ",bytes=%" PRIu64 ",outcome=%s",
+                "unicache_verbose,%s,miss,%s,owner=%s,key=%016" PRIx64 ",bytes=%" PRIu64 ",outcome=%s",
                 initial.name.c_str(), describe_scope(scope.kind, scope.device_id, scope.context_id).c_str(),
-                backend_name(backend).c_str(), hash, size, outcome);
+                owner_name(owner).c_str(), hash, size, outcome);
   write_line(line);
 }
 
 unified_cache::unified_cache(cache_config config) {
   check_capacity(config.cpu.capacity_mb);
   check_capacity(config.gpu.capacity_mb);
+  check_policy(config.cpu.policy);
+  check_policy(config.gpu.policy);
   impl_ = std::make_unique<impl>(config);
 }
 
@@ -153,7 +167,7 @@ void unified_cache::clear() {
   }
 }
 
-std::uint64_t unified_cache::evict_device(engine_kind kind, int device_id, backend_id backend) {
+std::uint64_t unified_cache::evict_device(engine_kind kind, int device_id, owner_id owner) {
   device_cache* d = impl_->device(kind, device_id);
   std::vector<removed_entry> removed;
   std::uint64_t bytes = 0;
@@ -162,7 +176,7 @@ std::uint64_t unified_cache::evict_device(engine_kind kind, int device_id, backe
     for (entry* e : d->table.entries()) {
       // A value still being built (perhaps by the caller, whose allocation
       // failed) is not evicted: its builder holds what it allocated anyway.
-      if (e->backend != backend) continue;
+      if (e->owner != owner) continue;
       if (e->future.valid() && e->future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
       bytes += e->size_bytes;
       d->remove_locked(e, removal::clear, removed);
@@ -195,7 +209,9 @@ void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb) {
 
 void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb,
                                  eviction_policy new_policy) {
+  check_kind(kind);
   check_capacity(capacity_mb);
+  check_policy(new_policy);
   std::vector<std::pair<device_cache*, std::vector<removed_entry>>> work;
   {
     mutex_lock lock(&impl_->config_mu);
@@ -220,6 +236,7 @@ void unified_cache::set_capacity(engine_kind kind, std::size_t capacity_mb,
 }
 
 void unified_cache::set_capacity(engine_kind kind, int device_id, std::size_t capacity_mb) {
+  check_kind(kind);
   check_capacity(capacity_mb);
   device_cache* d = impl_->device(kind, device_id);
   std::vector<removed_entry> removed;
@@ -253,8 +270,8 @@ void unified_cache::set_enabled(bool enabled) {
 
 bool unified_cache::enabled() const { return impl_->enabled.load(std::memory_order_relaxed); }
 
-eviction_subscription unified_cache::add_eviction_callback(backend_id backend, eviction_callback callback) {
-  return impl_->callbacks.add(backend, std::move(callback));
+eviction_subscription unified_cache::add_eviction_callback(owner_id owner, eviction_callback callback) {
+  return impl_->callbacks.add(owner, std::move(callback));
 }
 
 bool unified_cache::remove_eviction_callback(const eviction_subscription& subscription) {

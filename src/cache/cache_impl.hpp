@@ -31,6 +31,11 @@ constexpr int kDirectDevices = 64;
 inline std::uint64_t mb_to_bytes(std::size_t mb) { return std::uint64_t{mb} * kBytesPerMb; }
 // Throws cache_error for a capacity above max_capacity_mb.
 void check_capacity(std::size_t capacity_mb);
+// Throw cache_error for a value outside the enum (a cast integer): the
+// devices are indexed by kind, and a policy picks an implementation.
+void check_kind(engine_kind kind);
+void check_policy(eviction_policy policy);
+inline bool known_kind(engine_kind kind) { return static_cast<unsigned>(kind) < engine_kind_count; }
 }  // namespace detail
 
 struct unified_cache::impl {
@@ -60,7 +65,7 @@ struct unified_cache::impl {
   // Runs callbacks and traces for removed entries, then hands the table's
   // references to the epoch domain. Called with no lock held.
   void finish_removals(engine_kind kind, int device_id, std::vector<detail::removed_entry>& removed);
-  void trace_miss(const cache_scope& scope, backend_id backend, std::uint64_t hash, std::uint64_t size,
+  void trace_miss(const cache_scope& scope, owner_id owner, std::uint64_t hash, std::uint64_t size,
                   const char* outcome) const;
 };
 

@@ -1,3 +1,4 @@
+// Subscribing to, unsubscribing from and running eviction callbacks.
 #include "cache/callback_registry.hpp"
 
 #include <algorithm>
@@ -12,19 +13,19 @@ thread_local std::vector<const void*> running_callbacks;
 
 }  // namespace
 
-eviction_subscription callback_registry::add(backend_id backend, eviction_callback callback) {
+eviction_subscription callback_registry::add(owner_id owner, eviction_callback callback) {
   if (!callback) throw cache_error("unicache: add_eviction_callback needs a callable callback");
   auto s = std::make_shared<slot>();
   s->callback = std::move(callback);
   mutex_lock lock(&mu_);
   s->id = ++last_id_;
-  slots_[backend].push_back(s);
-  return {backend, s->id};
+  slots_[owner].push_back(s);
+  return {owner, s->id};
 }
 
 bool callback_registry::remove(const eviction_subscription& subscription) {
   mutex_lock lock(&mu_);
-  auto it = slots_.find(subscription.backend);
+  auto it = slots_.find(subscription.owner);
   if (it == slots_.end()) return false;
   auto& list = it->second;
   const auto found = std::find_if(list.begin(), list.end(), [&](const auto& s) {
@@ -46,7 +47,7 @@ void callback_registry::run(const eviction_event& event) {
   std::vector<std::shared_ptr<slot>> list;
   {
     mutex_lock lock(&mu_);
-    auto it = slots_.find(event.backend);
+    auto it = slots_.find(event.owner);
     if (it == slots_.end()) return;
     list = it->second;
   }

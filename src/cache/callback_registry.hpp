@@ -1,4 +1,4 @@
-// The eviction callbacks of one unified_cache: every backend's subscribers,
+// The eviction callbacks of one unified_cache: every owner's subscribers,
 // in the order they subscribed. Thread-safe; callbacks run with no lock of
 // the registry held, so they may subscribe, unsubscribe (themselves too)
 // and call back into the cache.
@@ -19,10 +19,10 @@ namespace unicache::detail {
 class callback_registry {
  public:
   // Throws cache_error for an empty callback.
-  eviction_subscription add(backend_id backend, eviction_callback callback);
+  eviction_subscription add(owner_id owner, eviction_callback callback);
   // After it returns no call of the callback runs on another thread.
   bool remove(const eviction_subscription& subscription);
-  // Calls every subscriber of the event's backend. A subscriber removed
+  // Calls every subscriber of the event's owner. A subscriber removed
   // meanwhile is skipped; one added meanwhile sees the next eviction. An
   // exception a callback throws is reported and dropped.
   void run(const eviction_event& event);
@@ -36,7 +36,7 @@ class callback_registry {
 
   mutex mu_;
   std::condition_variable_any finished_;
-  absl::flat_hash_map<backend_id, std::vector<std::shared_ptr<slot>>> slots_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<owner_id, std::vector<std::shared_ptr<slot>>> slots_ ABSL_GUARDED_BY(mu_);
   std::uint64_t last_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

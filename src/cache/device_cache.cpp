@@ -1,3 +1,4 @@
+// One device's part of a unified_cache: budget, policy, admission and removal.
 #include "cache/device_cache.hpp"
 
 namespace unicache::detail {

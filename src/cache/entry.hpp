@@ -1,11 +1,11 @@
-// One cached value and its bookkeeping, with the backend's key bytes stored
+// One cached value and its bookkeeping, with its owner's key bytes stored
 // inline after the struct: one allocation per entry.
 //
 // The first 64 bytes are what a hit reads and writes (the reference count and
 // flags, the identity compared by lookups, the use stamp and counters, the
 // future it returns); the rest is touched only under the owning device's mutex.
 //
-// Immutable after publication: hash, context, backend, key, future.
+// Immutable after publication: hash, context, owner, key, future.
 // Written lock-free on hits: hits, waits, stamp, state. Written under the
 // owning device's mutex: size (once, when the built value tells its real
 // size), cost and the policy's bookkeeping.
@@ -30,7 +30,7 @@ struct entry : entry_base {
   std::atomic<build_state> state{build_state::pending};
   std::uint64_t hash = 0;
   std::uint64_t context_id = 0;
-  backend_id backend = 0;
+  owner_id owner = 0;
   std::uint32_t key_size = 0;
   std::atomic<std::uint64_t> stamp{0};  // policy clock at the last use
   std::atomic<std::uint32_t> hits{0};
@@ -52,14 +52,14 @@ struct entry : entry_base {
   std::string_view key() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), key_size};
   }
-  bool matches(std::uint64_t h, std::uint64_t context, backend_id b,
+  bool matches(std::uint64_t h, std::uint64_t context, owner_id b,
                std::string_view k) const noexcept {
-    return hash == h && context_id == context && backend == b && key_size == k.size() &&
+    return hash == h && context_id == context && owner == b && key_size == k.size() &&
            std::memcmp(this + 1, k.data(), k.size()) == 0;
   }
 
   // Allocates an entry with one reference (the caller's) and its key inline.
-  static entry* create(std::uint64_t hash, std::uint64_t context_id, backend_id backend,
+  static entry* create(std::uint64_t hash, std::uint64_t context_id, owner_id owner,
                        std::string_view key, std::uint64_t size_bytes, std::uint64_t cost_ns,
                        cache_future future);
 };

@@ -1,3 +1,4 @@
+// The lock-free-read hash table of one device's entries.
 #include "cache/entry_table.hpp"
 
 #include <algorithm>
@@ -59,7 +60,7 @@ entry_table::entry_table() : slots_(slot_array::create(kMinCapacity)) {}
 
 entry_table::~entry_table() { slot_array::destroy(slots_.load(std::memory_order_relaxed)); }
 
-entry* entry_table::find(std::uint64_t hash, std::uint64_t context_id, backend_id backend,
+entry* entry_table::find(std::uint64_t hash, std::uint64_t context_id, owner_id owner,
                          std::string_view key) const noexcept {
   const slot_array* array = slots_.load(std::memory_order_acquire);
   const std::uintptr_t tag = tag_of(hash);
@@ -68,7 +69,7 @@ entry* entry_table::find(std::uint64_t hash, std::uint64_t context_id, backend_i
     if (slot == 0) return nullptr;
     if ((slot & kTagMask) == tag && slot != kTombstone) {
       entry* e = untagged(slot);
-      if (e->matches(hash, context_id, backend, key)) return e;
+      if (e->matches(hash, context_id, owner, key)) return e;
     }
   }
 }

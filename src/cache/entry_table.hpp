@@ -28,7 +28,7 @@ class entry_table {
 
   // Reader side: the caller holds an epoch guard for as long as it uses the
   // returned entry. Entries are compared by full key, never by hash alone.
-  entry* find(std::uint64_t hash, std::uint64_t context_id, backend_id backend,
+  entry* find(std::uint64_t hash, std::uint64_t context_id, owner_id owner,
               std::string_view key) const noexcept;
 
   // Writer side: the caller serializes all writers. `e` must not be present

@@ -1,3 +1,4 @@
+// LRU's factory (make_lru_policy); the policy itself is in lru_policy.hpp.
 #include "cache/lru_policy.hpp"
 
 namespace unicache::detail {

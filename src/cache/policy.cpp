@@ -1,3 +1,4 @@
+// make_policy: the eviction policy of a name, from the table in policies.def.
 #include "cache/policy.hpp"
 
 namespace unicache::detail {

@@ -21,7 +21,7 @@
 namespace unicache {
 namespace detail {
 
-entry* entry::create(std::uint64_t hash, std::uint64_t context_id, backend_id backend,
+entry* entry::create(std::uint64_t hash, std::uint64_t context_id, owner_id owner,
                      std::string_view key, std::uint64_t size_bytes, std::uint64_t cost_ns,
                      cache_future future) {
   if (key.size() > std::numeric_limits<std::uint32_t>::max()) {
@@ -35,7 +35,7 @@ entry* entry::create(std::uint64_t hash, std::uint64_t context_id, backend_id ba
   auto* e = new (raw) entry();
   e->hash = hash;
   e->context_id = context_id;
-  e->backend = backend;
+  e->owner = owner;
   e->key_size = static_cast<std::uint32_t>(key.size());
   e->size_bytes = size_bytes;
   e->cost_ns.store(static_cast<float>(cost_ns), std::memory_order_relaxed);
@@ -61,8 +61,8 @@ const cache_value& entry_value(entry_base* e) noexcept {
 
 namespace {
 
-std::uint64_t hash_key(std::uint64_t context_id, backend_id backend, std::string_view key) {
-  const std::uint64_t seed = context_id * 0x9E3779B97F4A7C15ull ^ backend;
+std::uint64_t hash_key(std::uint64_t context_id, owner_id owner, std::string_view key) {
+  const std::uint64_t seed = context_id * 0x9E3779B97F4A7C15ull ^ owner;
   return XXH3_64bits_withSeed(key.data(), key.size(), seed);
 }
 
@@ -133,12 +133,12 @@ void record_use(const device_cache& d, entry* e, bool ready) {
 
 using namespace detail;
 
-entry_base* unified_cache::find_built(const cache_scope& scope, backend_id backend, std::string_view key,
+entry_base* unified_cache::find_built(const cache_scope& scope, owner_id owner, std::string_view key,
                                       void** value) {
   if (!impl_->enabled.load(std::memory_order_relaxed)) return nullptr;
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   if (!d) return nullptr;
-  entry* e = d->table.find(hash_key(scope.context_id, backend, key), scope.context_id, backend, key);
+  entry* e = d->table.find(hash_key(scope.context_id, owner, key), scope.context_id, owner, key);
   if (!e || settle(e) != build_state::ready) return nullptr;
   *value = e->future.get().get();
   if (!*value) return nullptr;
@@ -147,10 +147,10 @@ entry_base* unified_cache::find_built(const cache_scope& scope, backend_id backe
 }
 
 unified_cache::lookup_result unified_cache::lookup_or_insert(
-    const cache_scope& scope, backend_id backend, std::string_view key, std::size_t size_bytes,
+    const cache_scope& scope, owner_id owner, std::string_view key, std::size_t size_bytes,
     std::uint64_t cost_ns, const cache_future& future, bool want_entry) {
   if (!future.valid()) throw cache_error("unicache: get_or_add needs a valid future");
-  const std::uint64_t hash = hash_key(scope.context_id, backend, key);
+  const std::uint64_t hash = hash_key(scope.context_id, owner, key);
   using outcome = lookup_result::outcome;
 
   // Hit path: no lock, no allocation; writes only what record_use writes
@@ -158,7 +158,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
   if (impl_->enabled.load(std::memory_order_relaxed)) {
     if (device_cache* d = impl_->find_device(scope.kind, scope.device_id)) {
       epoch_guard guard;
-      if (entry* e = d->table.find(hash, scope.context_id, backend, key)) {
+      if (entry* e = d->table.find(hash, scope.context_id, owner, key)) {
         const build_state state = settle(e);
         if (state != build_state::failed) {
           const bool ready = state == build_state::ready;
@@ -179,7 +179,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
     mutex_lock lock(&d->mu);
     const bool enabled = impl_->enabled.load(std::memory_order_relaxed);
     // Writers hold mu, so entries and slots found here stay put.
-    entry* found = enabled ? d->table.find(hash, scope.context_id, backend, key) : nullptr;
+    entry* found = enabled ? d->table.find(hash, scope.context_id, owner, key) : nullptr;
     if (found) {
       const build_state state = settle(found);
       if (state == build_state::failed) {
@@ -204,7 +204,7 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
         trace = "refused_full";
       } else {
         // Allocate before evicting: if allocation throws, nothing has changed.
-        entry_ref made = entry_ref::adopt(entry::create(hash, scope.context_id, backend, key, size_bytes, cost_ns, future));
+        entry_ref made = entry_ref::adopt(entry::create(hash, scope.context_id, owner, key, size_bytes, cost_ns, future));
         entry* e = as_entry(made);
         e->awaiting_cost = want_entry && cost_ns == 0;  // get_or_build: complete_build reports it
         if (d->make_room(d->capacity() - size_bytes, e, removal::capacity, removed)) {
@@ -220,15 +220,15 @@ unified_cache::lookup_result unified_cache::lookup_or_insert(
   }
   if (!removed.empty()) impl_->finish_removals(scope.kind, scope.device_id, removed);
   epoch_domain::instance().collect();  // an insert may have retired a grown table
-  if (trace) impl_->trace_miss(scope, backend, hash, size_bytes, trace);
+  if (trace) impl_->trace_miss(scope, owner, hash, size_bytes, trace);
   if (!want_entry) result.entry.reset();
   return result;
 }
 
-cache_future unified_cache::get_or_add(const cache_scope& scope, backend_id backend,
+cache_future unified_cache::get_or_add(const cache_scope& scope, owner_id owner,
                                        std::string_view key, std::size_t size_bytes,
                                        std::uint64_t cost_ns, const cache_future& future) {
-  lookup_result r = lookup_or_insert(scope, backend, key, size_bytes, cost_ns, future, false);
+  lookup_result r = lookup_or_insert(scope, owner, key, size_bytes, cost_ns, future, false);
   return r.kind == lookup_result::outcome::hit || r.kind == lookup_result::outcome::wait
              ? std::move(r.future)
              : cache_future();
@@ -260,36 +260,36 @@ void unified_cache::drop_failed(const cache_scope& scope, const entry_ref& ref) 
   impl_->finish_removals(d->kind, d->device_id, removed);
 }
 
-bool unified_cache::contains(const cache_scope& scope, backend_id backend,
+bool unified_cache::contains(const cache_scope& scope, owner_id owner,
                              std::string_view key) const {
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   if (!d) return false;
   epoch_guard guard;
-  entry* e = d->table.find(hash_key(scope.context_id, backend, key), scope.context_id, backend, key);
+  entry* e = d->table.find(hash_key(scope.context_id, owner, key), scope.context_id, owner, key);
   return e != nullptr && settle(e) != build_state::failed;
 }
 
-void unified_cache::update_cost(const cache_scope& scope, backend_id backend, std::string_view key,
+void unified_cache::update_cost(const cache_scope& scope, owner_id owner, std::string_view key,
                                 std::uint64_t cost_ns) {
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   if (!d) return;
-  const std::uint64_t hash = hash_key(scope.context_id, backend, key);
+  const std::uint64_t hash = hash_key(scope.context_id, owner, key);
   std::vector<removed_entry> removed;
   {
     mutex_lock lock(&d->mu);
-    if (entry* e = d->table.find(hash, scope.context_id, backend, key)) d->update_entry(e, cost_ns, 0, removed);
+    if (entry* e = d->table.find(hash, scope.context_id, owner, key)) d->update_entry(e, cost_ns, 0, removed);
   }
   if (!removed.empty()) impl_->finish_removals(d->kind, d->device_id, removed);
 }
 
-bool unified_cache::remove(const cache_scope& scope, backend_id backend, std::string_view key) {
+bool unified_cache::remove(const cache_scope& scope, owner_id owner, std::string_view key) {
   device_cache* d = impl_->find_device(scope.kind, scope.device_id);
   if (!d) return false;
-  const std::uint64_t hash = hash_key(scope.context_id, backend, key);
+  const std::uint64_t hash = hash_key(scope.context_id, owner, key);
   std::vector<removed_entry> removed;
   {
     mutex_lock lock(&d->mu);
-    entry* e = d->table.find(hash, scope.context_id, backend, key);
+    entry* e = d->table.find(hash, scope.context_id, owner, key);
     if (!e) return false;
     d->remove_locked(e, removal::erase, removed);
   }

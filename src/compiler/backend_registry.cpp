@@ -1,4 +1,8 @@
 // The registry of backends, and the defaults of the backend interface.
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +63,7 @@ std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::
 }
 
 void register_backend(backend* b) {
+  if (!b) throw invalid_argument("register_backend: no backend (nullptr)");
   registry& r = the_registry();
   detail::mutex_lock lock(&r.mu);
   for (backend* existing : r.backends) {
@@ -67,8 +72,26 @@ void register_backend(backend* b) {
       throw error(std::string("unicache: a second backend registers itself as ") + b->name());
     }
   }
+  // Throws, registering nothing, when the id is another owner's.
+  register_owner(b->cache_owner(), b->name());
   r.backends.push_back(b);
 }
+
+namespace detail {
+
+void native_handle::mismatch(const char* holder, const std::type_info& asked) const {
+  const auto readable = [](const std::type_info& t) {
+    int status = 0;
+    const std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(t.name(), nullptr, nullptr, &status),
+                                                      std::free);
+    return std::string(status == 0 && name ? name.get() : t.name());
+  };
+  throw invalid_argument(std::string("unicache: ") + holder + "::native<" + readable(asked) + ">(), but its handle is " +
+                         (*type_ == typeid(void) ? std::string("empty or untyped") : "a " + readable(*type_)) +
+                         " (a " + holder + " of another backend?)");
+}
+
+}  // namespace detail
 
 int physical_device_id(engine_kind kind, const std::string& physical_key) {
   if (kind == engine_kind::cpu) return host_cpu_device_id;

@@ -4,13 +4,15 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <string>
 #include <unordered_map>
 
 #include "unicache/cache.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
-#include "compiler/tiers.hpp"
+#include "unicache/store.hpp"
+#include "compiler/adaptive_dispatch.hpp"
 
 namespace unicache {
 
@@ -22,10 +24,10 @@ struct compiled_partition::state {
   std::string blob_key;
   // The engine it was compiled on: a stream of another engine's backend or
   // scope would run its kernels in a context they do not belong to.
-  const backend* owner = nullptr;
+  const backend* made_by = nullptr;
   cache_scope scope;
-  // Tiered mode: the shape's class and its specialized kernel, if any.
-  detail::tier_ref tier;
+  // Adaptive mode: the shape's class and its specialized kernel, if any.
+  detail::class_ref shape_class;
 
   // What the kernel cache counts for it: this object, its tensors' shapes
   // and its blob key. Its kernel counts in entries of its own.
@@ -50,12 +52,12 @@ constexpr std::size_t kCompiledPartitionBytes = 4096;
 // What every shape of one kernel configuration shares: the structure, the
 // backend object (two backends on engines of one scope never share a
 // compiled partition) and its kernel configuration (its options, the
-// kernel-shape mode). Tiered kernels keep one dispatch table per this key.
+// kernel-shape mode). Adaptive dispatch keeps one table of shape classes per this key.
 std::string configuration_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                               const engine& e) {
   cache_key key;
-  key.add(p.fingerprint()).add(e.owner()->name()).add(reinterpret_cast<std::uintptr_t>(e.owner()));
-  key.add(e.owner()->kernel_configuration(p, input_shapes, e));
+  key.add(p.fingerprint()).add(e.get_backend()->name()).add(reinterpret_cast<std::uintptr_t>(e.get_backend()));
+  key.add(e.get_backend()->kernel_configuration(p, input_shapes, e));
   return std::string(key.bytes());
 }
 
@@ -76,8 +78,8 @@ std::string compiled_partition_key(const std::string& configuration,
 std::string blob_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                      const engine& e) {
   cache_key key;
-  key.add("compiled-partition/2").add(p.fingerprint()).add(e.owner()->name());
-  key.add(e.owner()->kernel_configuration(p, input_shapes, e));
+  key.add("compiled-partition/2").add(p.fingerprint()).add(e.get_backend()->name());
+  key.add(e.get_backend()->kernel_configuration(p, input_shapes, e));
   return std::string(key.bytes());
 }
 
@@ -104,9 +106,9 @@ std::vector<kernel_binary> decode_binaries(const byte_vector& payload) {
       b.binary.assign(binary.begin(), binary.end());
       out.push_back(std::move(b));
     }
-    if (!in.done()) throw std::invalid_argument("trailing bytes");
+    if (!in.done()) throw invalid_argument("trailing bytes");
     return out;
-  } catch (const std::invalid_argument& err) {
+  } catch (const invalid_argument& err) {
     throw compile_error(std::string("compile_from_cache_blob: malformed blob payload (") + err.what() + ")");
   }
 }
@@ -149,24 +151,24 @@ compiled_partition compile(const partition& p, const std::vector<std::vector<std
 
 compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                                 const engine& e, const std::vector<kernel_binary>& preloaded) {
-  if (!e.owner()) throw compile_error("compile: the engine has no backend");
+  if (!e.get_backend()) throw compile_error("compile: the engine has no backend");
   if (input_shapes.size() != p.inputs().size()) {
     throw compile_error("compile: partition " + p.fingerprint() + " has " + std::to_string(p.inputs().size()) +
                         " inputs, got " + std::to_string(input_shapes.size()) + " shapes");
   }
-  static const bool named = (register_backend_id(compiled_partition_backend_id, "compiled_partition"), true);
+  static const bool named = (register_owner(compiled_partition_owner, "compiled_partition"), true);
   (void)named;
   const std::string configuration = configuration_key(p, input_shapes, e);
   const std::string key = compiled_partition_key(configuration, input_shapes);
   compiled_partition out;
-  if (auto hit = kernel_cache().lookup<const compiled_partition::state>(e.scope(), compiled_partition_backend_id, key)) {
+  if (auto hit = kernel_cache().lookup<const compiled_partition::state>(e.scope(), compiled_partition_owner, key)) {
     out.state_ = hit.shared_value();
     return out;
   }
   cache_handle<const compiled_partition::state> cached = kernel_cache().get_or_build<const compiled_partition::state>(
-      e.scope(), compiled_partition_backend_id, key, kCompiledPartitionBytes, [&] {
+      e.scope(), compiled_partition_owner, key, kCompiledPartitionBytes, [&] {
         auto s = std::make_shared<compiled_partition::state>();
-        s->owner = e.owner();
+        s->made_by = e.get_backend();
         s->scope = e.scope();
         std::unordered_map<std::uint64_t, std::vector<std::int64_t>> shape_of;
         for (std::size_t i = 0; i < input_shapes.size(); ++i) {
@@ -209,20 +211,26 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
         }
         const auto start = std::chrono::steady_clock::now();
         try {
-          s->kernel = e.owner()->compile(p, s->inputs, s->outputs, e, preloaded);
+          s->kernel = e.get_backend()->compile(p, s->inputs, s->outputs, e, preloaded);
         } catch (const compile_error&) {
           throw;
         } catch (const error& err) {
           // A backend's own error type (with its status) stays reachable.
           std::throw_with_nested(compile_error(err.what()));
+        } catch (const std::bad_alloc&) {
+          throw;
+        } catch (const std::exception& err) {
+          // A library the backend uses threw its own type (dnnl::error, say):
+          // the caller still catches unicache::error, and can reach it nested.
+          std::throw_with_nested(compile_error(std::string(e.get_backend()->name()) + ": " + err.what()));
         }
         if (!s->kernel) {
-          throw compile_error(std::string(e.owner()->name()) + " returned no kernel for partition " + p.fingerprint());
+          throw compile_error(std::string(e.get_backend()->name()) + " returned no kernel for partition " + p.fingerprint());
         }
         const auto build_ns = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-        s->tier = detail::tier_for(p, configuration, e, s->inputs, s->outputs, *s->kernel, build_ns);
-        s->identity = e.owner()->identity(e);
+        s->shape_class = detail::class_for(p, configuration, e, s->inputs, s->outputs, *s->kernel, build_ns);
+        s->identity = e.get_backend()->identity(e);
         s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
       });
@@ -248,22 +256,22 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
   check(inputs, state_->inputs, "inputs");
   check(outputs, state_->outputs, "outputs");
   const engine& e = s.get_engine();
-  if (e.owner() != state_->owner || !(e.scope() == state_->scope)) {
+  if (e.get_backend() != state_->made_by || !(e.scope() == state_->scope)) {
     throw execute_error(std::string("execute: the stream belongs to another engine (") +
-                        (e.owner() ? e.owner()->name() : "none") + ", context " + std::to_string(e.scope().context_id) +
+                        (e.get_backend() ? e.get_backend()->name() : "none") + ", context " + std::to_string(e.scope().context_id) +
                         ") than the one the partition was compiled for (" +
-                        (state_->owner ? state_->owner->name() : "none") + ", context " +
+                        (state_->made_by ? state_->made_by->name() : "none") + ", context " +
                         std::to_string(state_->scope.context_id) + ")");
   }
   try {
-    if (!state_->tier) {
+    if (!state_->shape_class) {
       state_->kernel->execute(s, inputs, outputs);
       return;
     }
-    // Tiered: the class's specialized kernel if it is ready, else the
+    // Adaptive: the class's specialized kernel if it is ready, else the
     // generic one, timed for the cost model.
     detail::specialized_failure failure;
-    switch (detail::run_specialized(state_->tier, s, inputs, outputs, &failure)) {
+    switch (detail::run_specialized(state_->shape_class, s, inputs, outputs, &failure)) {
       case detail::specialized_run::ran:
         return;
       case detail::specialized_run::failed:
@@ -272,11 +280,11 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
         // failed run may have written over an input, nothing can answer: the
         // specialized kernel is dropped and the error is the caller's.
         if (outputs_overlap_inputs(inputs, outputs)) {
-          detail::drop_failed(state_->tier, failure, e, /*answered=*/false);
+          detail::drop_failed(state_->shape_class, failure, e, /*answered=*/false);
           std::rethrow_exception(failure.error);
         }
         state_->kernel->execute(s, inputs, outputs);
-        detail::drop_failed(state_->tier, failure, e, /*answered=*/true);
+        detail::drop_failed(state_->shape_class, failure, e, /*answered=*/true);
         return;
       case detail::specialized_run::not_ready:
         break;
@@ -285,11 +293,16 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
     state_->kernel->execute(s, inputs, outputs);
     const auto ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-    detail::record_generic(state_->tier, ns, s, state_->inputs, state_->outputs);
+    detail::record_generic(state_->shape_class, ns, s, state_->inputs, state_->outputs);
   } catch (const execute_error&) {
     throw;
   } catch (const error& err) {
     std::throw_with_nested(execute_error(err.what()));
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& err) {
+    // As in compile(): a foreign type from below the backend, nested.
+    std::throw_with_nested(execute_error(std::string(state_->made_by->name()) + ": " + err.what()));
   }
 }
 
@@ -305,17 +318,17 @@ byte_vector compiled_partition::get_cache_blob() const {
 
 std::string get_cache_blob_id(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                               const engine& e) {
-  if (!e.owner()) throw compile_error("get_cache_blob_id: the engine has no backend");
-  return blob_id(e.owner()->identity(e), blob_key(p, input_shapes, e));
+  if (!e.get_backend()) throw compile_error("get_cache_blob_id: the engine has no backend");
+  return blob_id(e.get_backend()->identity(e), blob_key(p, input_shapes, e));
 }
 
 compiled_partition compile_from_cache_blob(const partition& p,
                                            const std::vector<std::vector<std::int64_t>>& input_shapes,
                                            const engine& e, byte_span blob) {
-  if (!e.owner()) throw compile_error("compile_from_cache_blob: the engine has no backend");
+  if (!e.get_backend()) throw compile_error("compile_from_cache_blob: the engine has no backend");
   blob_contents contents;
   try {
-    contents = deserialize_blob(e.owner()->identity(e), blob);
+    contents = deserialize_blob(e.get_backend()->identity(e), blob);
   } catch (const store_error& err) {
     throw compile_error(std::string("compile_from_cache_blob: ") + err.what());
   }
@@ -327,8 +340,8 @@ compiled_partition compile_from_cache_blob(const partition& p,
 }
 
 stream make_stream(const engine& e) {
-  if (!e.owner()) throw compile_error("make_stream: the engine has no backend");
-  return e.owner()->make_stream(e);
+  if (!e.get_backend()) throw compile_error("make_stream: the engine has no backend");
+  return e.get_backend()->make_stream(e);
 }
 
 }  // namespace unicache

@@ -25,7 +25,7 @@ struct counters {
 struct counter_table {
   detail::mutex mu;
   // Values are never freed: a counters& handed out stays valid.
-  absl::flat_hash_map<backend_id, counters*> by_backend ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<owner_id, counters*> by_owner ABSL_GUARDED_BY(mu);
 };
 
 counter_table& table() {
@@ -33,10 +33,10 @@ counter_table& table() {
   return *t;
 }
 
-counters& counters_of(backend_id backend) {
+counters& counters_of(owner_id owner) {
   counter_table& t = table();
   detail::mutex_lock lock(&t.mu);
-  counters*& c = t.by_backend[backend];
+  counters*& c = t.by_owner[owner];
   if (c == nullptr) c = new counters();
   return *c;
 }
@@ -49,13 +49,13 @@ std::uint64_t ns_since(std::chrono::steady_clock::time_point start) {
 }
 
 // unicache_verbose,kernel_path,<event>,backend=<name>,kernel=<name>,key=<16 hex>,ms=<time>
-void trace(const char* event, backend_id backend, const std::string& kernel_name, const std::string& store_key,
+void trace(const char* event, owner_id owner, const std::string& kernel_name, const std::string& store_key,
            std::uint64_t ns) {
   if (!detail::verbose_lines()) return;
   const std::string key = detail::to_hex(detail::stable_hash128(store_key)).substr(0, 16);
   char line[512];
   std::snprintf(line, sizeof line, "unicache_verbose,kernel_path,%s,backend=%s,kernel=%s,key=%s,ms=%.3f", event,
-                backend_name(backend).c_str(), detail::quoted(kernel_name, 32).c_str(), key.c_str(),
+                owner_name(owner).c_str(), detail::quoted(kernel_name, 32).c_str(), key.c_str(),
                 static_cast<double>(ns) / 1e6);
   detail::write_line(line);
 }
@@ -68,17 +68,17 @@ std::string kernel_source::store_key() const {
   return std::string(k.bytes());
 }
 
-kernel_path_stats kernel_stats(backend_id backend) {
-  const counters& c = counters_of(backend);
+kernel_path_stats kernel_stats(owner_id owner) {
+  const counters& c = counters_of(owner);
   return {c.from_source.load(), c.from_binary.load(), c.rejected.load(),       c.stored.load(),
           c.build_ns.load(),    c.load_ns.load(),     c.first_launch_ns.load()};
 }
 
 std::uint64_t first_launch_ns_this_thread() noexcept { return first_launch_ns_of_thread; }
 
-kernel::kernel(backend_id backend, std::unique_ptr<device_program> program, std::string name, std::string store_key,
+kernel::kernel(owner_id owner, std::unique_ptr<device_program> program, std::string name, std::string store_key,
                device_identity identity, bool store_after_first_launch)
-    : backend_(backend),
+    : owner_(owner),
       program_(std::move(program)),
       name_(std::move(name)),
       store_key_(std::move(store_key)),
@@ -91,41 +91,41 @@ kernel::~kernel() = default;
 
 void kernel::after_first_launch(std::chrono::steady_clock::time_point start) const {
   const std::uint64_t ns = ns_since(start);
-  counters& c = counters_of(backend_);
+  counters& c = counters_of(owner_);
   c.first_launch_ns.fetch_add(ns, std::memory_order_relaxed);
   first_launch_ns_of_thread += ns;
   if (!store_pending_.exchange(false)) return;
   const byte_vector bin = program_->binary();
   if (!bin.empty() && kernel_store::instance().put(identity_, store_key_, bin)) {
     c.stored.fetch_add(1, std::memory_order_relaxed);
-    trace("store", backend_, name_, store_key_, 0);
+    trace("store", owner_, name_, store_key_, 0);
   }
 }
 
-std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& scope, const kernel_builder& builder,
+std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded) {
-  if (auto hit = kernel_cache().lookup<const kernel>(scope, backend, src.config)) return hit.shared_value();
+  if (auto hit = kernel_cache().lookup<const kernel>(scope, owner, src.config)) return hit.shared_value();
   return kernel_cache()
       .get_or_build<const kernel>(
-          scope, backend, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()
+          scope, owner, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()
           [&]() -> std::shared_ptr<const kernel> {
             const std::string key = src.store_key();
             const device_identity identity = builder.identity();
-            counters& c = counters_of(backend);
+            counters& c = counters_of(owner);
             auto loaded = [&](std::unique_ptr<device_program> p, std::chrono::steady_clock::time_point start,
                               bool store_after_launch) {
               const std::uint64_t ns = ns_since(start);
               c.load_ns.fetch_add(ns, std::memory_order_relaxed);
               c.from_binary.fetch_add(1, std::memory_order_relaxed);
-              trace("load", backend, src.kernel_name, key, ns);
-              return std::make_shared<const kernel>(backend, std::move(p), src.kernel_name, key, identity,
+              trace("load", owner, src.kernel_name, key, ns);
+              return std::make_shared<const kernel>(owner, std::move(p), src.kernel_name, key, identity,
                                                     store_after_launch);
             };
             auto rejected = [&](std::chrono::steady_clock::time_point start) {
               const std::uint64_t ns = ns_since(start);
               c.load_ns.fetch_add(ns, std::memory_order_relaxed);
               c.rejected.fetch_add(1, std::memory_order_relaxed);
-              trace("reject", backend, src.kernel_name, key, ns);
+              trace("reject", owner, src.kernel_name, key, ns);
             };
             for (const kernel_binary& b : preloaded) {
               if (b.key != key) continue;
@@ -148,8 +148,8 @@ std::shared_ptr<const kernel> get_kernel(backend_id backend, const cache_scope& 
             const std::uint64_t ns = ns_since(build_start);
             c.build_ns.fetch_add(ns, std::memory_order_relaxed);
             c.from_source.fetch_add(1, std::memory_order_relaxed);
-            trace("build", backend, src.kernel_name, key, ns);
-            return std::make_shared<const kernel>(backend, std::move(built), src.kernel_name, key, identity, true);
+            trace("build", owner, src.kernel_name, key, ns);
+            return std::make_shared<const kernel>(owner, std::move(built), src.kernel_name, key, identity, true);
           })
       .value();
 }

@@ -1,3 +1,6 @@
+// The caches' configuration: the environment variables' parsers, the
+// process-wide settings (kernel shapes, constant check, specialization) and
+// their setters.
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "unicache/config.hpp"
+#include "unicache/error.hpp"
 #include "util/env.hpp"
 #include "util/mutex.hpp"
 #include "util/log.hpp"
@@ -173,16 +177,17 @@ std::string_view to_string(kernel_shapes mode) {
   switch (mode) {
     case kernel_shapes::agnostic: return "agnostic";
     case kernel_shapes::specialized: return "specialized";
-    case kernel_shapes::tiered: return "tiered";
+    case kernel_shapes::adaptive: return "adaptive";
   }
   return "?";
 }
 
 std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text) {
   text = trim(text);
-  for (auto m : {kernel_shapes::tiered, kernel_shapes::agnostic, kernel_shapes::specialized}) {
+  for (auto m : {kernel_shapes::adaptive, kernel_shapes::agnostic, kernel_shapes::specialized}) {
     if (iequals(text, to_string(m))) return m;
   }
+  if (iequals(text, "tiered")) return kernel_shapes::adaptive;  // the old name
   return std::nullopt;
 }
 
@@ -219,7 +224,8 @@ std::atomic<Mode> mode_from_environment(const char* name, Mode fallback,
 
 std::atomic<kernel_shapes>& kernel_shapes_setting() {
   static std::atomic<kernel_shapes> setting = mode_from_environment(
-      "UNICACHE_KERNEL_SHAPES", kernel_shapes::tiered, &parse_kernel_shapes, "expected tiered, agnostic or specialized");
+      "UNICACHE_KERNEL_SHAPES", kernel_shapes::adaptive, &parse_kernel_shapes,
+      "expected adaptive, agnostic or specialized");
   return setting;
 }
 
@@ -297,18 +303,18 @@ specialize_settings current_specialize_settings() {
 
 void set_specialize_settings(const specialize_settings& settings) {
   if (settings.threads > kMaxSpecializeThreads) {
-    throw std::invalid_argument("specialize_settings: threads " + std::to_string(settings.threads) + " (at most " +
+    throw invalid_argument("specialize_settings: threads " + std::to_string(settings.threads) + " (at most " +
                                 std::to_string(kMaxSpecializeThreads) + ")");
   }
   if (settings.max_variants > kMaxSpecializeVariants) {
-    throw std::invalid_argument("specialize_settings: max_variants " + std::to_string(settings.max_variants) +
+    throw invalid_argument("specialize_settings: max_variants " + std::to_string(settings.max_variants) +
                                 " (at most " + std::to_string(kMaxSpecializeVariants) + ")");
   }
   if (!std::isfinite(settings.threshold) || settings.threshold < 0 || settings.threshold > 1e6) {
-    throw std::invalid_argument("specialize_settings: threshold must be in [0, 1e6]");
+    throw invalid_argument("specialize_settings: threshold must be in [0, 1e6]");
   }
   if (!std::isfinite(settings.expected_saving) || settings.expected_saving < 0 || settings.expected_saving > 1) {
-    throw std::invalid_argument("specialize_settings: expected_saving must be in [0, 1]");
+    throw invalid_argument("specialize_settings: expected_saving must be in [0, 1]");
   }
   specialize_setting& s = specialize_setting_instance();
   auto snapshot = std::make_unique<const specialize_settings>(settings);
@@ -318,8 +324,14 @@ void set_specialize_settings(const specialize_settings& settings) {
 }
 
 kernel_shapes current_kernel_shapes() { return kernel_shapes_setting().load(std::memory_order_relaxed); }
-void set_kernel_shapes(kernel_shapes mode) { kernel_shapes_setting().store(mode, std::memory_order_relaxed); }
+void set_kernel_shapes(kernel_shapes mode) {
+  if (to_string(mode) == "?") throw invalid_argument("set_kernel_shapes: unknown mode " + std::to_string(static_cast<int>(mode)));
+  kernel_shapes_setting().store(mode, std::memory_order_relaxed);
+}
 constant_check current_constant_check() { return constant_check_setting().load(std::memory_order_relaxed); }
-void set_constant_check(constant_check mode) { constant_check_setting().store(mode, std::memory_order_relaxed); }
+void set_constant_check(constant_check mode) {
+  if (to_string(mode) == "?") throw invalid_argument("set_constant_check: unknown mode " + std::to_string(static_cast<int>(mode)));
+  constant_check_setting().store(mode, std::memory_order_relaxed);
+}
 
 }  // namespace unicache

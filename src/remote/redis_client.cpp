@@ -73,7 +73,7 @@ const char* to_string(remote_status s) {
   return "unknown";
 }
 
-redis_connection::redis_connection(remote_config config) : config_(std::move(config)) {}
+redis_connection::redis_connection(redis_config config) : config_(std::move(config)) {}
 
 redis_connection::~redis_connection() {
   if (context_) redisFree(context_);

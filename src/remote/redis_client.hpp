@@ -42,7 +42,7 @@ struct remote_result {
 // error (each attempt bounded by connect_timeout_ms).
 class redis_connection {
  public:
-  explicit redis_connection(remote_config config);
+  explicit redis_connection(redis_config config);
   ~redis_connection();
   redis_connection(const redis_connection&) = delete;
   redis_connection& operator=(const redis_connection&) = delete;
@@ -65,7 +65,7 @@ class redis_connection {
   // HGETALL: ok, the field and value pairs appended to `pairs` (field, value, ...).
   remote_result hgetall(std::string_view key, std::vector<std::string>& pairs);
 
-  const remote_config& config() const { return config_; }
+  const redis_config& config() const { return config_; }
 
  private:
   remote_result connect();
@@ -75,7 +75,7 @@ class redis_connection {
                          std::size_t max_reply_bytes, redisReply** out);
   remote_result failure(remote_status status, const char* what, const std::string& detail);
 
-  remote_config config_;
+  redis_config config_;
   redisContext* context_ = nullptr;
 };
 

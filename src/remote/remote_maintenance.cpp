@@ -20,12 +20,12 @@ struct remote_maintenance::impl {
   std::unique_ptr<remote_tier> tier;  // read-only: its checks, no writer thread
   redis_connection connection;
 
-  impl(const remote_config& config, std::string secret)
+  impl(const redis_config& config, std::string secret)
       : read_only(config.read_only),
         has_secret(!secret.empty()),
         tier(std::make_unique<remote_tier>(read_only_copy(config), std::move(secret))),
         connection(config) {}
-  static remote_config read_only_copy(remote_config c) {
+  static redis_config read_only_copy(redis_config c) {
     c.read_only = true;
     return c;
   }
@@ -64,7 +64,7 @@ struct remote_maintenance::impl {
 
   remote_entry_info inspect(const std::string& redis_key) {
     remote_entry_info info;
-    info.redis_key = quoted(redis_key, 200);
+    info.server_key = quoted(redis_key, 200);
     const std::size_t bound = max_entry_file_bytes(kMaxKeyBytes, remote_tier::kMaxBinaryBytes) + 64;
     remote_result r = connection.get(redis_key, bound);
     if (r.status != remote_status::refused) r = checked(std::move(r), "reading a remote value");
@@ -116,7 +116,7 @@ struct remote_maintenance::impl {
 };
 
 remote_maintenance::remote_maintenance(const std::string& url, const std::string& secret_file)
-    : impl_(std::make_unique<impl>(parse_remote_url(url),
+    : impl_(std::make_unique<impl>(parse_redis_url(url),
                                    secret_file.empty() ? std::string() : read_remote_secret(secret_file))) {}
 
 remote_maintenance::~remote_maintenance() = default;

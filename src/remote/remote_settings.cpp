@@ -22,12 +22,12 @@ constexpr std::size_t kMaxSecretBytes = 4096;
 std::string read_remote_secret(const std::string& path) {
   const std::string where = "the remote cache's secret file " + quoted(path, 256);
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (!fd) throw std::invalid_argument(where + " cannot be opened");
+  if (!fd) throw invalid_argument(where + " cannot be opened");
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw std::invalid_argument(where + " is not a regular file");
-  if (st.st_mode & (S_IWOTH | S_IWGRP)) throw std::invalid_argument(where + " is writable by its group or others");
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw invalid_argument(where + " is not a regular file");
+  if (st.st_mode & (S_IWOTH | S_IWGRP)) throw invalid_argument(where + " is writable by its group or others");
   if (st.st_size > static_cast<off_t>(kMaxSecretBytes) + 1) {
-    throw std::invalid_argument(where + " is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
+    throw invalid_argument(where + " is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
   }
   std::string secret(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t got = 0;
@@ -39,14 +39,14 @@ std::string read_remote_secret(const std::string& path) {
   secret.resize(got);
   while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
   if (secret.size() < kMinSecretBytes || secret.size() > kMaxSecretBytes) {
-    throw std::invalid_argument(where + " must hold " + std::to_string(kMinSecretBytes) + " to " +
+    throw invalid_argument(where + " must hold " + std::to_string(kMinSecretBytes) + " to " +
                                 std::to_string(kMaxSecretBytes) + " bytes");
   }
   return secret;
 }
 
 std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std::string& secret_file) {
-  remote_config config = parse_remote_url(url);
+  redis_config config = parse_redis_url(url);
   std::string secret = secret_file.empty() ? std::string() : read_remote_secret(secret_file);
   return std::make_shared<remote_tier>(std::move(config), std::move(secret));
 }
@@ -58,7 +58,7 @@ std::shared_ptr<remote_tier> remote_tier_from_environment() noexcept {
     const std::string secret_file = environment_variable("UNICACHE_REMOTE_CACHE_SECRET_FILE").value_or("");
     try {
       return make_remote_tier(*url, secret_file);
-    } catch (const std::invalid_argument& e) {
+    } catch (const invalid_argument& e) {
       // The value is not echoed: it may hold a password.
       warn(std::string("ignoring UNICACHE_REMOTE_CACHE (not shown: it may hold a password): ") + e.what() +
            "; running with the local store only");

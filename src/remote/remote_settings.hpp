@@ -12,11 +12,11 @@ namespace unicache::detail {
 // The secret in `path`, without a trailing newline. The file is opened
 // without blocking (a FIFO never hangs) and must be a regular file that
 // others cannot write, of 16 to 4096 bytes; its contents are never echoed.
-// Throws std::invalid_argument.
+// Throws invalid_argument.
 std::string read_remote_secret(const std::string& path);
 
 // A tier for `url` signed with the secret in `secret_file` ("" for none).
-// Throws std::invalid_argument naming what is wrong (a malformed URL, a
+// Throws invalid_argument naming what is wrong (a malformed URL, a
 // secret file that is missing, not a regular file, writable by others,
 // shorter than 16 or longer than 4096 bytes), never quoting a password or
 // the secret.

@@ -56,7 +56,7 @@ std::size_t max_value_bytes(std::string_view key) {
 
 }  // namespace
 
-remote_tier::remote_tier(remote_config config, std::string secret)
+remote_tier::remote_tier(redis_config config, std::string secret)
     : config_(std::move(config)), secret_(std::move(secret)), owner_(::getpid()) {
   if (!config_.read_only) writer_ = std::thread([this] { writer_loop(); });
 }

@@ -43,7 +43,7 @@ struct remote_counters {
 class remote_tier final : public storage_tier {
  public:
   // `secret`: empty for unsigned values.
-  remote_tier(remote_config config, std::string secret);
+  remote_tier(redis_config config, std::string secret);
   ~remote_tier() override;  // waits for queued writes, at most the operation timeout each
   const char* name() const override { return "redis"; }
   remote_tier(const remote_tier&) = delete;
@@ -62,7 +62,7 @@ class remote_tier final : public storage_tier {
   // empty (tests, tools, exit), or at most `limit`; returns whether it is.
   bool flush(std::chrono::milliseconds limit = std::chrono::milliseconds::max());
 
-  const remote_config& config() const { return config_; }
+  const redis_config& config() const { return config_; }
   const remote_counters& counters() const { return counters_; }
   // The hash where the tier's processes add up their counters (HINCRBY):
   // what `unicache-store --remote stats` shows. Outside the entries' keys.
@@ -101,7 +101,7 @@ class remote_tier final : public storage_tier {
   // (the writer thread only).
   void report(redis_connection& c);
 
-  const remote_config config_;
+  const redis_config config_;
   const std::string secret_;
   remote_counters counters_;
 

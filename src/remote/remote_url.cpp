@@ -1,4 +1,4 @@
-// parse_remote_url and remote_config::to_string (unicache/remote.hpp).
+// parse_redis_url and redis_config::to_string (unicache/remote.hpp).
 #include <cctype>
 #include <stdexcept>
 #include <string>
@@ -12,7 +12,7 @@ namespace {
 constexpr std::size_t kMaxUrlBytes = 4096;
 
 [[noreturn]] void bad(const std::string& what) {
-  throw std::invalid_argument("remote cache URL: " + what);
+  throw invalid_argument("remote cache URL: " + what);
 }
 
 int hex_value(char c) {
@@ -83,12 +83,12 @@ bool valid_host(std::string_view h) {
 
 }  // namespace
 
-remote_config parse_remote_url(std::string_view url) {
+redis_config parse_redis_url(std::string_view url) {
   if (url.size() > kMaxUrlBytes) bad("longer than " + std::to_string(kMaxUrlBytes) + " bytes");
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) bad("must start with redis://");
   std::string_view rest = url.substr(kScheme.size());
-  remote_config c;
+  redis_config c;
 
   std::string_view query;
   if (const auto q = rest.find('?'); q != std::string_view::npos) {
@@ -169,7 +169,7 @@ remote_config parse_remote_url(std::string_view url) {
   return c;
 }
 
-std::string remote_config::to_string() const {
+std::string redis_config::to_string() const {
   std::string url = "redis://";
   if (!password.empty()) {
     if (!user.empty()) url += encode(user) + ":";

@@ -1,3 +1,4 @@
+// Writing and checking the one format of a stored entry or blob.
 #include "store/entry_format.hpp"
 
 #include <cstring>

@@ -30,7 +30,7 @@ key_description describe_key(std::string_view key) {
   try {
     const std::string_view kind = fields.read_text();
     if (is_kind(kind)) out.kind = std::string(kind);
-  } catch (const std::invalid_argument&) {
+  } catch (const invalid_argument&) {
     // Not written with cache_key.
   }
   if (out.kind.empty()) {
@@ -39,7 +39,7 @@ key_description describe_key(std::string_view key) {
   }
   try {
     out.name = printable(fields.read_text(), kMaxShownNameBytes);
-  } catch (const std::invalid_argument&) {
+  } catch (const invalid_argument&) {
     // No second text field: the kind says it all.
   }
   return out;

@@ -23,7 +23,7 @@ std::string quoted(std::string_view text, std::size_t max_chars = 64);
 void apply_switch_variable(const char* name, bool& target);
 
 // Whether UNICACHE_VERBOSE=1 asked for the library's verbose lines (read
-// once): what the kernel path and the tiers print by.
+// once): what the kernel path and adaptive dispatch print by.
 bool verbose_lines();
 
 // The one warning for an unusable setting, e.g.

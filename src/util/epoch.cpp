@@ -1,3 +1,4 @@
+// Epoch-based reclamation: the per-thread records, retiring and collecting.
 #include "util/epoch.hpp"
 
 #include <linux/membarrier.h>

@@ -1,3 +1,4 @@
+// Writing one whole line to stderr per call, with a single write(2).
 #include "util/log.hpp"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// The number parser of configuration values.
 #include "util/parse.hpp"
 
 #include <cctype>

@@ -1,3 +1,4 @@
+// XXH3-128 hashes, the same in every process and on every machine.
 #include "util/stable_hash.hpp"
 
 #include <cstring>

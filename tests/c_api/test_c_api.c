@@ -47,8 +47,8 @@ static void test_cache_settings(void) {
 
 static int evicted = 0;
 static void on_evict(void* user_data, unicache_engine_kind_t kind, int device_id, uint64_t context_id,
-                     uint32_t backend_id, const void* key, size_t key_size) {
-  (void)kind, (void)device_id, (void)context_id, (void)backend_id, (void)key, (void)key_size;
+                     uint32_t owner_id, const void* key, size_t key_size) {
+  (void)kind, (void)device_id, (void)context_id, (void)owner_id, (void)key, (void)key_size;
   ++*(int*)user_data;
 }
 

@@ -1,9 +1,9 @@
 // One process's first run of a fused MatMul+bias+GELU partition on the
 // default OpenCL device: prints how its kernels were obtained and how far
 // the result is from the reference. test_opencl_processes runs it twice
-// against one store directory. With --tiered it runs the partition twice in
-// tiered mode with a class hot at its first use (waiting for the background
-// in between), and prints what the tiers did as well.
+// against one store directory. With --adaptive it runs the partition twice in
+// adaptive mode with a class hot at its first use (waiting for the background
+// in between), and prints what specialization did as well.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -12,14 +12,14 @@
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/opencl.hpp"
-#include "unicache/tiers.hpp"
+#include "unicache/specialization.hpp"
 
 int main(int argc, char** argv) {
   using namespace unicache;
-  const bool tiered = argc > 1 && std::string(argv[1]) == "--tiered";
+  const bool adaptive = argc > 1 && std::string(argv[1]) == "--adaptive";
   try {
-    if (tiered) {
-      set_kernel_shapes(kernel_shapes::tiered);
+    if (adaptive) {
+      set_kernel_shapes(kernel_shapes::adaptive);
       specialize_settings eager = current_specialize_settings();
       eager.threshold = 0;
       set_specialize_settings(eager);
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     cl_mem xb = opencl::make_buffer(eng, xv.size() * 4, xv.data()), wb = opencl::make_buffer(eng, wv.size() * 4, wv.data());
     cl_mem bb = opencl::make_buffer(eng, bv.size() * 4, bv.data()), yb = opencl::make_buffer(eng, m * n * 4);
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
-    for (int run = 0; run < (tiered ? 2 : 1); ++run) {
+    for (int run = 0; run < (adaptive ? 2 : 1); ++run) {
       cp.execute(strm, {{cp.inputs()[0], xb}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}}, {{cp.outputs()[0], yb}});
       wait_for_specializations();
     }
@@ -49,9 +49,9 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(st.programs_from_binary),
                 static_cast<unsigned long long>(st.binaries_stored),
                 static_cast<unsigned long long>(st.binaries_rejected), max_error);
-    if (tiered) {
-      const tier_stats t = tiered_kernel_stats();
-      std::printf("tiers ready=%llu specialized_executions=%llu failed=%llu\n", static_cast<unsigned long long>(t.ready),
+    if (adaptive) {
+      const specialization_stats t = specialization_statistics();
+      std::printf("specialized ready=%llu specialized_executions=%llu failed=%llu\n", static_cast<unsigned long long>(t.ready),
                   static_cast<unsigned long long>(t.specialized_executions), static_cast<unsigned long long>(t.failed));
     }
     return 0;

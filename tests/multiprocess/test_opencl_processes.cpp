@@ -46,15 +46,15 @@ TEST_F(OpenclProcesses, TheSecondProcessLoadsEveryKernelFromTheStore) {
   }
 }
 
-// Tiered: the first process times the GEMM candidates of the class and
+// Adaptive: the first process times the GEMM candidates of the class and
 // stores the choice and the binaries; the second builds nothing, and its
 // class is specialized at its first use from what the store holds.
 TEST_F(OpenclProcesses, TheSecondProcessStartsSpecializedFromTheStore) {
-  const std::string first = run_first_run(with_store(), "--tiered");
-  EXPECT_NE(first.find("tiers ready=1 specialized_executions=1 failed=0"), std::string::npos) << first;
-  const std::string second = run_first_run(with_store(), "--tiered");
+  const std::string first = run_first_run(with_store(), "--adaptive");
+  EXPECT_NE(first.find("specialized ready=1 specialized_executions=1 failed=0"), std::string::npos) << first;
+  const std::string second = run_first_run(with_store(), "--adaptive");
   EXPECT_NE(second.find("probes=0 from_source=0"), std::string::npos) << "nothing built\n" << second;
-  EXPECT_NE(second.find("tiers ready=1 specialized_executions=1 failed=0"), std::string::npos) << second;
+  EXPECT_NE(second.find("specialized ready=1 specialized_executions=1 failed=0"), std::string::npos) << second;
   for (const std::string* out : {&first, &second}) {
     const auto at = out->find("max_error=");
     ASSERT_NE(at, std::string::npos) << *out;

@@ -105,7 +105,7 @@ class redis_server {
 
  private:
   bool wait_until_answering() {
-    remote_config c;
+    redis_config c;
     c.host = "127.0.0.1";
     c.port = static_cast<std::uint16_t>(port_);
     c.password = password_;

@@ -20,7 +20,7 @@ class redis_test : public ::testing::Test {
     ASSERT_TRUE(server_.started()) << "redis-server did not start";
   }
   // The server's URL with `options`, parsed.
-  remote_config config(const std::string& options = "") { return parse_remote_url(server_.url(options)); }
+  redis_config config(const std::string& options = "") { return parse_redis_url(server_.url(options)); }
 
   redis_server server_;
 };

@@ -72,7 +72,7 @@ TEST_F(RedisClient, APausedServerIsATimeoutNotAHang) {
 }
 
 TEST_F(RedisClient, TheDatabaseAndTheExpiryApply) {
-  remote_config db2 = config("ttl_s=100");
+  redis_config db2 = config("ttl_s=100");
   db2.db = 2;
   redis_connection c2(db2), c0(config());
   ASSERT_EQ(c2.set("k", bytes_of("v")).status, remote_status::ok);
@@ -107,7 +107,7 @@ class RedisClientAuth : public testing::redis_test {
 };
 
 TEST_F(RedisClientAuth, APasswordIsSentAndNeverShown) {
-  remote_config c = parse_remote_url(server_.url());
+  redis_config c = parse_redis_url(server_.url());
   redis_connection good(c);
   EXPECT_EQ(good.set("k", bytes_of("v")).status, remote_status::ok);
 

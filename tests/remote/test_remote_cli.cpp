@@ -62,7 +62,7 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
   EXPECT_NE(r.out.find("0 bad entries"), std::string::npos) << r.out;
 
   {
-    detail::redis_connection c(parse_remote_url(server_.url()));
+    detail::redis_connection c(parse_redis_url(server_.url()));
     const std::string junk_key = "unicache:1:" + std::string(32, '0') + ":" + std::string(32, '0');
     ASSERT_EQ(c.set(junk_key, byte_vector{'j', 'u', 'n', 'k'}).status, detail::remote_status::ok);
     // Not an entry's name: never listed, verified or removed.
@@ -83,7 +83,7 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
   EXPECT_NE(r.out.find("3 remote entries removed"), std::string::npos) << r.out;
   r = tool(remote + " stats");
   EXPECT_NE(r.out.find("entries:          0"), std::string::npos) << r.out;
-  detail::redis_connection c(parse_remote_url(server_.url()));
+  detail::redis_connection c(parse_redis_url(server_.url()));
   EXPECT_EQ(c.get("unicache:1:x", 64).status, detail::remote_status::hit) << "another name under the prefix stays";
 }
 

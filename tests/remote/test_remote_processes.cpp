@@ -81,8 +81,8 @@ TEST_F(RemoteProcesses, EightProcessesAndAVandalShareOneServerWithZeroCorruptRea
     if (child == 8) {
       // The vandal: junk, another key's valid entry, and truncated entries
       // under the others' Redis keys.
-      detail::redis_connection c(parse_remote_url(url));
-      detail::remote_tier shape(parse_remote_url(url + "?read_only=1"), "");
+      detail::redis_connection c(parse_redis_url(url));
+      detail::remote_tier shape(parse_redis_url(url + "?read_only=1"), "");
       for (int round = 0; round < kRounds * 2; ++round) {
         const std::string key = "opencl-c k" + std::to_string(pick(rng));
         const std::string where = shape.redis_key(testing::gpu_a(), key);
@@ -135,7 +135,7 @@ TEST_F(RemoteProcesses, AServerThatDiesMidRunFailsNothingAndIsUsedAgainWhenBack)
   EXPECT_GE(down.errors + down.timeouts, 1u);
   EXPECT_GT(down.skipped, 0u) << "the breaker opened";
   ASSERT_TRUE(server_.start());
-  if (server_.port() != parse_remote_url(store.remote_statistics().url).port) GTEST_SKIP() << "the port was taken";
+  if (server_.port() != parse_redis_url(store.remote_statistics().url).port) GTEST_SKIP() << "the port was taken";
   // Once the back-off is over (1 s, or 2 or 4 if a failure came after it
   // opened), writes go out again.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -73,27 +73,27 @@ TEST_F(RemoteStore, BadSettingsAreRefusedWithoutQuotingSecrets) {
   try {
     store.set_remote("redis://u:hunter2@h:99999");
     FAIL() << "a bad port was accepted";
-  } catch (const std::invalid_argument& e) {
+  } catch (const unicache::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
   }
   const std::string secret_path = dir.path() + "/secret";
   {
     std::ofstream(secret_path) << "short\n";
   }
-  EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "under 16 bytes";
+  EXPECT_THROW(store.set_remote(server_.url(), secret_path), unicache::invalid_argument) << "under 16 bytes";
   {
     std::ofstream(secret_path) << "a secret that is long enough\n";
   }
   ::chmod(secret_path.c_str(), 0666);
-  EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "writable by others";
+  EXPECT_THROW(store.set_remote(server_.url(), secret_path), unicache::invalid_argument) << "writable by others";
   ::chmod(secret_path.c_str(), 0620);
-  EXPECT_THROW(store.set_remote(server_.url(), secret_path), std::invalid_argument) << "writable by its group";
+  EXPECT_THROW(store.set_remote(server_.url(), secret_path), unicache::invalid_argument) << "writable by its group";
   ::chmod(secret_path.c_str(), 0600);
   EXPECT_NO_THROW(store.set_remote(server_.url(), secret_path));
-  EXPECT_THROW(store.set_remote(server_.url(), dir.path()), std::invalid_argument) << "a directory";
+  EXPECT_THROW(store.set_remote(server_.url(), dir.path()), unicache::invalid_argument) << "a directory";
   const std::string fifo = dir.path() + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_THROW(store.set_remote(server_.url(), fifo), std::invalid_argument) << "a FIFO, without hanging";
+  EXPECT_THROW(store.set_remote(server_.url(), fifo), unicache::invalid_argument) << "a FIFO, without hanging";
   EXPECT_TRUE(store.remote_statistics().enabled) << "a refused setting changes nothing";
 }
 

@@ -147,7 +147,7 @@ TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
   ASSERT_EQ(admin.command({"ACL", "SETUSER", "ci", "on", ">ci-password-1", "~unicache:*", "+getrange", "+set", "+del"})
                 .status,
             remote_status::ok);
-  remote_config ci = config();
+  redis_config ci = config();
   ci.user = "ci";
   ci.password = "ci-password-1";
   remote_tier tier(ci, "");
@@ -193,7 +193,7 @@ TEST(RemoteTierTrickle, ATricklingServerTimesOutAsAWhole) {
     }
     ::close(fd);
   });
-  remote_config c = parse_remote_url("redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "?timeout_ms=400");
+  redis_config c = parse_redis_url("redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "?timeout_ms=400");
   redis_connection conn(c);
   const auto r = conn.get("k", 2 << 20);
   stop = true;

@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kThreads = 32;
 constexpr std::size_t kKB = 1024;
-constexpr backend_id kBackend = 3;
+constexpr owner_id kOwner = 3;
 
 // A value that reports its size once built (the cache then counts it, not
 // the estimate given at insertion).
@@ -50,11 +50,11 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
 
   std::atomic<std::uint64_t> builds{0}, requests{0}, wrong_values{0}, wrong_errors{0};
   std::atomic<std::uint64_t> callbacks{0};
-  cache.add_eviction_callback(kBackend, [&](const eviction_event& e) {
+  cache.add_eviction_callback(kOwner, [&](const eviction_event& e) {
     callbacks.fetch_add(1, std::memory_order_relaxed);
     // Reenter: a lookup and, now and then, stats. (Another thread may have
     // cached the key again already, so the lookup's answer is not checked.)
-    (void)cache.contains(e.scope, e.backend, e.key);
+    (void)cache.contains(e.scope, e.owner, e.key);
     if (callbacks.load(std::memory_order_relaxed) % 64 == 0) (void)cache.stats(e.scope);
   });
 
@@ -93,7 +93,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
         requests.fetch_add(1, std::memory_order_relaxed);
         if (rng() % 2 == 0) {
           std::promise<cache_value> promise;
-          cache_future cached = cache.get_or_add(scope, kBackend, key, bytes, 1 + rng() % 100000,
+          cache_future cached = cache.get_or_add(scope, kOwner, key, bytes, 1 + rng() % 100000,
                                                  promise.get_future().share());
           if (!cached.valid()) {
             builds.fetch_add(1, std::memory_order_relaxed);
@@ -113,14 +113,14 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
         } else {
           // A backend's way: borrow on a hit, build on a miss.
           if (rng() % 2 == 0) {
-            if (auto borrowed = cache.lookup<sized_value>(scope, kBackend, key)) {
+            if (auto borrowed = cache.lookup<sized_value>(scope, kOwner, key)) {
               if (borrowed->value != expected) wrong_values++;
               if (rng() % 8 == 0) kept.push_back(borrowed.share());
               continue;
             }
           }
           try {
-            auto h = cache.get_or_build<sized_value>(scope, kBackend, key, bytes, [&] {
+            auto h = cache.get_or_build<sized_value>(scope, kOwner, key, bytes, [&] {
               builds.fetch_add(1, std::memory_order_relaxed);
               if (fate < 5) throw std::runtime_error(key);
               // Its real size differs from the estimate, up or down.

@@ -18,7 +18,7 @@ int main() {
   std::printf("kernel_shapes=%s\n", std::string(to_string(current_kernel_shapes())).c_str());
   const specialize_settings spec = current_specialize_settings();
   std::printf("specialize threads=%u max=%u threshold=%g\n", spec.threads, spec.max_variants, spec.threshold);
-  register_backend_id(1, "probe_backend");
+  register_owner(1, "probe_backend");
   unified_cache& cache = constant_tensor_cache();
   cache.set_capacity(engine_kind::cpu, 1);  // the API overrides the environment
   const cache_scope scope{engine_kind::cpu, 0, 0};

@@ -9,7 +9,7 @@
 
 namespace unicache::testing {
 
-inline constexpr backend_id kBackend = 7;
+inline constexpr owner_id kOwner = 7;
 inline constexpr std::size_t kMb = std::size_t{1} << 20;
 
 inline cache_scope cpu_scope(int device = 0, std::uint64_t context = 0) {
@@ -32,7 +32,7 @@ struct add_result {
 };
 inline add_result add_int(unified_cache& cache, const cache_scope& scope, const std::string& key,
                           int value, std::size_t bytes = kMb, std::uint64_t cost_ns = 1000,
-                          backend_id backend = kBackend) {
+                          owner_id backend = kOwner) {
   std::promise<cache_value> promise;
   cache_future cached =
       cache.get_or_add(scope, backend, key, bytes, cost_ns, promise.get_future().share());
@@ -43,7 +43,7 @@ inline add_result add_int(unified_cache& cache, const cache_scope& scope, const 
 }
 
 inline bool contains(const unified_cache& cache, const cache_scope& scope, const std::string& key,
-                     backend_id backend = kBackend) {
+                     owner_id backend = kOwner) {
   return cache.contains(scope, backend, key);
 }
 

@@ -104,8 +104,8 @@ TEST(CachePolicy, ReportedCostReplacesTheEstimate) {
   unified_cache cache(config_with(2, eviction_policy::cost));
   add_int(cache, cpu_scope(), "estimated_dear", 1, kMb, 1'000'000'000);
   add_int(cache, cpu_scope(), "estimated_cheap", 1, kMb, 1'000);
-  cache.update_cost(cpu_scope(), kBackend, "estimated_dear", 1'000);
-  cache.update_cost(cpu_scope(), kBackend, "estimated_cheap", 1'000'000'000);
+  cache.update_cost(cpu_scope(), kOwner, "estimated_dear", 1'000);
+  cache.update_cost(cpu_scope(), kOwner, "estimated_cheap", 1'000'000'000);
   add_int(cache, cpu_scope(), "new", 1, kMb, 1'000'000);
   EXPECT_FALSE(contains(cache, cpu_scope(), "estimated_dear"));
   EXPECT_TRUE(contains(cache, cpu_scope(), "estimated_cheap"));
@@ -207,7 +207,7 @@ TEST(CachePolicy, CostNeverGivesUpAnEntryStillBeingBuiltForAnother) {
   std::shared_future<void> go = release.get_future().share();
   std::promise<void> started;
   std::thread builder([&] {
-    cache.get_or_build<int>(cpu_scope(), kBackend, "slow_build", kMb, [&] {
+    cache.get_or_build<int>(cpu_scope(), kOwner, "slow_build", kMb, [&] {
       started.set_value();
       go.wait();
       return std::make_shared<int>(1);
@@ -402,7 +402,7 @@ TEST(CacheLifetime, ValuesStillHeldOutliveTheCache) {
   {
     unified_cache cache;
     held = add_int(cache, cpu_scope(), "a", 5).value;
-    handle = cache.get_or_build<int>(cpu_scope(), kBackend, "b", kMb, [] { return std::make_shared<int>(6); });
+    handle = cache.get_or_build<int>(cpu_scope(), kOwner, "b", kMb, [] { return std::make_shared<int>(6); });
     EXPECT_TRUE(handle.valid());
   }
   EXPECT_EQ(*held, 5);
@@ -419,7 +419,7 @@ struct sized_value {
 TEST(CacheRealSizes, AValueThatKnowsItsSizeIsCountedAtItInsteadOfTheEstimate) {
   unified_cache cache(config_with(4, eviction_policy::lru));
   for (const std::size_t real : {std::size_t{300 * 1024}, std::size_t{1200 * 1024}, std::size_t{5}}) {
-    cache.get_or_build<const sized_value>(cpu_scope(), kBackend, std::to_string(real), kMb,
+    cache.get_or_build<const sized_value>(cpu_scope(), kOwner, std::to_string(real), kMb,
                                           [&] { return std::make_shared<const sized_value>(sized_value{real}); });
   }
   const cache_stats s = cache.stats(cpu_scope());
@@ -427,24 +427,24 @@ TEST(CacheRealSizes, AValueThatKnowsItsSizeIsCountedAtItInsteadOfTheEstimate) {
   EXPECT_EQ(s.bytes, 300u * 1024 + 1200u * 1024 + 5) << "the sum of real sizes, not 3 x the 1 MB estimate";
   // A value larger than its estimate takes the cache over its budget: the
   // least recently used go at once.
-  cache.get_or_build<const sized_value>(cpu_scope(), kBackend, "large", kMb,
+  cache.get_or_build<const sized_value>(cpu_scope(), kOwner, "large", kMb,
                                         [] { return std::make_shared<const sized_value>(sized_value{3 * kMb}); });
   const cache_stats after = cache.stats(cpu_scope());
   EXPECT_LE(after.bytes, 4 * kMb);
   EXPECT_TRUE(contains(cache, cpu_scope(), "large"));
   EXPECT_FALSE(contains(cache, cpu_scope(), std::to_string(300 * 1024))) << "the least recently used went";
   // A value without cached_bytes() keeps the size it was inserted with.
-  cache.get_or_build<int>(cpu_scope(), kBackend, "int", 1000, [] { return std::make_shared<int>(1); });
+  cache.get_or_build<int>(cpu_scope(), kOwner, "int", 1000, [] { return std::make_shared<int>(1); });
   EXPECT_EQ(cache.stats(cpu_scope()).bytes, after.bytes + 1000);
 }
 
 TEST(CacheRealSizes, AValueThatGrowsPastANoEvictBudgetIsDroppedItselfNotTheOthers) {
   unified_cache cache(config_with(4, eviction_policy::no_evict));
   for (const char* k : {"a", "b", "c"}) {
-    cache.get_or_build<const sized_value>(cpu_scope(), kBackend, k, kMb,
+    cache.get_or_build<const sized_value>(cpu_scope(), kOwner, k, kMb,
                                           [] { return std::make_shared<const sized_value>(sized_value{kMb}); });
   }
-  cache.get_or_build<const sized_value>(cpu_scope(), kBackend, "grows", kMb,
+  cache.get_or_build<const sized_value>(cpu_scope(), kOwner, "grows", kMb,
                                         [] { return std::make_shared<const sized_value>(sized_value{3 * kMb}); });
   EXPECT_FALSE(contains(cache, cpu_scope(), "grows"));
   for (const char* k : {"a", "b", "c"}) EXPECT_TRUE(contains(cache, cpu_scope(), k)) << k;
@@ -455,7 +455,7 @@ TEST(CacheRealSizes, AValueThatGrowsPastTheWholeBudgetIsDroppedItself) {
   for (auto policy : {eviction_policy::lru, eviction_policy::cost}) {
     unified_cache cache(config_with(2, policy));
     add_int(cache, cpu_scope(), "small", 1, kMb / 2);
-    cache.get_or_build<const sized_value>(cpu_scope(), kBackend, "huge", kMb,
+    cache.get_or_build<const sized_value>(cpu_scope(), kOwner, "huge", kMb,
                                           [] { return std::make_shared<const sized_value>(sized_value{3 * kMb}); });
     EXPECT_FALSE(contains(cache, cpu_scope(), "huge")) << to_string(policy);
     EXPECT_TRUE(contains(cache, cpu_scope(), "small")) << to_string(policy) << ": nothing else is given up for it";

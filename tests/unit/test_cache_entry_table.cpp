@@ -13,7 +13,7 @@ namespace unicache::detail {
 namespace {
 
 entry* make(std::uint64_t hash, std::string_view key, std::uint64_t context = 0,
-            backend_id backend = 1) {
+            owner_id backend = 1) {
   std::promise<cache_value> p;
   return entry::create(hash, context, backend, key, 1, 0, p.get_future().share());
 }
@@ -23,7 +23,7 @@ struct table_fixture : ::testing::Test {
     for (entry* e : owned) entry_ref::adopt(e).reset();
   }
   entry* add(std::uint64_t hash, std::string_view key, std::uint64_t context = 0,
-             backend_id backend = 1) {
+             owner_id backend = 1) {
     entry* e = make(hash, key, context, backend);
     owned.push_back(e);
     table.insert(e);

@@ -55,7 +55,7 @@ TEST(UnifiedCache, KeysAreComparedInFullIncludingEmbeddedZeros) {
 
 TEST(UnifiedCache, InvalidFutureIsRejected) {
   unified_cache cache;
-  EXPECT_THROW(cache.get_or_add(cpu_scope(), kBackend, "k", 1, 1, cache_future()), cache_error);
+  EXPECT_THROW(cache.get_or_add(cpu_scope(), kOwner, "k", 1, 1, cache_future()), cache_error);
 }
 
 TEST(UnifiedCache, ConcurrentRequestsForOneMissingKeyBuildOnce) {
@@ -68,7 +68,7 @@ TEST(UnifiedCache, ConcurrentRequestsForOneMissingKeyBuildOnce) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       start.arrive_and_wait();
-      auto h = cache.get_or_build<int>(cpu_scope(), kBackend, "kernel", kMb, [&] {
+      auto h = cache.get_or_build<int>(cpu_scope(), kOwner, "kernel", kMb, [&] {
         builds.fetch_add(1);
         std::this_thread::yield();
         return std::make_shared<int>(99);
@@ -87,13 +87,13 @@ TEST(UnifiedCache, ConcurrentRequestsForOneMissingKeyBuildOnce) {
 TEST(UnifiedCache, FailedBuildReachesEveryWaiterAsTheSameErrorAndIsRebuiltNextTime) {
   unified_cache cache;
   std::promise<cache_value> builder_promise;
-  ASSERT_FALSE(cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1,
+  ASSERT_FALSE(cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1,
                                 builder_promise.get_future().share())
                    .valid());
   // Two waiters obtain the in-flight future before the build fails.
   std::promise<cache_value> unused1, unused2;
-  cache_future w1 = cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, unused1.get_future().share());
-  cache_future w2 = cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, unused2.get_future().share());
+  cache_future w1 = cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, unused1.get_future().share());
+  cache_future w2 = cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, unused2.get_future().share());
   ASSERT_TRUE(w1.valid());
   ASSERT_TRUE(w2.valid());
   EXPECT_EQ(cache.stats(cpu_scope()).waits, 2u);
@@ -121,9 +121,9 @@ TEST(UnifiedCache, PromiseDestroyedUnfulfilledIsAFailureForWaitersAndIsRebuilt) 
   {
     std::promise<cache_value> abandoned;
     ASSERT_FALSE(
-        cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, abandoned.get_future().share()).valid());
+        cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, abandoned.get_future().share()).valid());
     std::promise<cache_value> unused;
-    waiter = cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, unused.get_future().share());
+    waiter = cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, unused.get_future().share());
   }
   ASSERT_TRUE(waiter.valid());
   try {
@@ -139,7 +139,7 @@ TEST(UnifiedCache, GetOrBuildRethrowsTheBuilderErrorToConcurrentWaitersAndRebuil
   unified_cache cache;
   std::latch builder_started(1), release_builder(1);
   std::thread builder([&] {
-    EXPECT_THROW(cache.get_or_build<int>(cpu_scope(), kBackend, "k", kMb,
+    EXPECT_THROW(cache.get_or_build<int>(cpu_scope(), kOwner, "k", kMb,
                                          [&]() -> std::shared_ptr<int> {
                                            builder_started.count_down();
                                            release_builder.wait();
@@ -149,13 +149,13 @@ TEST(UnifiedCache, GetOrBuildRethrowsTheBuilderErrorToConcurrentWaitersAndRebuil
   });
   builder_started.wait();
   std::promise<cache_value> unused;
-  cache_future waiting = cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, unused.get_future().share());
+  cache_future waiting = cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, unused.get_future().share());
   ASSERT_TRUE(waiting.valid());
   release_builder.count_down();
   builder.join();
   EXPECT_THROW(waiting.get(), std::runtime_error);
   int builds = 0;
-  auto h = cache.get_or_build<int>(cpu_scope(), kBackend, "k", kMb, [&] {
+  auto h = cache.get_or_build<int>(cpu_scope(), kOwner, "k", kMb, [&] {
     ++builds;
     return std::make_shared<int>(3);
   });
@@ -168,7 +168,7 @@ TEST(UnifiedCache, SlowBuildDoesNotBlockRequestsForOtherKeys) {
   unified_cache cache;
   std::latch slow_started(1), finish_slow(1);
   std::thread slow([&] {
-    cache.get_or_build<int>(cpu_scope(), kBackend, "slow", kMb, [&] {
+    cache.get_or_build<int>(cpu_scope(), kOwner, "slow", kMb, [&] {
       slow_started.count_down();
       finish_slow.wait();
       return std::make_shared<int>(1);
@@ -205,8 +205,8 @@ TEST(UnifiedCache, RemoveDropsOneEntry) {
   unified_cache cache;
   add_int(cache, cpu_scope(), "a", 1);
   add_int(cache, cpu_scope(), "b", 2);
-  EXPECT_TRUE(cache.remove(cpu_scope(), kBackend, "a"));
-  EXPECT_FALSE(cache.remove(cpu_scope(), kBackend, "a"));
+  EXPECT_TRUE(cache.remove(cpu_scope(), kOwner, "a"));
+  EXPECT_FALSE(cache.remove(cpu_scope(), kOwner, "a"));
   EXPECT_TRUE(add_int(cache, cpu_scope(), "a", 1).built);
   EXPECT_FALSE(add_int(cache, cpu_scope(), "b", 2).built);
 }
@@ -228,7 +228,7 @@ TEST(KernelCache, OneKernelServesEveryShapeOfItsConfiguration) {
     (void)m, (void)n, (void)k;  // shapes are runtime arguments, not part of the key
     cache_key key;
     key.add("gemm").add(std::uint32_t{64}).add(std::uint32_t{64}).add(transpose_b).add("-cl-fast-relaxed-math");
-    return kernels.get_or_build<std::string>(cpu_scope(), kBackend, key.bytes(), 64 * 1024, [&] {
+    return kernels.get_or_build<std::string>(cpu_scope(), kOwner, key.bytes(), 64 * 1024, [&] {
       ++builds;
       return std::make_shared<std::string>(transpose_b ? "gemm_tb" : "gemm");
     });

@@ -25,12 +25,12 @@ struct tracked {
 
 TEST(CacheLookup, AMissReturnsNothingAndCountsNothing) {
   unified_cache cache;
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kBackend, "absent"));
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kOwner, "absent"));
   add_int(cache, cpu_scope(), "other", 1);
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kBackend, "absent"));
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(1), kBackend, "other")) << "another device";
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(0, 9), kBackend, "other")) << "another context";
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kBackend + 1, "other")) << "another backend";
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kOwner, "absent"));
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(1), kOwner, "other")) << "another device";
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(0, 9), kOwner, "other")) << "another context";
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kOwner + 1, "other")) << "another backend";
   const cache_stats s = cache.stats(cpu_scope());
   EXPECT_EQ(s.hits, 0u);
   EXPECT_EQ(s.misses, 1u) << "only the insertion of \"other\"";
@@ -38,9 +38,9 @@ TEST(CacheLookup, AMissReturnsNothingAndCountsNothing) {
 
 TEST(CacheLookup, AHitBorrowsTheCachedValueAndCountsAHit) {
   unified_cache cache;
-  const auto built = cache.get_or_build<const int>(cpu_scope(), kBackend, "k", 64, [] { return std::make_shared<const int>(42); });
+  const auto built = cache.get_or_build<const int>(cpu_scope(), kOwner, "k", 64, [] { return std::make_shared<const int>(42); });
   {
-    auto borrowed = cache.lookup<const int>(cpu_scope(), kBackend, "k");
+    auto borrowed = cache.lookup<const int>(cpu_scope(), kOwner, "k");
     ASSERT_TRUE(borrowed);
     EXPECT_EQ(borrowed.get(), built.get()) << "the cached object itself, not a copy";
     EXPECT_EQ(*borrowed, 42);
@@ -51,35 +51,35 @@ TEST(CacheLookup, AHitBorrowsTheCachedValueAndCountsAHit) {
 TEST(CacheLookup, AnEntryStillBeingBuiltOrFailedIsNotAHit) {
   unified_cache cache;
   std::promise<cache_value> pending;
-  EXPECT_FALSE(cache.get_or_add(cpu_scope(), kBackend, "pending", 64, 1, pending.get_future().share()).valid());
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kBackend, "pending")) << "lookup never waits";
+  EXPECT_FALSE(cache.get_or_add(cpu_scope(), kOwner, "pending", 64, 1, pending.get_future().share()).valid());
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kOwner, "pending")) << "lookup never waits";
   pending.set_value(std::make_shared<int>(5));
-  auto ready = cache.lookup<int>(cpu_scope(), kBackend, "pending");
+  auto ready = cache.lookup<int>(cpu_scope(), kOwner, "pending");
   ASSERT_TRUE(ready);
   EXPECT_EQ(*ready, 5);
 
   std::promise<cache_value> failing;
-  EXPECT_FALSE(cache.get_or_add(cpu_scope(), kBackend, "failed", 64, 1, failing.get_future().share()).valid());
+  EXPECT_FALSE(cache.get_or_add(cpu_scope(), kOwner, "failed", 64, 1, failing.get_future().share()).valid());
   failing.set_exception(std::make_exception_ptr(std::runtime_error("no")));
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kBackend, "failed"));
-  EXPECT_FALSE(cache.contains(cpu_scope(), kBackend, "failed"));
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kOwner, "failed"));
+  EXPECT_FALSE(cache.contains(cpu_scope(), kOwner, "failed"));
 }
 
 TEST(CacheLookup, ADisabledCacheLendsNothing) {
   unified_cache cache;
   add_int(cache, cpu_scope(), "k", 1);
   cache.set_enabled(false);
-  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kBackend, "k"));
+  EXPECT_FALSE(cache.lookup<int>(cpu_scope(), kOwner, "k"));
   cache.set_enabled(true);
-  EXPECT_TRUE(cache.lookup<int>(cpu_scope(), kBackend, "k"));
+  EXPECT_TRUE(cache.lookup<int>(cpu_scope(), kOwner, "k"));
 }
 
 TEST(CacheLookup, ABorrowedValueOutlivesItsEvictionUntilTheBorrowEnds) {
   unified_cache cache(config_with(1, eviction_policy::lru));
   std::atomic<bool> destroyed{false};
-  cache.get_or_build<tracked>(cpu_scope(), kBackend, "v", kMb, [&] { return std::make_shared<tracked>(&destroyed, 7); });
+  cache.get_or_build<tracked>(cpu_scope(), kOwner, "v", kMb, [&] { return std::make_shared<tracked>(&destroyed, 7); });
   {
-    auto borrowed = cache.lookup<tracked>(cpu_scope(), kBackend, "v");
+    auto borrowed = cache.lookup<tracked>(cpu_scope(), kOwner, "v");
     ASSERT_TRUE(borrowed);
     cache.clear();  // evicted: the cache's reference is retired
     add_int(cache, cpu_scope(), "push", 1);
@@ -94,10 +94,10 @@ TEST(CacheLookup, ABorrowedValueOutlivesItsEvictionUntilTheBorrowEnds) {
 TEST(CacheLookup, ShareTurnsABorrowIntoAHandleThatKeepsTheValue) {
   unified_cache cache(config_with(1, eviction_policy::lru));
   std::atomic<bool> destroyed{false};
-  cache.get_or_build<tracked>(cpu_scope(), kBackend, "v", kMb, [&] { return std::make_shared<tracked>(&destroyed, 7); });
+  cache.get_or_build<tracked>(cpu_scope(), kOwner, "v", kMb, [&] { return std::make_shared<tracked>(&destroyed, 7); });
   cache_handle<tracked> kept;
   {
-    auto borrowed = cache.lookup<tracked>(cpu_scope(), kBackend, "v");
+    auto borrowed = cache.lookup<tracked>(cpu_scope(), kOwner, "v");
     ASSERT_TRUE(borrowed);
     kept = borrowed.share();
   }
@@ -115,8 +115,8 @@ TEST(CacheLookup, BorrowsMoveAndNest) {
   unified_cache cache;
   add_int(cache, cpu_scope(), "a", 1);
   add_int(cache, cpu_scope(), "b", 2);
-  auto a = cache.lookup<int>(cpu_scope(), kBackend, "a");
-  auto b = cache.lookup<int>(cpu_scope(), kBackend, "b");
+  auto a = cache.lookup<int>(cpu_scope(), kOwner, "a");
+  auto b = cache.lookup<int>(cpu_scope(), kOwner, "b");
   cache_ref<int> moved = std::move(a);
   EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move): a moved-from borrow is empty
   ASSERT_TRUE(moved);

@@ -50,11 +50,11 @@ TEST(CacheStats, HitsOfEvictedEntriesAreKept) {
 TEST(CacheStats, WaitsCountRequestsThatFoundABuildInFlight) {
   unified_cache cache;
   std::promise<cache_value> building;
-  cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, building.get_future().share());
+  cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, building.get_future().share());
   std::promise<cache_value> p1, p2;
-  cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, p1.get_future().share());
+  cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, p1.get_future().share());
   building.set_value(std::make_shared<int>(1));
-  cache.get_or_add(cpu_scope(), kBackend, "k", kMb, 1, p2.get_future().share());
+  cache.get_or_add(cpu_scope(), kOwner, "k", kMb, 1, p2.get_future().share());
   const cache_stats s = cache.stats(cpu_scope());
   EXPECT_EQ(s.waits, 1u);
   EXPECT_EQ(s.hits, 1u);
@@ -66,16 +66,16 @@ TEST(CacheVerbose, LinesNameTheCacheAndTheBackend) {
   config.verbose = true;
   config.name = "weights_of_test";
   unified_cache cache(config);
-  register_backend_id(kBackend, "test_backend");
+  register_owner(kOwner, "test_backend");
   ::testing::internal::CaptureStderr();
   add_int(cache, cpu_scope(), "a", 1);
-  add_int(cache, cpu_scope(), "b", 1, kMb, 1000, kBackend + 100);  // an unnamed backend: its id in hex
+  add_int(cache, cpu_scope(), "b", 1, kMb, 1000, kOwner + 100);  // an unnamed backend: its id in hex
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("unicache_verbose,weights_of_test,miss,cpu:0:0x0,backend=test_backend,"), std::string::npos)
+  EXPECT_NE(err.find("unicache_verbose,weights_of_test,miss,cpu:0:0x0,owner=test_backend,"), std::string::npos)
       << err;
-  EXPECT_NE(err.find("unicache_verbose,weights_of_test,evict,cpu:0:0x0,backend=test_backend,"), std::string::npos)
+  EXPECT_NE(err.find("unicache_verbose,weights_of_test,evict,cpu:0:0x0,owner=test_backend,"), std::string::npos)
       << err;
-  EXPECT_NE(err.find("backend=0x0000006b,"), std::string::npos) << err;
+  EXPECT_NE(err.find("owner=0x0000006b,"), std::string::npos) << err;
 }
 
 TEST(CacheVerbose, TheProcessWideCachesAreNamed) {

@@ -9,6 +9,7 @@
 
 #include "mlp_partition.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/store.hpp"
 
 namespace unicache {
 namespace {
@@ -44,9 +45,10 @@ class tagging_kernel final : public compiled_kernel {
 // throw a toy_error, `execute_fails` makes the kernel's execute() throw one.
 class toy_backend final : public backend {
  public:
-  toy_backend(std::string name, float tag) : name_(std::move(name)), tag_(tag) {}
+  toy_backend(std::string name, float tag, owner_id owner = 0x7E570000) : name_(std::move(name)), tag_(tag), owner_(owner) {}
   const char* name() const override { return name_.c_str(); }
   engine_kind kind() const override { return engine_kind::cpu; }
+  owner_id cache_owner() const override { return owner_; }
   std::shared_ptr<const compiled_kernel> compile(const partition&, const std::vector<logical_tensor>&,
                                                  const std::vector<logical_tensor>&, const engine&,
                                                  const std::vector<kernel_binary>&) override {
@@ -68,6 +70,7 @@ class toy_backend final : public backend {
  private:
   std::string name_;
   float tag_;
+  owner_id owner_;
 };
 
 // Engines of both toy backends share a scope: cpu, device 0, context 0, as
@@ -86,17 +89,24 @@ float run_mlp(const compiled_partition& cp, const engine& e) {
 }
 
 TEST(Registration, ASecondBackendUnderARegisteredNameOrIdIsAnErrorNotAReplacement) {
-  static toy_backend first("toy_registered", 1.f), second("toy_registered", 2.f);
+  constexpr owner_id id = 0x7E570001;
+  static toy_backend first("toy_registered", 1.f, id), second("toy_registered", 2.f, 0x7E570002);
   register_backend(&first);
+  EXPECT_EQ(owner_name(id), "toy_registered") << "one call names the backend's owner id too";
   EXPECT_NO_THROW(register_backend(&first)) << "the same object again: nothing happens";
   EXPECT_THROW(register_backend(&second), error);
   EXPECT_EQ(find_backend("toy_registered"), &first);
+  EXPECT_EQ(owner_name(0x7E570002), "0x7e570002") << "a refused backend names nothing";
 
-  constexpr backend_id id = 0x7E570001;
-  register_backend_id(id, "toy_registered");
-  EXPECT_NO_THROW(register_backend_id(id, "toy_registered"));
-  EXPECT_THROW(register_backend_id(id, "another_backend"), cache_error);
-  EXPECT_EQ(backend_name(id), "toy_registered") << "the first claimant keeps its id";
+  // Another name, but the owner id of a registered backend: refused whole.
+  static toy_backend squatter("toy_squatter", 3.f, id);
+  EXPECT_THROW(register_backend(&squatter), error);
+  EXPECT_EQ(find_backend("toy_squatter"), nullptr);
+  EXPECT_EQ(owner_name(id), "toy_registered") << "the first claimant keeps its id";
+
+  EXPECT_NO_THROW(register_owner(id, "toy_registered"));
+  EXPECT_THROW(register_owner(id, "another_backend"), cache_error);
+  EXPECT_THROW(register_backend(nullptr), invalid_argument);
 }
 
 TEST(Registration, PhysicalDevicesHaveOneIdPerKeyAndTheHostCpuIsOne) {

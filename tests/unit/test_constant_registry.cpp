@@ -50,7 +50,7 @@ struct packed {
 
 struct registry_fixture : ::testing::Test {
   unified_cache cache{config_with(64, eviction_policy::lru)};
-  constant_registry<packed> registry{cache, kBackend};
+  constant_registry<packed> registry{cache, kOwner};
   std::shared_ptr<constant_registry<packed>::slot> slot = registry.make_slot();
   int packs = 0;
 

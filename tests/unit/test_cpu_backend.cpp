@@ -14,7 +14,7 @@
 #include "unicache/constant_registry.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/onednn_cpu.hpp"
-#include "unicache/tiers.hpp"
+#include "unicache/specialization.hpp"
 
 namespace unicache {
 namespace {
@@ -92,12 +92,12 @@ bool primitive_repacks(std::int64_t m, std::int64_t k, std::int64_t n) {
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b_any, c), e).weights_desc() != b;
 }
 
-// Tiered: a hot class runs its first rows on a primitive of their own that
+// Adaptive: a hot class runs its first rows on a primitive of their own that
 // packs the weight (the rest of M on the runtime-dims primitive); every M of
 // a class, odd ones included, matches the reference, and the packed weight
 // is an entry of the constant tensor cache.
-TEST_F(fixture, TieredKernelsSpecializeHotClassesWithPackedWeights) {
-  scoped_kernel_shapes mode(kernel_shapes::tiered);
+TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
+  scoped_kernel_shapes mode(kernel_shapes::adaptive);
   const specialize_settings saved = current_specialize_settings();
   specialize_settings eager = saved;
   eager.threshold = 0;  // hot at the first execution
@@ -105,7 +105,7 @@ TEST_F(fixture, TieredKernelsSpecializeHotClassesWithPackedWeights) {
   constexpr std::int64_t k = 67, n = 45;  // K and N multiples of no tile
   graph g = mlp_graph(k, n, /*constant_weight=*/true);
   auto wv = random_data({k, n}, 60), bv = random_data({n}, 61);
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   const cache_stats constants_before = constant_tensor_cache().stats(eng.scope());
   for (std::int64_t m : {1, 7, 16, 33, 100, 1000, 63}) {
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
@@ -120,7 +120,7 @@ TEST_F(fixture, TieredKernelsSpecializeHotClassesWithPackedWeights) {
     }
   }
   set_specialize_settings(saved);
-  const tier_stats after = tiered_kernel_stats();
+  const specialization_stats after = specialization_statistics();
   // Classes (rows of their primitive): 16, 32 (M = 33), 96 (100), 960 (1000),
   // 48 (63); M < 16 has none.
   EXPECT_EQ(after.ready - before.ready, 5u);
@@ -268,13 +268,13 @@ TEST_F(fixture, ASeenShapeCompilesFromTheCacheAndANewShapeCompilesOnce) {
   const cache_stats after = kernel_cache().stats(eng.scope());
   EXPECT_GE(after.hits - before.hits, 1u) << "the second compile of [5,32] is a hit";
   // Two partition entries (5 and 6 rows), the one runtime-dims primitive both
-  // run, and (kernel_shapes::tiered, the default) a primitive of its own for
+  // run, and (kernel_shapes::adaptive, the default) a primitive of its own for
   // the configuration's first shape, ready sooner than the runtime-dims one.
   EXPECT_EQ(after.inserts - before.inserts, 4u);
 }
 
 TEST_F(fixture, TheBackendNamesItsIdForDiagnostics) {
-  EXPECT_EQ(backend_name(onednn_cpu::backend_id_value), "onednn_cpu");
+  EXPECT_EQ(owner_name(onednn_cpu::cache_owner_id), "onednn_cpu");
 }
 
 TEST_F(fixture, BadShapesAreRejectedWithClearErrors) {

@@ -4,6 +4,8 @@
 // and, where there is a GPU, a kernel run through the loaded driver.
 #include "cuda_api.hpp"
 
+#include "unicache/cuda.hpp"
+
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -100,7 +102,7 @@ TEST(CudaApi, NvrtcCompileErrorCarriesLog) {
   try {
     nvrtc_compile(broken, "broken_kernel.cu", 8, 0, {});
     FAIL() << "no exception";
-  } catch (const std::runtime_error& e) {
+  } catch (const cuda_error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("nvrtc: compiling broken_kernel.cu for sm_80 failed: NVRTC_ERROR_COMPILATION"),
               std::string::npos)
@@ -110,7 +112,7 @@ TEST(CudaApi, NvrtcCompileErrorCarriesLog) {
     EXPECT_NE(what.find("undeclared_name"), std::string::npos) << what;
   }
   // A bad option fails the same way.
-  EXPECT_THROW(nvrtc_compile(kSaxpy, "saxpy.cu", 8, 0, {"--no-such-option"}), std::runtime_error);
+  EXPECT_THROW(nvrtc_compile(kSaxpy, "saxpy.cu", 8, 0, {"--no-such-option"}), cuda_error);
 }
 
 // The variable is read once per process: each case runs in a process of its

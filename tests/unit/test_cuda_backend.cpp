@@ -20,7 +20,7 @@
 #include "backend_numerics.hpp"
 #include "cuda_internal.hpp"
 #include "mlp_partition.hpp"
-#include "tiered_gemm_numerics.hpp"
+#include "adaptive_gemm_numerics.hpp"
 #include "unicache/cuda.hpp"
 #include "unicache/kernel_generator.hpp"
 
@@ -224,7 +224,7 @@ struct gpu : ::testing::Test, cuda_device {
   scoped_no_specialization no_background;  // the kernel path's counts are exact
 };
 
-// Tiered: every GEMM tile candidate, chosen through the store, on odd sizes.
+// Adaptive: every GEMM tile candidate, chosen through the store, on odd sizes.
 TEST_F(gpu, EveryTileCandidateMatchesTheReferenceAndAStoredChoiceIsUsed) {
   check_every_candidate(*this, eng.native<cuda::detail::engine_state>().plan.gemm, "cuda");
 }

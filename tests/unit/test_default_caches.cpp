@@ -34,10 +34,10 @@ TEST(DefaultCaches, UseDocumentedDefaultsWithoutEnvironment) {
   EXPECT_NE(r.out.find("kernel cpu=256:DEFAULT gpu=256:DEFAULT enabled=1"), std::string::npos) << r.out;
 }
 
-TEST(DefaultCaches, KernelShapesDefaultToTieredAndFollowTheEnvironment) {
+TEST(DefaultCaches, KernelShapesDefaultToAdaptiveAndFollowTheEnvironment) {
   run_result r = run_probe("");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("kernel_shapes=tiered"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kernel_shapes=adaptive"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("specialize threads=1 max=32 threshold=1\n"), std::string::npos) << r.out;
   r = run_probe("UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_SPECIALIZE_THREADS=4 UNICACHE_SPECIALIZE_MAX=0 "
                 "UNICACHE_SPECIALIZE_THRESHOLD=0.25");
@@ -52,7 +52,7 @@ TEST(DefaultCaches, KernelShapesDefaultToTieredAndFollowTheEnvironment) {
   EXPECT_NE(r.out.find("kernel_shapes=specialized"), std::string::npos) << r.out;
   r = run_probe("UNICACHE_KERNEL_SHAPES=per-shape");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("kernel_shapes=tiered"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kernel_shapes=adaptive"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ignoring UNICACHE_KERNEL_SHAPES=\"per-shape\""), std::string::npos) << r.out;
 }
 
@@ -91,8 +91,8 @@ TEST(DefaultCaches, VerbosePrintsOneLinePerMissAndPerEviction) {
     for (std::size_t at = r.out.find(needle); at != std::string::npos; at = r.out.find(needle, at + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count("unicache_verbose,constant_tensor_cache,miss,cpu:0:0x0,backend=probe_backend,"), 2) << r.out;
-  EXPECT_EQ(count("unicache_verbose,constant_tensor_cache,evict,cpu:0:0x0,backend=probe_backend,"), 1) << r.out;
+  EXPECT_EQ(count("unicache_verbose,constant_tensor_cache,miss,cpu:0:0x0,owner=probe_backend,"), 2) << r.out;
+  EXPECT_EQ(count("unicache_verbose,constant_tensor_cache,evict,cpu:0:0x0,owner=probe_backend,"), 1) << r.out;
   EXPECT_NE(r.out.find("reason=capacity"), std::string::npos) << r.out;
 }
 

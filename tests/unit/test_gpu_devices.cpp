@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "unicache/cuda.hpp"
 #include "unicache/opencl.hpp"
@@ -14,20 +16,40 @@
 namespace unicache {
 namespace {
 
-int opencl_gpus() {
-  const std::vector<std::string> all = opencl::list_devices();
-  return static_cast<int>(std::count_if(all.begin(), all.end(), [](const std::string& d) {
-    return d.find("(GPU)") != std::string::npos;
-  }));
+// The OpenCL GPU devices of NVIDIA's platform ("P:D ..." as list_devices
+// says them). With one CUDA device on the host, each is that GPU; PoCL or
+// another platform may show GPUs of its own, which this leaves out.
+std::vector<std::string> nvidia_opencl_gpus() {
+  std::vector<std::string> out;
+  for (const std::string& d : opencl::list_devices()) {
+    if (d.find("(GPU)") != std::string::npos && d.find("NVIDIA") != std::string::npos) out.push_back(d);
+  }
+  return out;
 }
 
+// The OpenCL engine of device "P:D" (the default device, chosen by
+// UNICACHE_OPENCL_DEVICE), in a context of its own.
+engine opencl_engine_of(const std::string& listed) {
+  ::setenv("UNICACHE_OPENCL_DEVICE", listed.substr(0, listed.find(' ')).c_str(), 1);
+  cl_device_id d = opencl::default_device();
+  ::unsetenv("UNICACHE_OPENCL_DEVICE");
+  cl_int err = CL_SUCCESS;
+  cl_context context = clCreateContext(nullptr, 1, &d, nullptr, nullptr, &err);
+  engine e = opencl::make_engine(d, context);
+  clReleaseContext(context);  // the engine holds its own reference
+  return e;
+}
+
+// Physical GPUs are counted, not OpenCL devices: a host with one NVIDIA GPU
+// and PoCL lists the GPU more than once.
 TEST(GpuDevices, TheOpenclAndCudaViewsOfOneGpuAreOneDevice) {
   if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-  if (cuda::device_count() != 1 || opencl_gpus() != 1) {
-    GTEST_SKIP() << "needs exactly one GPU (to know which OpenCL device is the CUDA one)";
-  }
+  if (cuda::device_count() != 1) GTEST_SKIP() << "needs exactly one GPU (to know which OpenCL device is the CUDA one)";
+  const std::vector<std::string> views = nvidia_opencl_gpus();
+  if (views.empty()) GTEST_SKIP() << "NVIDIA's OpenCL platform lists no GPU";
+  ASSERT_EQ(views.size(), 1u) << "one CUDA device, but NVIDIA's OpenCL lists " << views.size() << " GPUs";
   const engine c = cuda::make_engine();
-  const engine o = opencl::make_engine();  // the default: the first GPU
+  const engine o = opencl_engine_of(views.front());
   ASSERT_TRUE(opencl::info(o).is_gpu);
   EXPECT_EQ(o.kind(), engine_kind::gpu);
   EXPECT_EQ(c.kind(), engine_kind::gpu);
@@ -38,7 +60,7 @@ TEST(GpuDevices, TheOpenclAndCudaViewsOfOneGpuAreOneDevice) {
   cache_config config;
   config.gpu = {1, eviction_policy::lru};
   unified_cache one_mb(config);
-  constexpr backend_id kTest = 0x7E570002;
+  constexpr owner_id kTest = 0x7E570002;
   auto add = [&](const engine& e, const char* key) {
     std::promise<cache_value> p;
     ASSERT_FALSE(one_mb.get_or_add(e.scope(), kTest, key, 1 << 20, 1, p.get_future().share()).valid());

@@ -15,7 +15,7 @@
 #include "backend_numerics.hpp"
 #include "mlp_partition.hpp"
 #include "opencl_internal.hpp"
-#include "tiered_gemm_numerics.hpp"
+#include "adaptive_gemm_numerics.hpp"
 #include "unicache/kernel_generator.hpp"
 #include "unicache/opencl.hpp"
 
@@ -85,8 +85,8 @@ struct opencl_device {
 INSTANTIATE_TYPED_TEST_SUITE_P(opencl, BackendNumerics, opencl_device);
 INSTANTIATE_TYPED_TEST_SUITE_P(opencl_specialized, BackendNumerics, specialized<opencl_device>);
 
-// Tiered: every GEMM tile candidate, chosen through the store, on odd sizes.
-TEST(OpenclTiers, EveryTileCandidateMatchesTheReferenceAndAStoredChoiceIsUsed) {
+// Adaptive: every GEMM tile candidate, chosen through the store, on odd sizes.
+TEST(OpenclAdaptive, EveryTileCandidateMatchesTheReferenceAndAStoredChoiceIsUsed) {
   opencl_device device;
   check_every_candidate(device, device.eng.native<opencl::detail::engine_state>().plan.gemm, "opencl");
 }

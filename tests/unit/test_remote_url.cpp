@@ -12,15 +12,15 @@ namespace {
 
 std::string error_of(std::string_view url) {
   try {
-    parse_remote_url(url);
-  } catch (const std::invalid_argument& e) {
+    parse_redis_url(url);
+  } catch (const unicache::invalid_argument& e) {
     return e.what();
   }
   return "";
 }
 
 TEST(RemoteUrl, AHostAloneTakesTheDefaults) {
-  const remote_config c = parse_remote_url("redis://cache.internal");
+  const redis_config c = parse_redis_url("redis://cache.internal");
   EXPECT_EQ(c.host, "cache.internal");
   EXPECT_EQ(c.port, 6379);
   EXPECT_EQ(c.db, 0u);
@@ -35,7 +35,7 @@ TEST(RemoteUrl, AHostAloneTakesTheDefaults) {
 }
 
 TEST(RemoteUrl, EveryPart) {
-  const remote_config c = parse_remote_url(
+  const redis_config c = parse_redis_url(
       "redis://ci:p%40ss%3Aw0rd@10.0.0.7:7000/3?prefix=fleet-a&read_only=1&connect_timeout_ms=50&timeout_ms=250&ttl_s=86400"
       "&breaker_s=5");
   EXPECT_EQ(c.host, "10.0.0.7");
@@ -52,7 +52,7 @@ TEST(RemoteUrl, EveryPart) {
 }
 
 TEST(RemoteUrl, APasswordAloneAndAnIpv6Host) {
-  const remote_config c = parse_remote_url("redis://s3cret@[::1]:6380");
+  const redis_config c = parse_redis_url("redis://s3cret@[::1]:6380");
   EXPECT_EQ(c.user, "");
   EXPECT_EQ(c.password, "s3cret");
   EXPECT_EQ(c.host, "::1");
@@ -60,18 +60,18 @@ TEST(RemoteUrl, APasswordAloneAndAnIpv6Host) {
 }
 
 TEST(RemoteUrl, ToStringParsesBackAndNeverShowsThePassword) {
-  const remote_config c = parse_remote_url("redis://ci:hunter2@h:1/2?prefix=x&ttl_s=5");
+  const redis_config c = parse_redis_url("redis://ci:hunter2@h:1/2?prefix=x&ttl_s=5");
   const std::string shown = c.to_string();
   EXPECT_EQ(shown.find("hunter2"), std::string::npos) << shown;
   EXPECT_NE(shown.find("***"), std::string::npos) << shown;
-  remote_config back = parse_remote_url(shown);
+  redis_config back = parse_redis_url(shown);
   EXPECT_EQ(back.host, "h");
   EXPECT_EQ(back.port, 1);
   EXPECT_EQ(back.db, 2u);
   EXPECT_EQ(back.user, "ci");
   EXPECT_EQ(back.prefix, "x");
   EXPECT_EQ(back.ttl_s, 5u);
-  EXPECT_EQ(parse_remote_url("redis://[::1]").to_string().rfind("redis://[::1]:6379/0?", 0), 0u);
+  EXPECT_EQ(parse_redis_url("redis://[::1]").to_string().rfind("redis://[::1]:6379/0?", 0), 0u);
 }
 
 TEST(RemoteUrl, MalformedUrlsSayWhatIsWrong) {

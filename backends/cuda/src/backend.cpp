@@ -1,6 +1,6 @@
-// The CUDA backend: the kernel path's builder (NVRTC, module loads),
-// compiled kernels for each partition kind, constant weights packed on the
-// device, and the backend object itself.
+// The CUDA backend: compiled kernels for each partition kind, constant
+// weights packed on the device, and the backend object itself. Its side of
+// the kernel path (NVRTC, module loads, launches) is in program.cpp.
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -18,38 +18,6 @@ namespace {
 
 using shape_t = std::vector<std::int64_t>;
 constexpr kernels::dialect kDialect = kernels::dialect::cuda_c;
-
-// The module's JIT error log, for a binary the driver refuses.
-CUresult load_module(const byte_vector& image, CUmodule* module, std::string* log) {
-  char error_log[4096] = {};
-  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  void* values[] = {error_log, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof error_log - 1))};
-  const CUresult r = api().cuModuleLoadDataEx(module, image.data(), 2, options, values);
-  if (log) *log = error_log;
-  return r;
-}
-
-// The driver's verdict on the image itself (not a full device or a broken
-// context): the stored binary is refused and rebuilt.
-bool refused_image(CUresult r) {
-  switch (r) {
-    case CUDA_ERROR_INVALID_IMAGE:
-    case CUDA_ERROR_NO_BINARY_FOR_GPU:
-    case CUDA_ERROR_INVALID_PTX:
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
-    case CUDA_ERROR_INVALID_VALUE:  // a malformed image
-      return true;
-    default:
-      return false;
-  }
-}
-
-// What the driver may be given: a cubin (an ELF image) or PTX (text the
-// driver reads up to its NUL, which must be inside the buffer).
-bool loadable_image(byte_span binary) {
-  if (binary.size() >= 4 && binary[0] == 0x7f && binary[1] == 'E' && binary[2] == 'L' && binary[3] == 'F') return true;
-  return !binary.empty() && binary.back() == '\0';
-}
 
 // --- Constant weights -----------------------------------------------------------
 
@@ -76,7 +44,7 @@ struct packed_buffer {
 using weight_registry = constant_registry<packed_buffer>;
 
 weight_registry& weights() {
-  static weight_registry* const r = new weight_registry(constant_tensor_cache(), backend_id_value);
+  static weight_registry* const r = new weight_registry(constant_tensor_cache(), cache_owner_id);
   return *r;
 }
 
@@ -107,7 +75,7 @@ struct device_reader {
 
 // MatMul -> (Add|Multiply)* -> eltwise*: one tiled GEMM with the chain in
 // its epilogue; a constant rank-2 B packed once per contents and context.
-// A specialized kernel of a shape class (tiered) has its own tiles and runs
+// A specialized kernel of a shape class (adaptive mode) has its own tiles and runs
 // every M of the class: it reads M from the tensors.
 class gemm_kernel final : public compiled_kernel {
  public:
@@ -119,7 +87,7 @@ class gemm_kernel final : public compiled_kernel {
               bool any_rows)
       // A class's kernel (any_rows) takes its sizes as arguments whatever the
       // mode is when it is built in the background.
-      : problem_(p, in, out, tiles, any_rows ? kernel_shapes::tiered : current_kernel_shapes()),
+      : problem_(p, in, out, tiles, any_rows ? kernel_shapes::adaptive : current_kernel_shapes()),
         any_rows_(any_rows),
         launch_(shape_of(problem_.global(), problem_.local(), "the GEMM")) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
@@ -331,6 +299,7 @@ class cuda_backend final : public backend {
  public:
   const char* name() const override { return "cuda"; }
   engine_kind kind() const override { return engine_kind::gpu; }
+  owner_id cache_owner() const override { return cache_owner_id; }
 
   std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>& in,
                                                  const std::vector<logical_tensor>& out, const engine& e,
@@ -368,7 +337,7 @@ class cuda_backend final : public backend {
   bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
                             const std::vector<logical_tensor>& out, const engine& e) const override {
     const engine_state& es = state_of(e);
-    return kernels::gemm_specialization_ready(p, in, out, es.plan.gemm, kDialect, e, backend_id_value, es.identity);
+    return kernels::gemm_specialization_ready(p, in, out, es.plan.gemm, kDialect, e, cache_owner_id, es.identity);
   }
 
   // The class's GEMM: the stored choice of tiles if the store has one, else
@@ -378,7 +347,7 @@ class cuda_backend final : public backend {
                                                     const std::vector<logical_tensor>& out, const engine& e) override {
     const engine_state& es = state_of(e);
     context_guard guard(es.context);
-    const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
+    const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::adaptive);
     const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
     auto kernel_with = [&](const kernels::gemm_tiles& t) {
       return std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
@@ -425,108 +394,10 @@ class cuda_backend final : public backend {
 
 }  // namespace
 
-program::~program() {
-  try {
-    context_guard guard(engine_->context);
-    api().cuModuleUnload(module_);
-  } catch (...) {
-    // The context is gone, and its modules with it.
-  }
-}
-
-std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
-  const device_info& info = state_.info;
-  nvrtc_output out;
-  try {
-    out = nvrtc_compile(src.source, src.kernel_name + ".cu", info.compute_major, info.compute_minor, {src.options});
-  } catch (const std::runtime_error& e) {
-    throw cuda_error(std::string("cuda: ") + e.what(), 0);
-  }
-  if (out.ptx) {
-    support::warn_once("cuda-ptx-fallback", "cuda: NVRTC " + std::to_string(nvrtc_version() / 1000) + "." +
-                                                std::to_string(nvrtc_version() % 1000 / 10) + " cannot target " +
-                                                info.device_name + " (sm_" + std::to_string(info.compute_major) +
-                                                std::to_string(info.compute_minor) + "): kernels are compiled to PTX (" +
-                                                out.arch + ") and the driver compiles them again in every process");
-  }
-  context_guard guard(state_.context);
-  CUmodule module = nullptr;
-  std::string log;
-  const CUresult r = load_module(out.binary, &module, &log);
-  if (r != CUDA_SUCCESS) {
-    throw cuda_error("cuda: loading the " + src.kernel_name + " kernel NVRTC built for " + out.arch +
-                         " failed: " + result_name(r) + (log.empty() ? std::string() : "\n" + log),
-                     r);
-  }
-  CUfunction function = nullptr;
-  const CUresult f = api().cuModuleGetFunction(&function, module, src.kernel_name.c_str());
-  if (f != CUDA_SUCCESS) {
-    api().cuModuleUnload(module);
-    check(f, "cuModuleGetFunction(" + src.kernel_name + ")");
-  }
-  return std::make_unique<program>(shared_, module, function, std::move(out.binary));
-}
-
-std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
-  if (!loadable_image(binary)) return nullptr;
-  byte_vector image(binary.begin(), binary.end());
-  context_guard guard(state_.context);
-  CUmodule module = nullptr;
-  if (const CUresult r = load_module(image, &module, nullptr); r != CUDA_SUCCESS) {
-    if (refused_image(r)) return nullptr;
-    check(r, "cuModuleLoadDataEx(" + src.kernel_name + ", a stored binary)");
-  }
-  CUfunction function = nullptr;
-  if (const CUresult r = api().cuModuleGetFunction(&function, module, src.kernel_name.c_str()); r != CUDA_SUCCESS) {
-    api().cuModuleUnload(module);
-    if (r == CUDA_ERROR_NOT_FOUND) return nullptr;  // an image of something else
-    check(r, "cuModuleGetFunction(" + src.kernel_name + ")");
-  }
-  return std::make_unique<program>(shared_, module, function, std::move(image));
-}
-
-std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
-                                          const std::vector<kernel_binary>& preloaded) {
-  state_of(e);
-  return get_kernel(backend_id_value, e.scope(), builder(e.native_shared<const engine_state>()), src, preloaded);
-}
-
-launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local,
-                      const char* what) {
-  static constexpr std::size_t kLimit[3] = {2147483647u, 65535u, 65535u};
-  launch_shape l{};
-  for (int d = 0; d < 3; ++d) {
-    const std::size_t blocks = global[d] / local[d];
-    if (blocks > kLimit[d]) {
-      throw cuda_error("cuda: " + std::string(what) + " needs " + std::to_string(blocks) + " blocks in grid dimension " +
-                           "xyz"[d] + ", beyond CUDA's " + std::to_string(kLimit[d]),
-                       CUDA_ERROR_INVALID_VALUE);
-    }
-    l.block[d] = static_cast<unsigned>(local[d]);
-    l.grid[d] = static_cast<unsigned>(blocks);
-  }
-  return l;
-}
-
-void launch(const kernel& k, const stream& s, kernel_args& args, const launch_shape& shape) {
-  if (shape.grid[0] == 0 || shape.grid[1] == 0 || shape.grid[2] == 0) return;  // an empty tensor
-  const CUstream cs = s.native<stream_state>().stream;
-  k.launch([&] {
-    const driver_api& d = api();
-    CUresult r = d.cuLaunchKernel(k.program<program>().function(), shape.grid[0], shape.grid[1], shape.grid[2],
-                                  shape.block[0], shape.block[1], shape.block[2], 0, cs, args.data(), nullptr);
-    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel(" + k.name() + ")");
-    r = d.cuStreamSynchronize(cs);
-    if (r != CUDA_SUCCESS) check(r, "cuStreamSynchronize(" + k.name() + ")");
-  });
-}
-
 backend* the_backend() {
   static cuda_backend* const b = [] {
     auto* created = new cuda_backend();
     register_backend(created);
-    register_backend_id(backend_id_value, created->name());
-    weights();  // registers the eviction callback
     return created;
   }();
   return b;

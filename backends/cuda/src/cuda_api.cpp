@@ -2,13 +2,14 @@
 // CUBIN (or PTX for a GPU newer than the NVRTC).
 #include "cuda_api.hpp"
 
+#include "unicache/cuda.hpp"
+
 #include <dlfcn.h>
 #include <link.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <stdexcept>
 
 namespace unicache::cuda::detail {
 namespace {
@@ -325,13 +326,13 @@ std::optional<nvrtc_target> nvrtc_target_for(int cc_major, int cc_minor, std::st
 nvrtc_output nvrtc_compile(const std::string& source, const std::string& program_name, int cc_major, int cc_minor,
                            const std::vector<std::string>& options) {
   const nvrtc_state& s = the_nvrtc();
-  if (!s.ok) throw std::runtime_error("nvrtc: cannot compile " + program_name + ": " + s.why_not);
+  if (!s.ok) throw cuda_error("cuda: nvrtc: cannot compile " + program_name + ": " + s.why_not, 0);
   const nvrtc_api& a = s.api;
   std::string why;
   const std::optional<nvrtc_target> target = nvrtc_target_for(cc_major, cc_minor, &why);
   if (!target) {
-    throw std::runtime_error("nvrtc: cannot compile " + program_name + " for sm_" + std::to_string(cc_major) +
-                             std::to_string(cc_minor) + ": " + why);
+    throw cuda_error("cuda: nvrtc: cannot compile " + program_name + " for sm_" + std::to_string(cc_major) +
+                             std::to_string(cc_minor) + ": " + why, 0);
   }
   nvrtc_output out;
   out.arch = target->arch;
@@ -345,14 +346,14 @@ nvrtc_output nvrtc_compile(const std::string& source, const std::string& program
   nvrtcResult r = a.nvrtcCreateProgram(&guard.program, source.c_str(), program_name.c_str(), 0, nullptr, nullptr);
   if (r != NVRTC_SUCCESS) {
     guard.program = nullptr;
-    throw std::runtime_error("nvrtc: compiling " + program_name + " for " + out.arch +
-                             " failed: " + nvrtc_error(a, r) + "\n");
+    throw cuda_error("cuda: nvrtc: compiling " + program_name + " for " + out.arch +
+                             " failed: " + nvrtc_error(a, r) + "\n", 0);
   }
   r = a.nvrtcCompileProgram(guard.program, static_cast<int>(argv.size()), argv.data());
   out.log = program_log(a, guard.program);
   if (r != NVRTC_SUCCESS) {
-    throw std::runtime_error("nvrtc: compiling " + program_name + " for " + out.arch + " failed: " +
-                             nvrtc_error(a, r) + "\n" + out.log);
+    throw cuda_error("cuda: nvrtc: compiling " + program_name + " for " + out.arch + " failed: " +
+                             nvrtc_error(a, r) + "\n" + out.log, 0);
   }
 
   std::size_t size = 0;
@@ -363,9 +364,9 @@ nvrtc_output nvrtc_compile(const std::string& source, const std::string& program
     r = out.ptx ? a.nvrtcGetPTX(guard.program, data) : a.nvrtcGetCUBIN(guard.program, data);
   }
   if (r != NVRTC_SUCCESS || out.binary.empty()) {
-    throw std::runtime_error("nvrtc: reading the " + std::string(out.ptx ? "PTX" : "CUBIN") + " of " + program_name +
+    throw cuda_error("cuda: nvrtc: reading the " + std::string(out.ptx ? "PTX" : "CUBIN") + " of " + program_name +
                              " for " + out.arch + " failed: " +
-                             (r != NVRTC_SUCCESS ? nvrtc_error(a, r) : std::string("it is empty")));
+                             (r != NVRTC_SUCCESS ? nvrtc_error(a, r) : std::string("it is empty")), 0);
   }
   if (out.ptx && out.binary.back() != '\0') out.binary.push_back('\0');
   return out;

@@ -224,7 +224,7 @@ std::optional<nvrtc_target> nvrtc_target_for(int cc_major, int cc_minor, std::st
 // giving a CUBIN. When this NVRTC cannot emit a CUBIN for that architecture
 // (a GPU newer than the NVRTC), gives PTX for the highest "compute_XY" it
 // supports not above the device's, for the driver to JIT. Throws
-// std::runtime_error "nvrtc: compiling <program_name> for <arch> failed:
+// cuda_error (result 0) "cuda: nvrtc: compiling <program_name> for <arch> failed:
 // <error>\n<log>", or with the reason when NVRTC is unavailable or supports
 // no architecture up to the device's.
 nvrtc_output nvrtc_compile(const std::string& source, const std::string& program_name, int cc_major, int cc_minor,

@@ -40,7 +40,7 @@ class context_guard {
 struct kernel_plan {
   // 16x8 threads, 8x8 each: as fast as 128x128 tiles on large problems and
   // 2x faster where M is a few hundred rows (fewer tiles leave SMs idle);
-  // tiered mode picks others per class (docs/benchmarks.md).
+  // adaptive mode picks others per class (docs/benchmarks.md).
   kernels::gemm_tiles gemm{64, 128, 16, 8, 8};
   int vector_work_group = 256;
 };

@@ -127,7 +127,7 @@ device_info decode_info(std::string_view bytes) {
   i.nvrtc_version = in.read<int>();
   i.pci_bus_id = in.read_text();
   i.target = in.read_text();
-  if (!in.done()) throw std::invalid_argument("trailing bytes");
+  if (!in.done()) throw invalid_argument("trailing bytes");
   return i;
 }
 
@@ -202,7 +202,7 @@ counters& stats_counters() {
 }
 
 const engine_state& state_of(const engine& e) {
-  if (e.owner() != the_backend()) throw cuda_error("not a CUDA engine", 0);
+  if (e.get_backend() != the_backend()) throw cuda_error("not a CUDA engine", 0);
   return e.native<engine_state>();
 }
 
@@ -218,7 +218,7 @@ CUdeviceptr allocate(const engine& e, std::size_t bytes, const char* what) {
   CUresult r = d.cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     // Packed weights of this device can be packed again: give them up and retry once.
-    constant_tensor_cache().evict_device(e.kind(), e.device_id(), backend_id_value);
+    constant_tensor_cache().evict_device(e.kind(), e.device_id(), cache_owner_id);
     stats_counters().out_of_memory_retries.fetch_add(1, std::memory_order_relaxed);
     r = d.cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
   }
@@ -327,7 +327,7 @@ engine make_engine_from_cache_blob(int ordinal, byte_span blob) {
   device_info stored;
   try {
     stored = decode_info(std::string_view(reinterpret_cast<const char*>(contents.binary.data()), contents.binary.size()));
-  } catch (const std::invalid_argument& err) {
+  } catch (const invalid_argument& err) {
     throw cuda_error(std::string("cuda: engine cache blob rejected: malformed engine info (") + err.what() + ")", 0);
   }
   if (stored != queried) {
@@ -398,7 +398,7 @@ std::vector<std::string> list_devices() {
 
 backend_stats stats() {
   const counters& c = stats_counters();
-  const kernel_path_stats k = kernel_stats(backend_id_value);
+  const kernel_path_stats k = kernel_stats(cache_owner_id);
   return {k.from_source,
           k.from_binary,
           k.rejected,

@@ -38,7 +38,7 @@ struct packed_buffer {
 using weight_registry = constant_registry<packed_buffer>;
 
 weight_registry& weights() {
-  static weight_registry* const r = new weight_registry(constant_tensor_cache(), backend_id_value);
+  static weight_registry* const r = new weight_registry(constant_tensor_cache(), cache_owner_id);
   return *r;
 }
 
@@ -69,7 +69,7 @@ constexpr kernels::dialect kDialect = kernels::dialect::opencl_c;
 // MatMul -> (Add|Multiply)* -> eltwise*: one tiled GEMM with the chain in
 // its epilogue. A constant rank-2 B is packed once (transposes resolved,
 // zero-padded to the tile) so that the GEMM reads it without bounds checks.
-// A specialized kernel of a shape class (tiered) has its own tiles and runs
+// A specialized kernel of a shape class (adaptive mode) has its own tiles and runs
 // every M of the class: it reads M from the tensors.
 class gemm_kernel final : public compiled_kernel {
  public:
@@ -81,7 +81,7 @@ class gemm_kernel final : public compiled_kernel {
               bool any_rows)
       // A class's kernel (any_rows) takes its sizes as arguments whatever the
       // mode is when it is built in the background.
-      : problem_(p, in, out, tiles, any_rows ? kernel_shapes::tiered : current_kernel_shapes()), any_rows_(any_rows) {
+      : problem_(p, in, out, tiles, any_rows ? kernel_shapes::adaptive : current_kernel_shapes()), any_rows_(any_rows) {
     gemm_ = get_program(e, kernels::gemm_source(kDialect, problem_.config), preloaded);
     if (problem_.config.packed_b) {
       pack_work_group_ = e.native<engine_state>().plan.vector_work_group;
@@ -321,6 +321,7 @@ class opencl_backend final : public backend {
   // A GPU's engines are gpu engines; a CPU device's (PoCL) are cpu engines
   // of the host (see make_engine): this is the kind of the former.
   engine_kind kind() const override { return engine_kind::gpu; }
+  owner_id cache_owner() const override { return cache_owner_id; }
 
   std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>& in,
                                                  const std::vector<logical_tensor>& out, const engine& e,
@@ -356,7 +357,7 @@ class opencl_backend final : public backend {
   bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,
                             const std::vector<logical_tensor>& out, const engine& e) const override {
     const engine_state& es = e.native<engine_state>();
-    return kernels::gemm_specialization_ready(p, in, out, es.plan.gemm, kDialect, e, backend_id_value, es.identity);
+    return kernels::gemm_specialization_ready(p, in, out, es.plan.gemm, kDialect, e, cache_owner_id, es.identity);
   }
 
   // The class's GEMM: the stored choice of tiles if the store has one, else
@@ -365,7 +366,7 @@ class opencl_backend final : public backend {
   std::shared_ptr<const compiled_kernel> specialize(const partition& p, const std::vector<logical_tensor>& in,
                                                     const std::vector<logical_tensor>& out, const engine& e) override {
     const engine_state& es = e.native<engine_state>();
-    const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::tiered);
+    const kernels::gemm_problem g(p, in, out, es.plan.gemm, kernel_shapes::adaptive);
     const std::vector<kernels::gemm_tiles> candidates = kernels::gemm_candidates(g, es.plan.gemm);
     auto kernel_with = [&](const kernels::gemm_tiles& t) {
       return std::make_shared<const gemm_kernel>(p, in, out, e, std::vector<kernel_binary>{}, t, true);
@@ -419,8 +420,6 @@ backend* the_backend() {
   static opencl_backend* const b = [] {
     auto* created = new opencl_backend();
     register_backend(created);
-    register_backend_id(backend_id_value, created->name());
-    weights();  // registers the eviction callback
     return created;
   }();
   return b;

@@ -210,18 +210,18 @@ device_info decode_info(std::string_view bytes) {
   i.kernel_work_group_size = in.read<std::uint32_t>();
   i.preferred_work_group_multiple = in.read<std::uint32_t>();
   i.kernel_private_memory_bytes = in.read<std::uint64_t>();
-  if (!in.done()) throw std::invalid_argument("trailing bytes");
+  if (!in.done()) throw invalid_argument("trailing bytes");
   return i;
 }
 
 // `queried` completed with the probe's results from an encoded device_info
-// (a blob's or the store's). Throws std::invalid_argument if the bytes are
+// (a blob's or the store's). Throws invalid_argument if the bytes are
 // malformed or describe another device.
 device_info with_probe_results(const device_info& queried, const byte_vector& encoded) {
   const device_info stored =
       decode_info(std::string_view(reinterpret_cast<const char*>(encoded.data()), encoded.size()));
   if (stored.device_name != queried.device_name || stored.platform_name != queried.platform_name) {
-    throw std::invalid_argument("it describes " + stored.platform_name + " / " + stored.device_name);
+    throw invalid_argument("it describes " + stored.platform_name + " / " + stored.device_name);
   }
   device_info merged = queried;  // the queried facts are the device's own
   merged.kernel_work_group_size = stored.kernel_work_group_size;
@@ -249,7 +249,7 @@ engine wrap(cl_device_id device, cl_context context, device_info info) {
 }
 
 const engine_state& state_of(const engine& e) {
-  if (e.owner() != the_backend()) throw opencl_error("not an OpenCL engine", CL_SUCCESS);
+  if (e.get_backend() != the_backend()) throw opencl_error("not an OpenCL engine", CL_SUCCESS);
   return e.native<engine_state>();
 }
 
@@ -364,7 +364,7 @@ engine make_engine(cl_device_id device, cl_context context) {
   if (std::optional<byte_vector> stored = store.get(identity, kEngineBlobKey)) {
     try {
       return wrap(device, context, with_probe_results(info, *stored));
-    } catch (const std::invalid_argument&) {
+    } catch (const invalid_argument&) {
       store.remove(identity, kEngineBlobKey);  // another layout of the same key: probe again
     }
   }
@@ -432,7 +432,7 @@ engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte
   }
   try {
     return wrap(device, context, with_probe_results(queried, contents.binary));
-  } catch (const std::invalid_argument& err) {
+  } catch (const invalid_argument& err) {
     throw opencl_error(std::string("opencl: engine cache blob rejected: malformed engine info (") + err.what() + ")",
                        CL_INVALID_VALUE);
   }
@@ -475,7 +475,7 @@ std::vector<std::string> list_devices() {
 
 backend_stats stats() {
   const counters& c = stats_counters();
-  const kernel_path_stats k = kernel_stats(backend_id_value);
+  const kernel_path_stats k = kernel_stats(cache_owner_id);
   return {c.probe_builds.load(), k.from_source,          k.from_binary, k.rejected,       k.stored,
           c.weights_packed.load(), c.weights_released.load(), k.build_ns, k.load_ns, c.pack_ns.load(),
           k.first_launch_ns};

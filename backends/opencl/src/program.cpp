@@ -117,7 +117,7 @@ std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_spa
 
 std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
                                           const std::vector<kernel_binary>& preloaded) {
-  return get_kernel(backend_id_value, e.scope(), builder(e.native<engine_state>()), src, preloaded);
+  return get_kernel(cache_owner_id, e.scope(), builder(e.native<engine_state>()), src, preloaded);
 }
 
 }  // namespace unicache::opencl::detail

@@ -54,8 +54,10 @@
 
 namespace unicache::opencl {
 
-// Cache entries (kernels, packed weights) of this backend carry this id.
-inline constexpr backend_id backend_id_value = 0x0C1E0001;
+// The owner id of this backend's cache entries (kernels, packed weights):
+// what its backend::cache_owner() returns.
+inline constexpr owner_id cache_owner_id = 0x0C1E0001;
+[[deprecated("use cache_owner_id")]] inline constexpr owner_id backend_id_value = cache_owner_id;
 
 // An OpenCL call failed, or a kernel did not build (the message then holds
 // the build log). `status()` is the OpenCL status (CL_SUCCESS when the error

@@ -11,7 +11,7 @@ namespace {
 
 struct name_table {
   detail::mutex mu;
-  absl::flat_hash_map<backend_id, std::string> names ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<owner_id, std::string> names ABSL_GUARDED_BY(mu);
 };
 
 name_table& names() {
@@ -21,26 +21,26 @@ name_table& names() {
 
 }  // namespace
 
-void register_backend_id(backend_id backend, std::string_view name) {
+void register_owner(owner_id owner, std::string_view name) {
   name_table& t = names();
   detail::mutex_lock lock(&t.mu);
-  auto [it, inserted] = t.names.try_emplace(backend, std::string(name));
+  auto [it, inserted] = t.names.try_emplace(owner, std::string(name));
   if (!inserted && it->second != name) {
     char hex[16];
-    std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(backend));
-    throw cache_error(std::string("unicache: backend id ") + hex + " is registered by " + it->second + "; " +
+    std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(owner));
+    throw cache_error(std::string("unicache: owner id ") + hex + " is registered by " + it->second + "; " +
                       std::string(name) + " cannot claim it");
   }
 }
 
-std::string backend_name(backend_id backend) {
+std::string owner_name(owner_id owner) {
   name_table& t = names();
   {
     detail::mutex_lock lock(&t.mu);
-    if (auto it = t.names.find(backend); it != t.names.end()) return it->second;
+    if (auto it = t.names.find(owner); it != t.names.end()) return it->second;
   }
   char hex[16];
-  std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(backend));
+  std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(owner));
   return hex;
 }
 

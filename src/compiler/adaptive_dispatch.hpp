@@ -1,11 +1,14 @@
-// Tiered kernels: the dispatch table of compiled partitions, the cost model
-// that decides which shape classes to specialize, and the oneTBB arena that
-// builds them. See unicache/tiers.hpp for the contract.
+// Adaptive dispatch (kernel_shapes::adaptive): how a compiled partition picks,
+// per execution, between its generic kernel and the specialized kernel of
+// its shape class, and counts what decides when a class is specialized. See
+// unicache/specialization.hpp for the contract; the cost model and the
+// dispatch are in adaptive_dispatch.cpp, the background builds in
+// specializer.cpp, the state they share in shape_class_table.hpp.
 //
-// Structure: a tier_family per shape-agnostic compiled partition (partition,
+// Structure: a class_table per shape-agnostic compiled partition (partition,
 // backend, scope and kernel configuration: what every shape's compiled
-// partition shares), holding a tier_class per shape class. Each compiled
-// shape keeps a tier_ref to its family and class. A class publishes its
+// partition shares), holding a class_state per shape class. Each compiled
+// shape keeps a class_ref to its table and class. A class publishes its
 // specialized kernel through an atomic pointer that executions read inside an
 // epoch guard; a replaced or evicted variant is retired through the epoch
 // domain, so a reader never sees it freed and never takes a lock.
@@ -23,26 +26,26 @@
 
 namespace unicache::detail {
 
-struct tier_family;
-struct tier_class;
+struct class_table;
+struct class_state;
 
-// The tier of one compiled shape. An empty ref (no class) runs the generic
-// kernel only: the mode is not tiered, or the backend has no specialized
-// kernel for these shapes.
-struct tier_ref {
-  std::shared_ptr<tier_family> family;
-  std::shared_ptr<tier_class> cls;
+// The shape class of one compiled shape. An empty ref (no class) runs the
+// generic kernel only: the mode is not adaptive, or the backend has no
+// specialized kernel for these shapes.
+struct class_ref {
+  std::shared_ptr<class_table> family;
+  std::shared_ptr<class_state> cls;
   explicit operator bool() const { return cls != nullptr; }
 };
 
-// The tier of `in` (concrete shapes; `out` at them) of `p` on `e`, in the family that
-// `family_key` names (the shape-agnostic compiled-partition key).
+// The class of `in` (concrete shapes; `out` at them) of `p` on `e`, in the
+// table that `family_key` names (the shape-agnostic compiled-partition key).
 // `generic_build_ns` is the measured build time of the shape's generic
 // kernel: the longest of these per backend is the cost model's first
 // estimate of a build. A kernel built for exactly its shapes
 // (compiled_kernel::built_for_its_shapes) gets no class: only its build time
 // is recorded. Thread-safe.
-tier_ref tier_for(const partition& p, const std::string& family_key, const engine& e,
+class_ref class_for(const partition& p, const std::string& family_key, const engine& e,
                   const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
                   const compiled_kernel& generic, std::uint64_t generic_build_ns);
 
@@ -52,15 +55,15 @@ enum class specialized_run {
   not_ready,  // nothing ran: the caller runs the generic kernel
   failed,     // the specialized kernel threw (`failure` says what)
 };
-struct tier_variant;
+struct specialized_variant;
 struct specialized_failure {
-  tier_variant* variant = nullptr;  // compared, never dereferenced, by drop_failed
+  specialized_variant* variant = nullptr;  // compared, never dereferenced, by drop_failed
   std::shared_ptr<const compiled_kernel> kernel;
   std::exception_ptr error;
 };
 
 // Runs the class's specialized kernel if one is ready and cached. Lock-free.
-specialized_run run_specialized(const tier_ref& t, stream& s, const std::vector<tensor>& inputs,
+specialized_run run_specialized(const class_ref& t, stream& s, const std::vector<tensor>& inputs,
                                 const std::vector<tensor>& outputs, specialized_failure* failure);
 
 // After a failed specialized run: drops the variant for good (the class
@@ -68,12 +71,12 @@ specialized_run run_specialized(const tier_ref& t, stream& s, const std::vector<
 // (`answered`), or could not (the outputs may overlap the inputs) and
 // rethrows. A generic run that fails as well is not followed by this: the
 // fault was not the specialized kernel's.
-void drop_failed(const tier_ref& t, const specialized_failure& failure, const engine& e, bool answered);
+void drop_failed(const class_ref& t, const specialized_failure& failure, const engine& e, bool answered);
 
 // Counts one generic execution of `ns` for the class and, when the class
 // turns hot, queues its specialization for the shapes `in` -> `out` on the
 // stream's engine. Never blocks on a build.
-void record_generic(const tier_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
+void record_generic(const class_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
                     const std::vector<logical_tensor>& out);
 
 }  // namespace unicache::detail

@@ -1,4 +1,4 @@
-// Tiered kernels: the dispatch of compiled partitions between their generic
+// Adaptive kernels: the dispatch of compiled partitions between their generic
 // kernel and the specialized kernels built in the background, through a
 // small backend of plain C++ loops (so that ThreadSanitizer sees every
 // access): which classes get specialized, the swap, eviction, failures, the
@@ -15,15 +15,15 @@
 
 #include "scoped_settings.hpp"
 #include "unicache/compiler.hpp"
-#include "unicache/tiers.hpp"
+#include "unicache/specialization.hpp"
 
 namespace unicache::testing {
 namespace {
 
 using shape_t = std::vector<std::int64_t>;
 
-// C[m, n] = sum_k A[m, k] * B[k, n] (+ bias[n]). Both tiers compute the same
-// values; the specialized one also counts its executions.
+// C[m, n] = sum_k A[m, k] * B[k, n] (+ bias[n]). The generic and the specialized
+// kernel compute the same values; the specialized one also counts its executions.
 class loop_kernel final : public compiled_kernel {
  public:
   loop_kernel(std::atomic<int>* runs, bool bias, int repeats = 1, bool own_shapes = false)
@@ -38,7 +38,7 @@ class loop_kernel final : public compiled_kernel {
     auto* y = static_cast<float*>(out[0].data);
     if (throws_ && throws_->load()) {
       std::fill_n(static_cast<float*>(out[0].data), out[0].desc.shape[0] * b[1], -7.f);  // half-written output
-      throw execute_error("tiers_test: this kernel fails on purpose");
+      throw execute_error("adaptive_test: this kernel fails on purpose");
     }
     for (int r = 0; r < repeats_; ++r) {
       for (std::int64_t i = 0; i < m; ++i) {
@@ -65,8 +65,9 @@ class loop_kernel final : public compiled_kernel {
 // Classes: M in [2^(b-1), 2^b), for M >= 2.
 class loop_backend final : public backend {
  public:
-  const char* name() const override { return "tiers_test"; }
+  const char* name() const override { return "adaptive_test"; }
   engine_kind kind() const override { return engine_kind::cpu; }
+  owner_id cache_owner() const override { return 0x7E570010; }
   std::shared_ptr<const compiled_kernel> compile(const partition& p, const std::vector<logical_tensor>&,
                                                  const std::vector<logical_tensor>&, const engine&,
                                                  const std::vector<kernel_binary>&) override {
@@ -92,7 +93,7 @@ class loop_backend final : public backend {
                                                     const std::vector<logical_tensor>&, const engine&) override {
     builds.fetch_add(1);
     if (hold_ms > 0) hold_a_static(hold_ms);
-    if (fail) throw compile_error("tiers_test: this build fails on purpose");
+    if (fail) throw compile_error("adaptive_test: this build fails on purpose");
     auto kernel = std::make_shared<loop_kernel>(&specialized_runs, p.ops().size() > 1, slow ? 200 : 1);
     kernel->throws_ = &specialized_throws;
     return kernel;
@@ -115,7 +116,7 @@ class loop_backend final : public backend {
     static compiler_state state;
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     if (!state.alive.load()) {
-      std::fputs("tiers_test: a build used a static object destroyed by exit\n", stderr);
+      std::fputs("adaptive_test: a build used a static object destroyed by exit\n", stderr);
       std::_Exit(3);
     }
   }
@@ -127,7 +128,7 @@ class loop_backend final : public backend {
       generic_throws{false};
 };
 
-class Tiers : public ::testing::Test {
+class AdaptiveKernels : public ::testing::Test {
  protected:
   void SetUp() override {
     saved_ = current_specialize_settings();
@@ -186,18 +187,20 @@ class Tiers : public ::testing::Test {
   // A context of its own per test: each test starts with no dispatch tables.
   static inline std::atomic<std::uint64_t> next_context{0x7153000};
   engine eng{&backend_, 0, next_context.fetch_add(1), nullptr};
-  scoped_kernel_shapes mode{kernel_shapes::tiered};
+  scoped_kernel_shapes mode{kernel_shapes::adaptive};
   specialize_settings saved_;
 };
 
-TEST_F(Tiers, TieredIsTheDefaultMode) {
-  EXPECT_EQ(parse_kernel_shapes("Tiered"), kernel_shapes::tiered);
-  EXPECT_TRUE(shape_agnostic(kernel_shapes::tiered));
+TEST_F(AdaptiveKernels, AdaptiveIsTheModeAndTieredItsOldName) {
+  EXPECT_EQ(parse_kernel_shapes("Adaptive"), kernel_shapes::adaptive);
+  EXPECT_EQ(parse_kernel_shapes("Tiered"), kernel_shapes::adaptive) << "the old spelling still parses";
+  EXPECT_EQ(to_string(kernel_shapes::adaptive), "adaptive");
+  EXPECT_TRUE(shape_agnostic(kernel_shapes::adaptive));
   EXPECT_FALSE(shape_agnostic(kernel_shapes::specialized));
 }
 
-TEST_F(Tiers, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShapes) {
-  const tier_stats before = tiered_kernel_stats();
+TEST_F(AdaptiveKernels, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShapes) {
+  const specialization_stats before = specialization_statistics();
   auto r = run(5);  // generic: the class M 4..7 turns hot
   EXPECT_EQ(r.y, r.want);
   EXPECT_EQ(backend_.generic_runs.load(), 1);
@@ -211,15 +214,15 @@ TEST_F(Tiers, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShapes) {
   EXPECT_EQ(backend_.specialized_runs.load(), 2);
   EXPECT_EQ(backend_.generic_runs.load(), 1);
   EXPECT_EQ(backend_.builds.load(), 1);
-  const tier_stats after = tiered_kernel_stats();
+  const specialization_stats after = specialization_statistics();
   EXPECT_EQ(after.ready - before.ready, 1u);
   EXPECT_EQ(after.queued - before.queued, 1u);
   EXPECT_EQ(after.specialized_executions - before.specialized_executions, 2u);
   EXPECT_GT(after.build_ns, before.build_ns);
 }
 
-TEST_F(Tiers, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel) {
-  const tier_stats before = tiered_kernel_stats();
+TEST_F(AdaptiveKernels, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel) {
+  const specialization_stats before = specialization_statistics();
   run(1);  // no class for M = 1
   {
     scoped_kernel_shapes agnostic(kernel_shapes::agnostic);
@@ -229,16 +232,16 @@ TEST_F(Tiers, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel) {
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 0);
   EXPECT_EQ(backend_.generic_runs.load(), 3);
-  EXPECT_EQ(tiered_kernel_stats().classes, before.classes);
+  EXPECT_EQ(specialization_statistics().classes, before.classes);
 }
 
-TEST_F(Tiers, AKernelBuiltForItsOwnShapesIsLeftAlone) {
+TEST_F(AdaptiveKernels, AKernelBuiltForItsOwnShapesIsLeftAlone) {
   backend_.own_first_shape = true;
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   for (int i = 0; i < 3; ++i) run(5);  // M 4..7, but its kernel is M = 5's own
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 0);
-  EXPECT_EQ(tiered_kernel_stats().generic_executions, before.generic_executions);
+  EXPECT_EQ(specialization_statistics().generic_executions, before.generic_executions);
   run(6);  // the same class, on the generic kernel: hot
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 1);
@@ -250,7 +253,7 @@ TEST_F(Tiers, AKernelBuiltForItsOwnShapesIsLeftAlone) {
   EXPECT_EQ(backend_.generic_runs.load(), 5);
 }
 
-TEST_F(Tiers, NoSpecializationWithZeroThreads) {
+TEST_F(AdaptiveKernels, NoSpecializationWithZeroThreads) {
   specialize_settings s = current_specialize_settings();
   s.threads = 0;
   set_specialize_settings(s);
@@ -261,7 +264,7 @@ TEST_F(Tiers, NoSpecializationWithZeroThreads) {
   EXPECT_EQ(backend_.generic_runs.load(), 2);
 }
 
-TEST_F(Tiers, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOncePerShapeClass) {
+TEST_F(AdaptiveKernels, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOncePerShapeClass) {
   specialize_settings s = current_specialize_settings();
   s.threshold = 1e6;  // only a ready class is built
   set_specialize_settings(s);
@@ -283,7 +286,7 @@ TEST_F(Tiers, AClassTheBackendHasReadyIsBuiltAtItsFirstUseAndAskedAboutOncePerSh
   EXPECT_EQ(backend_.builds.load(), 1);
 }
 
-TEST_F(Tiers, TheCostModelWaitsUntilGenericTimeRepaysABuild) {
+TEST_F(AdaptiveKernels, TheCostModelWaitsUntilGenericTimeRepaysABuild) {
   specialize_settings s = current_specialize_settings();
   s.threshold = 1e6;  // a build would have to be repaid a million times over
   set_specialize_settings(s);
@@ -292,9 +295,9 @@ TEST_F(Tiers, TheCostModelWaitsUntilGenericTimeRepaysABuild) {
   EXPECT_EQ(backend_.builds.load(), 0);
 }
 
-TEST_F(Tiers, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
+TEST_F(AdaptiveKernels, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
   backend_.fail = true;
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 4; ++i) {
     const auto r = run(40);
@@ -304,18 +307,18 @@ TEST_F(Tiers, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(backend_.builds.load(), 1);
   EXPECT_EQ(backend_.generic_runs.load(), 4);
-  EXPECT_EQ(tiered_kernel_stats().failed - before.failed, 1u);
+  EXPECT_EQ(specialization_statistics().failed - before.failed, 1u);
   const auto first = err.find("this build fails on purpose");
   ASSERT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("this build fails on purpose", first + 1), std::string::npos) << err;
   EXPECT_NE(err.find("keep running on the generic kernel"), std::string::npos) << err;
 }
 
-TEST_F(Tiers, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAnswers) {
+TEST_F(AdaptiveKernels, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAnswers) {
   run(30);
   wait_for_specializations();
   backend_.specialized_throws = true;
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 3; ++i) {
     const auto r = run(30);
@@ -324,7 +327,7 @@ TEST_F(Tiers, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAnswers) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(backend_.generic_runs.load(), 1 + 3);
   EXPECT_EQ(backend_.specialized_runs.load(), 0);
-  EXPECT_EQ(tiered_kernel_stats().failed - before.failed, 1u);
+  EXPECT_EQ(specialization_statistics().failed - before.failed, 1u);
   const auto first = err.find("this kernel fails on purpose");
   ASSERT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("this kernel fails on purpose", first + 1), std::string::npos) << err;
@@ -332,14 +335,14 @@ TEST_F(Tiers, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAnswers) {
   EXPECT_EQ(backend_.builds.load(), 1) << "a failed class is not built again";
 }
 
-TEST_F(Tiers, WhenTheGenericKernelFailsTooTheSpecializedOneIsNotBlamed) {
+TEST_F(AdaptiveKernels, WhenTheGenericKernelFailsTooTheSpecializedOneIsNotBlamed) {
   run(30);
   wait_for_specializations();
   backend_.specialized_throws = true;
   backend_.generic_throws = true;  // say, a device error that outlives one launch
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   EXPECT_THROW(run(30), execute_error);
-  EXPECT_EQ(tiered_kernel_stats().failed, before.failed);
+  EXPECT_EQ(specialization_statistics().failed, before.failed);
   backend_.specialized_throws = false;
   backend_.generic_throws = false;
   const auto r = run(30);
@@ -347,7 +350,7 @@ TEST_F(Tiers, WhenTheGenericKernelFailsTooTheSpecializedOneIsNotBlamed) {
   EXPECT_EQ(backend_.specialized_runs.load(), 1) << "the specialized kernel stays";
 }
 
-TEST_F(Tiers, AFailedSpecializedRunOverItsOwnInputsIsNotRunAgain) {
+TEST_F(AdaptiveKernels, AFailedSpecializedRunOverItsOwnInputsIsNotRunAgain) {
   run(30, /*bias=*/false);
   wait_for_specializations();
   backend_.specialized_throws = true;
@@ -355,25 +358,25 @@ TEST_F(Tiers, AFailedSpecializedRunOverItsOwnInputsIsNotRunAgain) {
   std::vector<float> x(30 * 8, 1.f), w(32, 0.5f);
   tensor in_place{cp.outputs()[0], x.data()};  // y over x's first rows
   stream s = make_stream(eng);
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   ::testing::internal::CaptureStderr();
   EXPECT_THROW(cp.execute(s, {{cp.inputs()[0], x.data()}, {cp.inputs()[1], w.data()}}, {in_place}), execute_error);
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("the outputs overlap the inputs"), std::string::npos) << err;
   EXPECT_EQ(backend_.generic_runs.load(), 1) << "the generic kernel would read what the failed run wrote";
-  EXPECT_EQ(tiered_kernel_stats().failed - before.failed, 1u);
+  EXPECT_EQ(specialization_statistics().failed - before.failed, 1u);
   backend_.specialized_throws = false;
   const auto r = run(30, /*bias=*/false);
   EXPECT_EQ(r.y, r.want);
   EXPECT_EQ(backend_.specialized_runs.load(), 0) << "dropped: its shapes run on the generic kernel";
 }
 
-TEST_F(Tiers, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
+TEST_F(AdaptiveKernels, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
   run(100);
   wait_for_specializations();
   run(100);
   EXPECT_EQ(backend_.specialized_runs.load(), 1);
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   kernel_cache().clear();  // evicts the variant (the compiled partitions too; compile() makes them again)
   auto r = run(100);
   EXPECT_EQ(r.y, r.want);
@@ -383,15 +386,15 @@ TEST_F(Tiers, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
   r = run(100);  // hot again: specialized again
   EXPECT_EQ(r.y, r.want);
   EXPECT_EQ(backend_.specialized_runs.load(), 2);
-  EXPECT_GE(tiered_kernel_stats().evicted - before.evicted + (backend_.builds.load() == 2 ? 1 : 0), 1u);
+  EXPECT_GE(specialization_statistics().evicted - before.evicted + (backend_.builds.load() == 2 ? 1 : 0), 1u);
 }
 
-TEST_F(Tiers, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
+TEST_F(AdaptiveKernels, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
   backend_.slow = true;
   specialize_settings s = current_specialize_settings();
   s.threshold = 1e-9;  // hot at the first timed execution (the class's second)
   set_specialize_settings(s);
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   run(50);
   run(50);
   wait_for_specializations();
@@ -405,14 +408,14 @@ TEST_F(Tiers, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
   EXPECT_EQ(backend_.specialized_runs.load(), 9);
   EXPECT_EQ(backend_.generic_runs.load(), 2 + 3);
   EXPECT_EQ(backend_.builds.load(), 1) << "a class found slower is not built again";
-  EXPECT_EQ(tiered_kernel_stats().slower - before.slower, 1u);
+  EXPECT_EQ(specialization_statistics().slower - before.slower, 1u);
 }
 
-TEST_F(Tiers, AtMostMaxVariantsPerPartition) {
+TEST_F(AdaptiveKernels, AtMostMaxVariantsPerPartition) {
   specialize_settings s = current_specialize_settings();
   s.max_variants = 1;
   set_specialize_settings(s);
-  const tier_stats before = tiered_kernel_stats();
+  const specialization_stats before = specialization_statistics();
   run(3);
   wait_for_specializations();
   run(17);  // another class of the same partition: over the limit
@@ -421,10 +424,10 @@ TEST_F(Tiers, AtMostMaxVariantsPerPartition) {
   run(3, /*bias=*/false);  // another partition has a budget of its own
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 2);
-  EXPECT_GE(tiered_kernel_stats().over_limit - before.over_limit, 1u);
+  EXPECT_GE(specialization_statistics().over_limit - before.over_limit, 1u);
 }
 
-TEST_F(Tiers, ExecutionsOnManyThreadsWhileVariantsArriveAndAreEvicted) {
+TEST_F(AdaptiveKernels, ExecutionsOnManyThreadsWhileVariantsArriveAndAreEvicted) {
   std::atomic<bool> stop{false};
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
@@ -453,7 +456,7 @@ TEST_F(Tiers, ExecutionsOnManyThreadsWhileVariantsArriveAndAreEvicted) {
 
 // The process exits (main returns) while a build runs: the build finishes
 // before exit destroys what it uses, including statics it constructed itself.
-TEST_F(Tiers, ABuildRunningAtExitEndsBeforeStaticObjectsAreDestroyed) {
+TEST_F(AdaptiveKernels, ABuildRunningAtExitEndsBeforeStaticObjectsAreDestroyed) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: oneTBB does not survive fork()
   EXPECT_EXIT(
       {
@@ -467,7 +470,7 @@ TEST_F(Tiers, ABuildRunningAtExitEndsBeforeStaticObjectsAreDestroyed) {
 
 // The same when the build was queued by another thread (a server's workers
 // execute; main only joins them).
-TEST_F(Tiers, ABuildQueuedByAnotherThreadAndRunningAtExitEndsFirstToo) {
+TEST_F(AdaptiveKernels, ABuildQueuedByAnotherThreadAndRunningAtExitEndsFirstToo) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {

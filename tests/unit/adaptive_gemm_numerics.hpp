@@ -1,4 +1,4 @@
-// Tiered GEMMs of the GPU backends: every tile candidate a class may choose,
+// Adaptive GEMMs of the GPU backends: every tile candidate a class may choose,
 // on odd sizes, against the double-precision-accumulated reference. Each
 // candidate is forced as the class's choice through the persistent store
 // (the tuning record the next process would read), so this also checks that
@@ -20,20 +20,20 @@
 #include "scoped_settings.hpp"
 #include "unicache/kernel_generator.hpp"
 #include "unicache/store.hpp"
-#include "unicache/tiers.hpp"
+#include "unicache/specialization.hpp"
 
 namespace unicache::testing {
 
 template <typename Device>
 void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, const std::string& backend_name) {
-  scoped_kernel_shapes mode(kernel_shapes::tiered);
+  scoped_kernel_shapes mode(kernel_shapes::adaptive);
   const specialize_settings saved = current_specialize_settings();
   specialize_settings eager = saved;
   eager.threshold = 0;
   eager.threads = 1;  // whatever the caller's fixture turned off
   set_specialize_settings(eager);
   ASSERT_TRUE(kernel_store::instance().enabled());
-  const device_identity identity = device.eng.owner()->identity(device.eng);
+  const device_identity identity = device.eng.get_backend()->identity(device.eng);
   constexpr std::int64_t n = 45;  // a multiple of no tile
   // K = 67: a multiple of no tile; K = 1100: long enough for split-K candidates.
   for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 67}, {7, 67}, {33, 67}, {1000, 67}, {20, 1100},
@@ -45,7 +45,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
     in[0].shape = {m, k};
     std::vector<logical_tensor> out = p.outputs();
     out[0].shape = {m, n};
-    const kernels::gemm_problem problem(p, in, out, plan, kernel_shapes::tiered);
+    const kernels::gemm_problem problem(p, in, out, plan, kernel_shapes::adaptive);
     const std::string tuning_key = kernels::gemm_tuning_key(backend_name, problem);
     auto x = random_data({m, k}, static_cast<unsigned>(m + k)), w = random_data({k, n}, 70), b = random_data({n}, 71);
     const auto want = mlp_reference(x, w, b, m, k, n);
@@ -53,7 +53,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
       const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " tiles " + kernels::to_string(t);
       ASSERT_TRUE(kernel_store::instance().put(identity, tuning_key, kernels::encode_tiles(t))) << what;
       kernel_cache().clear();  // the class's variant of the previous candidate goes
-      const tier_stats before = tiered_kernel_stats();
+      const specialization_stats before = specialization_statistics();
       // The first run queues the class (a load: its choice is stored), the
       // second runs the candidate.
       for (int round = 0; round < 2; ++round) {
@@ -61,7 +61,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
                      what + " round " + std::to_string(round));
         wait_for_specializations();
       }
-      const tier_stats after = tiered_kernel_stats();
+      const specialization_stats after = specialization_statistics();
       EXPECT_EQ(after.ready - before.ready, 1u) << what;
       EXPECT_EQ(after.specialized_executions - before.specialized_executions, 1u) << what;
       EXPECT_EQ(after.failed, before.failed) << what;

@@ -1,0 +1,139 @@
+// The CUDA backend's side of the kernel path: NVRTC builds a cubin, the
+// driver loads one (refusing an image that is not for this device), and
+// kernels launch on a stream.
+#include <array>
+#include <string>
+
+#include "cuda_internal.hpp"
+#include "unicache/backend_support.hpp"
+
+namespace unicache::cuda::detail {
+namespace {
+
+// The module's JIT error log, for a binary the driver refuses.
+CUresult load_module(const byte_vector& image, CUmodule* module, std::string* log) {
+  char error_log[4096] = {};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof error_log - 1))};
+  const CUresult r = api().cuModuleLoadDataEx(module, image.data(), 2, options, values);
+  if (log) *log = error_log;
+  return r;
+}
+
+// The driver's verdict on the image itself (not a full device or a broken
+// context): the stored binary is refused and rebuilt.
+bool refused_image(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_INVALID_VALUE:  // a malformed image
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What the driver may be given: a cubin (an ELF image) or PTX (text the
+// driver reads up to its NUL, which must be inside the buffer).
+bool loadable_image(byte_span binary) {
+  if (binary.size() >= 4 && binary[0] == 0x7f && binary[1] == 'E' && binary[2] == 'L' && binary[3] == 'F') return true;
+  return !binary.empty() && binary.back() == '\0';
+}
+
+}  // namespace
+
+program::~program() {
+  try {
+    context_guard guard(engine_->context);
+    api().cuModuleUnload(module_);
+  } catch (...) {
+    // The context is gone, and its modules with it.
+  }
+}
+
+std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
+  const device_info& info = state_.info;
+  const nvrtc_output out =
+      nvrtc_compile(src.source, src.kernel_name + ".cu", info.compute_major, info.compute_minor, {src.options});
+  if (out.ptx) {
+    support::warn_once("cuda-ptx-fallback", "cuda: NVRTC " + std::to_string(nvrtc_version() / 1000) + "." +
+                                                std::to_string(nvrtc_version() % 1000 / 10) + " cannot target " +
+                                                info.device_name + " (sm_" + std::to_string(info.compute_major) +
+                                                std::to_string(info.compute_minor) + "): kernels are compiled to PTX (" +
+                                                out.arch + ") and the driver compiles them again in every process");
+  }
+  context_guard guard(state_.context);
+  CUmodule module = nullptr;
+  std::string log;
+  const CUresult r = load_module(out.binary, &module, &log);
+  if (r != CUDA_SUCCESS) {
+    throw cuda_error("cuda: loading the " + src.kernel_name + " kernel NVRTC built for " + out.arch +
+                         " failed: " + result_name(r) + (log.empty() ? std::string() : "\n" + log),
+                     r);
+  }
+  CUfunction function = nullptr;
+  const CUresult f = api().cuModuleGetFunction(&function, module, src.kernel_name.c_str());
+  if (f != CUDA_SUCCESS) {
+    api().cuModuleUnload(module);
+    check(f, "cuModuleGetFunction(" + src.kernel_name + ")");
+  }
+  return std::make_unique<program>(shared_, module, function, std::move(out.binary));
+}
+
+std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
+  if (!loadable_image(binary)) return nullptr;
+  byte_vector image(binary.begin(), binary.end());
+  context_guard guard(state_.context);
+  CUmodule module = nullptr;
+  if (const CUresult r = load_module(image, &module, nullptr); r != CUDA_SUCCESS) {
+    if (refused_image(r)) return nullptr;
+    check(r, "cuModuleLoadDataEx(" + src.kernel_name + ", a stored binary)");
+  }
+  CUfunction function = nullptr;
+  if (const CUresult r = api().cuModuleGetFunction(&function, module, src.kernel_name.c_str()); r != CUDA_SUCCESS) {
+    api().cuModuleUnload(module);
+    if (r == CUDA_ERROR_NOT_FOUND) return nullptr;  // an image of something else
+    check(r, "cuModuleGetFunction(" + src.kernel_name + ")");
+  }
+  return std::make_unique<program>(shared_, module, function, std::move(image));
+}
+
+std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
+                                          const std::vector<kernel_binary>& preloaded) {
+  state_of(e);
+  return get_kernel(cache_owner_id, e.scope(), builder(e.native_shared<const engine_state>()), src, preloaded);
+}
+
+launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local,
+                      const char* what) {
+  static constexpr std::size_t kLimit[3] = {2147483647u, 65535u, 65535u};
+  launch_shape l{};
+  for (int d = 0; d < 3; ++d) {
+    const std::size_t blocks = global[d] / local[d];
+    if (blocks > kLimit[d]) {
+      throw cuda_error("cuda: " + std::string(what) + " needs " + std::to_string(blocks) + " blocks in grid dimension " +
+                           "xyz"[d] + ", beyond CUDA's " + std::to_string(kLimit[d]),
+                       CUDA_ERROR_INVALID_VALUE);
+    }
+    l.block[d] = static_cast<unsigned>(local[d]);
+    l.grid[d] = static_cast<unsigned>(blocks);
+  }
+  return l;
+}
+
+void launch(const kernel& k, const stream& s, kernel_args& args, const launch_shape& shape) {
+  if (shape.grid[0] == 0 || shape.grid[1] == 0 || shape.grid[2] == 0) return;  // an empty tensor
+  const CUstream cs = s.native<stream_state>().stream;
+  k.launch([&] {
+    const driver_api& d = api();
+    CUresult r = d.cuLaunchKernel(k.program<program>().function(), shape.grid[0], shape.grid[1], shape.grid[2],
+                                  shape.block[0], shape.block[1], shape.block[2], 0, cs, args.data(), nullptr);
+    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel(" + k.name() + ")");
+    r = d.cuStreamSynchronize(cs);
+    if (r != CUDA_SUCCESS) check(r, "cuStreamSynchronize(" + k.name() + ")");
+  });
+}
+
+}  // namespace unicache::cuda::detail

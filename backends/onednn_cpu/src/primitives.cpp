@@ -1,0 +1,71 @@
+// Plain memory descriptors, the op-to-algorithm maps, the cached primitive's
+// size, and the backend's counters with onednn_cpu::stats() reading them.
+#include "primitives.hpp"
+
+#include <string>
+
+#include "unicache/compiler.hpp"
+
+namespace unicache::onednn_cpu {
+namespace detail {
+
+counters& stats_counters() {
+  static counters c;
+  return c;
+}
+std::uint64_t ns_since(std::chrono::steady_clock::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+}
+
+tag plain_tag(std::size_t rank) {
+  switch (rank) {
+    case 1: return tag::a;
+    case 2: return tag::ab;
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    case 5: return tag::abcde;
+    default: throw compile_error("onednn_cpu: tensors of rank " + std::to_string(rank) + " are not supported");
+  }
+}
+
+dnnl::memory::desc plain_md(const std::vector<std::int64_t>& shape) {
+  return {dims(shape.begin(), shape.end()), dt::f32, plain_tag(shape.size())};
+}
+
+
+dnnl::algorithm eltwise_algorithm(op_kind k) {
+  switch (k) {
+    case op_kind::relu: return dnnl::algorithm::eltwise_relu;
+    case op_kind::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
+    case op_kind::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case op_kind::sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case op_kind::tanh: return dnnl::algorithm::eltwise_tanh;
+    default: throw compile_error(std::string("onednn_cpu: ") + to_string(k) + " is not an eltwise op");
+  }
+}
+dnnl::algorithm binary_algorithm(op_kind k) {
+  return k == op_kind::add ? dnnl::algorithm::binary_add : dnnl::algorithm::binary_mul;
+}
+
+void add_md(cache_key& key, const dnnl::memory::desc& md) {
+  key.add(std::string_view(reinterpret_cast<const char*>(&md.data), sizeof md.data));
+}
+
+std::size_t cached_primitive::cached_bytes() const {
+  if (!prim || prim.get_kind() != dnnl::primitive::kind::matmul) return kOtherPrimitiveBytes;
+  const dnnl_memory_desc_t* src = dnnl_primitive_desc_query_md(prim.get_primitive_desc(), dnnl_query_src_md, 0);
+  for (int i = 0; src && i < src->ndims; ++i) {
+    if (src->dims[i] == DNNL_RUNTIME_DIM_VAL) return kRuntimeMatmulBytes;
+  }
+  return kShapeMatmulBytes;
+}
+
+}  // namespace detail
+
+backend_stats stats() {
+  const detail::counters& c = detail::stats_counters();
+  return {c.primitives_created.load(), c.create_ns.load(), c.weights_packed.load(), c.pack_ns.load()};
+}
+
+}  // namespace unicache::onednn_cpu

@@ -1,0 +1,81 @@
+// oneDNN primitives as the backend's kernels use them: plain memory
+// descriptors, the op-to-algorithm maps, a primitive in the kernel cache with
+// its measured size, and the counters behind onednn_cpu::stats().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "unicache/cache_key.hpp"
+#include "unicache/onednn_cpu.hpp"
+
+namespace unicache::onednn_cpu::detail {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+// What a primitive holds (its JIT code and tables), which oneDNN does not
+// report: measured once (benchmarks/onednn_primitive_bytes) as the
+// resident-memory growth of 200 primitives held at once (oneDNN 2.6, the
+// 2-core AMD EPYC dev VM, its primitive cache off), per kind. A matmul for one shape (brgemm: BERT-layer shapes with
+// bias and GELU) 300 KB; with runtime dimensions (gemm:jit) 49 KB; an
+// eltwise 28 KB. Counted once a primitive is built; the kernel cache then
+// holds at most its capacity of them.
+inline constexpr std::size_t kShapeMatmulBytes = 300 * 1024;
+inline constexpr std::size_t kRuntimeMatmulBytes = 49 * 1024;
+inline constexpr std::size_t kOtherPrimitiveBytes = 28 * 1024;
+inline constexpr std::size_t kPrimitiveBytesEstimate = kShapeMatmulBytes;  // before it is built
+
+struct counters {
+  std::atomic<std::uint64_t> primitives_created{0}, create_ns{0}, weights_packed{0}, pack_ns{0};
+};
+counters& stats_counters();
+std::uint64_t ns_since(std::chrono::steady_clock::time_point start);
+
+tag plain_tag(std::size_t rank);
+dnnl::memory::desc plain_md(const std::vector<std::int64_t>& shape);
+
+dnnl::algorithm eltwise_algorithm(op_kind k);
+dnnl::algorithm binary_algorithm(op_kind k);
+
+void add_md(cache_key& key, const dnnl::memory::desc& md);
+
+// A primitive in the kernel cache, with the descriptor facts execution needs.
+struct cached_primitive {
+  dnnl::primitive prim;
+  dnnl::memory::desc weights_md;  // matmul: the layout the primitive wants B in
+
+  // What the kernel cache counts for it (the measured sizes above).
+  std::size_t cached_bytes() const;
+};
+
+// The primitive under `key`, made by `make` on a miss; `*built` (if given)
+// tells whether this call made it.
+template <typename MakePrimitive>
+std::shared_ptr<const cached_primitive> primitive_for(const engine& e, const cache_key& key, MakePrimitive make,
+                                                      bool* built = nullptr) {
+  // A hit borrows and takes the one reference it keeps; a miss builds.
+  if (auto hit = kernel_cache().lookup<const cached_primitive>(e.scope(), cache_owner_id, key.bytes())) {
+    return hit.shared_value();
+  }
+  return kernel_cache()
+      .get_or_build<const cached_primitive>(e.scope(), cache_owner_id, key.bytes(), kPrimitiveBytesEstimate,
+                                            [&] {
+                                              if (built) *built = true;
+                                              const auto start = std::chrono::steady_clock::now();
+                                              auto made = std::make_shared<const cached_primitive>(make());
+                                              counters& c = stats_counters();
+                                              c.primitives_created.fetch_add(1, std::memory_order_relaxed);
+                                              c.create_ns.fetch_add(ns_since(start), std::memory_order_relaxed);
+                                              return made;
+                                            })
+      .value();
+}
+
+}  // namespace unicache::onednn_cpu::detail

@@ -1,0 +1,61 @@
+// unicache/specialization.hpp — what adaptive kernels (kernel_shapes::adaptive,
+// the default) did. For: users (statistics, tests and benchmarks).
+//
+// Every shape runs at once on its partition's generic kernel, and shape
+// classes used enough to repay a specialized kernel get one, built in the
+// background (see specialize_settings in config.hpp).
+//
+// A compiled partition reads its table of shape classes without a lock: an
+// execution runs the class's specialized kernel if one is ready and still
+// cached, else the generic kernel; it never waits for a build. A specialized
+// kernel is an entry of the kernel cache (with its measured build time as its
+// cost): when the cache evicts it, its class runs on the generic kernel again,
+// and may be specialized again later. A build that fails leaves its class on
+// the generic kernel for good, with one warning. After 8 timed executions (its
+// first is not timed) a specialized kernel is compared with the generic one it
+// replaced: one that ran slower is dropped and its class stays generic, and
+// the fraction saved or lost becomes the backend's expected saving.
+//
+// UNICACHE_VERBOSE=1 prints one line per event:
+//   unicache_verbose,specialize,<event>,backend=<name>,partition=<16 hex>,class="<description>",
+//       uses=<generic executions>,generic_ms=<their time>,build_ms=<time>
+// with event queue (the class became hot), ready, fail, evicted, slower
+// (dropped, see above), limit (UNICACHE_SPECIALIZE_MAX reached) or refused
+// (the kernel cache would not hold it).
+#pragma once
+
+#include <cstdint>
+
+namespace unicache {
+
+// Process-wide counters, all exact.
+struct specialization_stats {
+  std::uint64_t classes = 0;        // shape classes seen that a specialized kernel could serve
+  std::uint64_t queued = 0;         // specializations started (classes that became hot)
+  std::uint64_t ready = 0;          // specialized kernels swapped in
+  std::uint64_t failed = 0;         // builds that threw (their classes stay generic)
+  std::uint64_t over_limit = 0;     // hot classes left generic by specialize_settings::max_variants
+  std::uint64_t refused = 0;        // built, but the kernel cache would not hold them
+  std::uint64_t evicted = 0;        // specialized kernels the cache evicted (classes fell back)
+  std::uint64_t slower = 0;         // specialized kernels dropped for running slower than the generic one
+  std::uint64_t generic_executions = 0;      // of partitions whose shapes have a class
+  std::uint64_t specialized_executions = 0;
+  std::uint64_t build_ns = 0;       // time the background spent building them
+  // Estimated time the specialized kernels saved: for each of their
+  // executions, the class's mean generic execution time minus its own.
+  std::int64_t saved_ns = 0;
+};
+specialization_stats specialization_statistics();
+
+// Waits until no specialization is queued or being built: for tests, and for
+// benchmarks before they measure a steady state. Thread-safe; an execution
+// that makes a class hot meanwhile extends the wait.
+void wait_for_specializations();
+
+// The names these had when adaptive kernels were called tiered kernels.
+using tier_stats [[deprecated("use specialization_stats")]] = specialization_stats;
+[[deprecated("use specialization_statistics()")]] inline specialization_stats tiered_kernel_stats() {
+  return specialization_statistics();
+}
+
+}  // namespace unicache

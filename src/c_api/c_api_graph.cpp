@@ -1,0 +1,101 @@
+// The C interface of graphs and partitions (unicache.h, "Graphs").
+#include "unicache/unicache.h"
+
+#include "c_api_internal.hpp"
+
+using namespace unicache;
+using namespace unicache::c_api;
+
+namespace unicache::c_api {
+
+const partition& part(unicache_partition_t p) {
+  if (!p || !p->p) raise(UNICACHE_INVALID_HANDLE, "partition is NULL");
+  return *p->p;
+}
+void tensor_at(const std::vector<logical_tensor>& list, size_t index, unicache_logical_tensor_t* tensor) {
+  need(tensor, "tensor");
+  if (index >= list.size()) raise(UNICACHE_INVALID_ARGUMENT, "tensor index out of range");
+  *tensor = to_c(list[index]);
+}
+
+}  // namespace unicache::c_api
+
+extern "C" {
+
+// --- Graphs -------------------------------------------------------------------------
+
+unicache_status_t unicache_graph_create(unicache_graph_t* graph) {
+  return guarded([&] { *need(graph, "graph") = created(std::make_unique<unicache_graph>()); });
+}
+
+unicache_status_t unicache_graph_destroy(unicache_graph_t graph) { return destroy(graph, kGraphMagic, "graph"); }
+
+unicache_status_t unicache_graph_add_tensor(unicache_graph_t graph, int32_t ndims, const int64_t* dims,
+                                            int32_t is_constant, unicache_logical_tensor_t* tensor) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    need(tensor, "tensor");
+    *tensor = to_c(g->g.tensor(shape_of(ndims, dims),
+                               is_constant ? tensor_property::constant : tensor_property::variable));
+  });
+}
+
+unicache_status_t unicache_graph_add_op(unicache_graph_t graph, unicache_op_kind_t kind, const uint64_t* input_ids,
+                                        size_t num_inputs, const uint64_t* output_ids, size_t num_outputs,
+                                        int32_t transpose_a, int32_t transpose_b, uint64_t* op_id) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    if (num_inputs) need(input_ids, "input_ids");
+    if (num_outputs) need(output_ids, "output_ids");
+    std::vector<logical_tensor> in, out;
+    for (size_t i = 0; i < num_inputs; ++i) in.push_back(g->g.tensor_of(input_ids[i]));
+    for (size_t i = 0; i < num_outputs; ++i) out.push_back(g->g.tensor_of(output_ids[i]));
+    const std::uint64_t id = g->g.add_op(to_op(kind), in, out, transpose_a != 0, transpose_b != 0);
+    if (op_id) *op_id = id;
+  });
+}
+
+unicache_status_t unicache_graph_finalize(unicache_graph_t graph) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    g->g.finalize();  // idempotent: partitions handed out before stay valid
+    if (g->partitions.empty()) {
+      for (const partition& p : g->g.partitions()) g->partitions.push_back({&p});
+    }
+  });
+}
+
+unicache_status_t unicache_graph_get_partition_count(unicache_graph_t graph, size_t* count) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    if (!g->g.finalized()) raise(UNICACHE_INVALID_ARGUMENT, "the graph is not finalized");
+    *need(count, "count") = g->partitions.size();
+  });
+}
+
+unicache_status_t unicache_graph_get_partition(unicache_graph_t graph, size_t index, unicache_partition_t* partition) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    need(partition, "partition");
+    if (!g->g.finalized()) raise(UNICACHE_INVALID_ARGUMENT, "the graph is not finalized");
+    if (index >= g->partitions.size()) raise(UNICACHE_INVALID_ARGUMENT, "partition index out of range");
+    *partition = &g->partitions[index];
+  });
+}
+
+unicache_status_t unicache_partition_get_input_count(unicache_partition_t partition, size_t* count) {
+  return guarded([&] { *need(count, "count") = part(partition).inputs().size(); });
+}
+unicache_status_t unicache_partition_get_input(unicache_partition_t partition, size_t index,
+                                               unicache_logical_tensor_t* tensor) {
+  return guarded([&] { tensor_at(part(partition).inputs(), index, tensor); });
+}
+unicache_status_t unicache_partition_get_output_count(unicache_partition_t partition, size_t* count) {
+  return guarded([&] { *need(count, "count") = part(partition).outputs().size(); });
+}
+unicache_status_t unicache_partition_get_output(unicache_partition_t partition, size_t index,
+                                                unicache_logical_tensor_t* tensor) {
+  return guarded([&] { tensor_at(part(partition).outputs(), index, tensor); });
+}
+
+}  // extern "C"

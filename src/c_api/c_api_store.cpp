@@ -1,0 +1,99 @@
+// The C interface of the persistent kernel store: its runtime settings,
+// statistics and the blob API (unicache.h, "Persistent kernel store").
+#include "unicache/unicache.h"
+
+#include "c_api_internal.hpp"
+
+using namespace unicache;
+using namespace unicache::c_api;
+
+extern "C" {
+
+// --- Store ------------------------------------------------------------------------
+
+unicache_status_t unicache_store_set_enabled(int enabled) {
+  return guarded([&] { kernel_store::instance().set_enabled(enabled != 0); });
+}
+
+unicache_status_t unicache_store_set_size_eviction(int enabled) {
+  return guarded([&] { kernel_store::instance().set_size_eviction(enabled != 0); });
+}
+
+unicache_status_t unicache_store_set_remote(const char* url, const char* secret_file) {
+  return guarded([&] { kernel_store::instance().set_remote(url ? url : "", secret_file ? secret_file : ""); });
+}
+
+unicache_status_t unicache_store_set_directory(const char* directory) {
+  return guarded([&] { kernel_store::instance().set_directory(need(directory, "directory")); });
+}
+
+unicache_status_t unicache_store_set_capacity_mb(uint64_t capacity_mb) {
+  return guarded([&] { kernel_store::instance().set_capacity_mb(capacity_mb); });
+}
+
+unicache_status_t unicache_store_get_directory(char* directory, size_t* size) {
+  return guarded([&] { copy_out(kernel_store::instance().config().directory, directory, size); });
+}
+
+unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats) {
+  return guarded([&] {
+    need(stats, "stats");
+    const store_stats s = kernel_store::instance().stats();
+    *stats = {s.entries, s.bytes, s.devices, s.temporary_files};
+  });
+}
+
+namespace {
+device_identity identity_of(const unicache_device_identity_t* d) {
+  need(d, "device");
+  auto text = [](const char* s, const char* what) { return std::string(need(s, what)); };
+  return {text(d->platform_name, "device->platform_name"), text(d->device_name, "device->device_name"),
+          text(d->device_version, "device->device_version"), text(d->driver_version, "device->driver_version")};
+}
+std::string_view key_of(const void* key, size_t key_size) {
+  if (key_size) need(key, "key");
+  return {static_cast<const char*>(key), key_size};
+}
+}  // namespace
+
+unicache_status_t unicache_blob_id(const unicache_device_identity_t* device, const void* key, size_t key_size,
+                                   char* id, size_t* size) {
+  return guarded([&] { copy_out(blob_id(identity_of(device), key_of(key, key_size)), id, size); });
+}
+
+unicache_status_t unicache_blob_serialize(const unicache_device_identity_t* device, const void* key, size_t key_size,
+                                          const uint8_t* binary, size_t binary_size, uint8_t* blob, size_t* size) {
+  return guarded([&] {
+    if (binary_size) need(binary, "binary");
+    const byte_vector b = serialize_blob(identity_of(device), key_of(key, key_size), byte_span(binary, binary_size));
+    copy_out(b.data(), b.size(), blob, size);
+  });
+}
+
+unicache_status_t unicache_blob_deserialize(const unicache_device_identity_t* device, const uint8_t* blob,
+                                            size_t blob_size, void* key, size_t* key_size, uint8_t* binary,
+                                            size_t* binary_size) {
+  return guarded([&] {
+    need(key_size, "key_size");
+    need(binary_size, "binary_size");
+    if (blob_size) need(blob, "blob");
+    blob_contents c;
+    try {
+      c = deserialize_blob(identity_of(device), byte_span(blob, blob_size));
+    } catch (const store_error& e) {
+      raise(UNICACHE_INVALID_ARGUMENT, e.what());
+    }
+    // A NULL buffer for an empty part is no question: only a NULL buffer
+    // for a part with bytes asks the sizes.
+    const bool asked = (!key && !c.key.empty()) || (!binary && !c.binary.empty());
+    const bool fits = *key_size >= c.key.size() && *binary_size >= c.binary.size();
+    *key_size = c.key.size();
+    *binary_size = c.binary.size();
+    if (asked) return;
+    if (!fits) raise(UNICACHE_BUFFER_TOO_SMALL, "a buffer is too small: see *key_size and *binary_size");
+    if (!c.key.empty()) std::memcpy(key, c.key.data(), c.key.size());
+    if (!c.binary.empty()) std::memcpy(binary, c.binary.data(), c.binary.size());
+  });
+}
+
+}  // extern "C"

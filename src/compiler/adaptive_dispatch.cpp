@@ -1,0 +1,279 @@
+// Adaptive dispatch: each compiled shape's class in its partition's table,
+// the cost model that decides when a class is specialized, and the lock-free
+// choice, per execution, between the specialized and the generic kernel.
+#include "compiler/adaptive_dispatch.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "compiler/shape_class_table.hpp"
+#include "unicache/cache_key.hpp"
+#include "unicache/compiler.hpp"
+#include "unicache/specialization.hpp"
+#include "util/epoch.hpp"
+#include "util/env.hpp"
+#include "util/log.hpp"
+
+namespace unicache::detail {
+namespace {
+
+// Families by scope and key, and each backend's build cost.
+struct registry {
+  mutex mu;
+  absl::flat_hash_map<std::string, std::weak_ptr<class_table>> families ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<const backend*, std::unique_ptr<build_cost>> costs ABSL_GUARDED_BY(mu);
+  std::size_t inserts_since_sweep ABSL_GUARDED_BY(mu) = 0;
+};
+registry& the_registry() {
+  static registry* const r = new registry();
+  return *r;
+}
+
+// The cost model (config.hpp): whether `c`, after `generic_ns` of generic
+// executions, is worth building.
+bool hot(const class_table& f, const class_state& c, std::uint64_t generic_ns, const specialize_settings& s) {
+  if (c.ready_to_load) return true;
+  // The saving to expect: what the backend's checked specializations saved
+  // (at least 5%, at most 90%), else the setting.
+  const std::uint64_t judged = f.cost->judged.load(std::memory_order_relaxed);
+  const double saving =
+      judged ? std::clamp(static_cast<double>(f.cost->saving_permille.load(std::memory_order_relaxed)) / 1000.0 / judged,
+                          0.05, 0.9)
+             : s.expected_saving;
+  const std::uint64_t builds = f.cost->count.load(std::memory_order_relaxed);
+  const double build_ns = builds ? static_cast<double>(f.cost->total_ns.load(std::memory_order_relaxed)) / builds
+                                 : static_cast<double>(f.cost->generic_build_ns.load(std::memory_order_relaxed));
+  return static_cast<double>(generic_ns) * saving >= s.threshold * build_ns;
+}
+
+// The class's variant `v`, which the cache evicted: back to the generic
+// kernel (cold again, counted from zero). Whoever unlinks it retires it.
+void drop_evicted(class_table& f, class_state& c, specialized_variant* v, const engine& e) {
+  if (!c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) return;
+  c.generic_uses.store(0, std::memory_order_relaxed);
+  c.generic_timed.store(0, std::memory_order_relaxed);
+  c.generic_ns.store(0, std::memory_order_relaxed);
+  f.variants.fetch_sub(1, std::memory_order_relaxed);
+  stats_counters().evicted.fetch_add(1, std::memory_order_relaxed);
+  trace("evicted", f, c, e, 0);
+  c.status.store(class_status::cold, std::memory_order_release);
+  epoch_domain::instance().retire(v, [](void* p) { delete static_cast<specialized_variant*>(p); });
+}
+
+// Drops the family's evicted variants that no execution has noticed yet (a
+// class not run since), so that they no longer count against the limit.
+// Skipped if another thread holds the family's lock: never waits.
+void drop_unnoticed_evictions(class_table& f, const engine& e) {
+  if (!f.mu.try_lock()) return;
+  std::vector<std::shared_ptr<class_state>> classes;
+  for (const auto& [key, c] : f.classes) classes.push_back(c);
+  f.mu.unlock();
+  epoch_guard guard;
+  for (const auto& c : classes) {
+    specialized_variant* v = c->variant.load(std::memory_order_acquire);
+    if (v && !v->kernel.valid()) drop_evicted(f, *c, v, e);
+  }
+}
+
+// Keeps the longest generic build of `b`; returns its build cost record.
+build_cost* record_generic_build(registry& r, const backend& b, std::uint64_t generic_build_ns)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
+  std::unique_ptr<build_cost>& cost = r.costs[&b];
+  if (!cost) cost = std::make_unique<build_cost>();
+  std::uint64_t longest = cost->generic_build_ns.load(std::memory_order_relaxed);
+  while (generic_build_ns > longest &&
+         !cost->generic_build_ns.compare_exchange_weak(longest, generic_build_ns, std::memory_order_relaxed)) {
+  }
+  return cost.get();
+}
+
+
+}  // namespace
+
+class_ref class_for(const partition& p, const std::string& family_key, const engine& e,
+                  const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
+                  const compiled_kernel& generic, std::uint64_t generic_build_ns) {
+  if (current_kernel_shapes() != kernel_shapes::adaptive || !e.get_backend()) return {};
+  registry& r = the_registry();
+  if (generic.built_for_its_shapes()) {
+    scoped_lock lock(&r.mu);
+    record_generic_build(r, *e.get_backend(), generic_build_ns);
+    return {};
+  }
+  shape_class sc = e.get_backend()->specialization_class(p, in, out, e);
+  if (sc.key.empty()) return {};
+  cache_key scoped;
+  scoped.add(static_cast<std::uint8_t>(e.scope().kind)).add(e.scope().device_id).add(e.scope().context_id);
+  scoped.add(family_key);
+  const std::string key(scoped.bytes());
+
+  class_ref ref;
+  {
+    scoped_lock lock(&r.mu);
+    std::weak_ptr<class_table>& slot = r.families[key];
+    ref.family = slot.lock();
+    if (!ref.family) {
+      auto f = std::make_shared<class_table>();
+      f->p = p;
+      f->key = family_key;
+      f->scope = e.scope();
+      f->cost = record_generic_build(r, *e.get_backend(), generic_build_ns);
+      slot = f;
+      ref.family = std::move(f);
+      // Families of compiled partitions that are gone leave expired entries: sweep now and then.
+      if (++r.inserts_since_sweep >= 256) {
+        r.inserts_since_sweep = 0;
+        absl::erase_if(r.families, [](const auto& entry) { return entry.second.expired(); });
+      }
+    }
+  }
+  class_table& f = *ref.family;
+  {
+    scoped_lock lock(&f.mu);
+    if (const auto it = f.classes.find(sc.key); it != f.classes.end()) {
+      ref.cls = it->second;
+      return ref;
+    }
+  }
+  // A new class: the backend is asked once, outside the lock (it may read
+  // the store); a shape of the class compiled meanwhile may ask too.
+  bool ready = false;
+  try {
+    ready = e.get_backend()->specialization_ready(p, in, out, e);
+  } catch (...) {
+    ready = false;  // then it is built as a cold class would be
+  }
+  scoped_lock lock(&f.mu);
+  std::shared_ptr<class_state>& c = f.classes[sc.key];
+  if (!c) {
+    c = std::make_shared<class_state>();
+    c->key = std::move(sc.key);
+    c->description = std::move(sc.description);
+    c->ready_to_load = ready;
+    stats_counters().classes.fetch_add(1, std::memory_order_relaxed);
+  }
+  ref.cls = c;
+  return ref;
+}
+
+namespace {
+
+// Unlinks the class's variant `v` (which ran `kernel`) for good, with
+// `status` (slower or failed); true for the one caller that did.
+bool drop_variant(class_table& f, class_state& c, specialized_variant* v, const compiled_kernel* kernel, class_status status,
+                  const engine& e) {
+  epoch_guard guard;  // `v` is compared again: it must not have been freed and reused meanwhile
+  if (c.variant.load(std::memory_order_acquire) != v || v->kernel.get() != kernel ||
+      !c.variant.compare_exchange_strong(v, nullptr, std::memory_order_acq_rel)) {
+    return false;
+  }
+  c.status.store(status, std::memory_order_release);
+  f.variants.fetch_sub(1, std::memory_order_relaxed);
+  counters& n = stats_counters();
+  (status == class_status::slower ? n.slower : n.failed).fetch_add(1, std::memory_order_relaxed);
+  trace(status == class_status::slower ? "slower" : "fail", f, c, e, 0);
+  epoch_domain::instance().retire(v, [](void* p) { delete static_cast<specialized_variant*>(p); });
+  return true;
+}
+
+}  // namespace
+
+specialized_run run_specialized(const class_ref& t, stream& s, const std::vector<tensor>& inputs,
+                                const std::vector<tensor>& outputs, specialized_failure* failure) {
+  class_state& c = *t.cls;
+  if (c.status.load(std::memory_order_acquire) != class_status::ready) return specialized_run::not_ready;
+  // The guard covers reading the variant, not running it: a reference to the
+  // kernel is taken, so memory retired meanwhile (an evicted weight the
+  // kernel's own allocation retries after) is not held up by an execution.
+  std::shared_ptr<const compiled_kernel> kernel;
+  specialized_variant* v = nullptr;
+  {
+    epoch_guard guard;
+    v = c.variant.load(std::memory_order_acquire);
+    if (v == nullptr) return specialized_run::not_ready;
+    if (!v->kernel.valid()) {
+      drop_evicted(*t.family, c, v, s.get_engine());
+      return specialized_run::not_ready;
+    }
+    kernel = v->kernel.value();
+  }
+  const auto start = clock_type::now();
+  try {
+    kernel->execute(s, inputs, outputs);
+  } catch (...) {
+    *failure = {v, std::move(kernel), std::current_exception()};
+    return specialized_run::failed;
+  }
+  const std::uint64_t ns = ns_since(start);
+  counters& n = stats_counters();
+  n.specialized_executions.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t mean = c.generic_mean_ns.load(std::memory_order_relaxed);
+  if (mean) n.saved_ns.fetch_add(static_cast<std::int64_t>(mean) - static_cast<std::int64_t>(ns), std::memory_order_relaxed);
+  // After kJudgeAfter timed executions, one check: a specialized kernel that
+  // runs slower than the generic one did is dropped for good, and what it
+  // saved or lost teaches the backend's expected saving.
+  const std::uint64_t use = c.variant_uses.fetch_add(1, std::memory_order_relaxed);
+  if (use == 0 || mean == 0) return specialized_run::ran;
+  const std::uint64_t total = c.variant_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
+  if (use != kJudgeAfter) return specialized_run::ran;
+  class_table& f = *t.family;
+  const double variant_mean = static_cast<double>(total) / kJudgeAfter;
+  const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
+  f.cost->judged.fetch_add(1, std::memory_order_relaxed);
+  f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
+  if (saving < 0) drop_variant(f, c, v, kernel.get(), class_status::slower, s.get_engine());
+  return specialized_run::ran;
+}
+
+void drop_failed(const class_ref& t, const specialized_failure& failure, const engine& e, bool answered) {
+  class_state& c = *t.cls;
+  if (!drop_variant(*t.family, c, failure.variant, failure.kernel.get(), class_status::failed, e)) return;
+  std::string what = "an unknown exception";
+  try {
+    std::rethrow_exception(failure.error);
+  } catch (const std::exception& err) {
+    what = err.what();
+  } catch (...) {
+  }
+  warn(std::string("specialization: the specialized kernel of partition ") + t.family->p.fingerprint() + " (" +
+       quoted(c.description, 96) + ") failed to execute: " + what +
+       (answered ? "; the generic kernel ran that execution again, and runs those shapes from now on"
+                 : "; the outputs overlap the inputs, so that execution fails; the generic kernel runs those "
+                   "shapes from now on"));
+}
+
+
+void record_generic(const class_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
+                    const std::vector<logical_tensor>& out) {
+  class_state& c = *t.cls;
+  stats_counters().generic_executions.fetch_add(1, std::memory_order_relaxed);
+  // A class's first execution carries one-time work (a driver's or JIT's
+  // first launch, packing a weight): it is counted, not timed.
+  const bool first = c.generic_uses.fetch_add(1, std::memory_order_relaxed) == 0;
+  if (!first) c.generic_timed.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t total = c.generic_ns.fetch_add(first ? 0 : ns, std::memory_order_relaxed) + (first ? 0 : ns);
+  if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
+  const specialize_settings settings = current_specialize_settings();
+  if (settings.threads == 0 || !hot(*t.family, c, total, settings)) return;
+  class_status expected = class_status::cold;
+  if (!c.status.compare_exchange_strong(expected, class_status::queued, std::memory_order_acq_rel)) return;
+  class_table& f = *t.family;
+  if (f.variants.load(std::memory_order_relaxed) >= settings.max_variants) drop_unnoticed_evictions(f, s.get_engine());
+  if (f.variants.fetch_add(1, std::memory_order_relaxed) >= settings.max_variants) {
+    f.variants.fetch_sub(1, std::memory_order_relaxed);
+    // Cold again: a variant of the partition may be evicted and free a place.
+    c.status.store(class_status::cold, std::memory_order_release);
+    c.generic_uses.store(0, std::memory_order_relaxed);
+    c.generic_timed.store(0, std::memory_order_relaxed);
+    c.generic_ns.store(0, std::memory_order_relaxed);
+    stats_counters().over_limit.fetch_add(1, std::memory_order_relaxed);
+    if (!f.limit_reported.exchange(true)) trace("limit", f, c, s.get_engine(), 0);
+    return;
+  }
+  stats_counters().queued.fetch_add(1, std::memory_order_relaxed);
+  trace("queue", f, c, s.get_engine(), 0);
+  enqueue(t.family, t.cls, s.get_engine(), in, out, settings.threads);
+}
+
+
+}  // namespace unicache::detail

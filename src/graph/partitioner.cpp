@@ -1,0 +1,125 @@
+// The partitioner: fuses MatMul -> (Add|Multiply)* -> eltwise* chains into one
+// partition each, every other op a partition of its own, in an order that runs.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "graph/passes.hpp"
+
+namespace unicache::graph_passes {
+namespace {
+
+using op_groups = std::vector<std::vector<std::size_t>>;  // op indices, one list per partition
+using readers_map = std::unordered_map<std::uint64_t, std::vector<std::size_t>>;  // tensor -> ops reading it
+
+// Grows a MatMul's group (group.front()) along its chain of post-ops: the
+// next op must be the only reader of the last one's output, and binary ops
+// come before eltwise ones.
+void fuse_chain(const std::vector<op>& ops, readers_map& readers, std::vector<int>& owner,
+                std::vector<std::size_t>& group) {
+  const std::size_t i = group.front();
+  bool seen_eltwise = false;
+  std::size_t last = i;
+  for (;;) {
+    const std::uint64_t out = ops[last].outputs[0];
+    const auto& r = readers[out];
+    if (r.size() != 1 || owner[r[0]] >= 0) break;  // used elsewhere too: a boundary
+    const op& next = ops[r[0]];
+    const bool binary = is_binary(next.kind), eltwise = is_eltwise(next.kind);
+    if (!(eltwise || (binary && !seen_eltwise))) break;
+    if (binary && next.inputs[0] == out && next.inputs[1] == out) break;  // x + x
+    seen_eltwise = seen_eltwise || eltwise;
+    group.push_back(r[0]);
+    owner[r[0]] = owner[i];
+    last = r[0];
+  }
+}
+
+// The ops grouped into partitions, each group's ops in execution order;
+// owner[i] is op i's group.
+op_groups group_ops(const std::vector<op>& ops, const std::vector<std::size_t>& order, std::vector<int>& owner) {
+  // Partitioning: MatMul -> (Add|Multiply)* -> eltwise* fused; others alone.
+  readers_map readers;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    for (std::uint64_t id : ops[i].inputs) readers[id].push_back(i);
+  }
+  owner.assign(ops.size(), -1);
+  op_groups groups;
+  for (std::size_t i : order) {
+    if (owner[i] >= 0) continue;
+    std::vector<std::size_t> group{i};
+    owner[i] = static_cast<int>(groups.size());
+    if (ops[i].kind == op_kind::matmul) fuse_chain(ops, readers, owner, group);
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+// The groups' indices in an order that runs.
+std::vector<std::size_t> group_order(const op_groups& groups, const std::vector<int>& owner,
+                                     const std::vector<op>& ops, const producer_map& producer) {
+  // Order partitions topologically (a fused chain may read a tensor that a
+  // later op in the op order produces).
+  std::vector<std::set<int>> deps(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (std::size_t i : groups[g]) {
+      for (std::uint64_t id : ops[i].inputs) {
+        if (auto it = producer.find(id); it != producer.end() && owner[it->second] != static_cast<int>(g)) {
+          deps[g].insert(owner[it->second]);
+        }
+      }
+    }
+  }
+  std::vector<int> done(groups.size(), 0);
+  std::vector<std::size_t> order;
+  while (order.size() < groups.size()) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      if (done[g]) continue;
+      if (std::all_of(deps[g].begin(), deps[g].end(), [&](int d) { return done[d] != 0; })) {
+        done[g] = 1;
+        order.push_back(g);
+        break;
+      }
+    }
+  }
+  return order;
+}
+
+// A group's ops with the tensors it reads from outside and writes.
+partition_parts assemble(const std::vector<std::size_t>& group, const std::vector<logical_tensor>& tensors,
+                         const std::vector<op>& ops) {
+  partition_parts p;
+  std::vector<std::uint64_t> internal;  // tensors produced inside
+  for (std::size_t i : group) {
+    p.ops.push_back(ops[i]);
+    internal.push_back(ops[i].outputs[0]);
+  }
+  auto inside = [&](std::uint64_t id) {
+    return std::find(internal.begin(), internal.end(), id) != internal.end();
+  };
+  for (const op& o : p.ops) {
+    for (std::uint64_t id : o.inputs) {
+      if (!inside(id)) p.inputs.push_back(tensors[id - 1]);
+    }
+  }
+  p.outputs.push_back(tensors[p.ops.back().outputs[0] - 1]);
+  const op_kind first = p.ops.front().kind;
+  p.kind = first == op_kind::matmul ? partition::kind::fused_matmul
+           : is_binary(first)       ? partition::kind::binary
+           : first == op_kind::softmax ? partition::kind::softmax
+                                       : partition::kind::eltwise;
+  return p;
+}
+
+}  // namespace
+
+std::vector<partition_parts> fuse_partitions(const std::vector<logical_tensor>& tensors, const std::vector<op>& ops,
+                                             const std::vector<std::size_t>& order, const producer_map& producer) {
+  std::vector<int> owner;
+  const op_groups groups = group_ops(ops, order, owner);
+  std::vector<partition_parts> out;
+  for (std::size_t g : group_order(groups, owner, ops, producer)) out.push_back(assemble(groups[g], tensors, ops));
+  return out;
+}
+
+}  // namespace unicache::graph_passes

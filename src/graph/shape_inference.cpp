@@ -1,0 +1,108 @@
+// Shapes: the rules for an op's output shape (MatMul, broadcasting), and the
+// pass of graph::finalize that infers each op's output with them.
+#include <algorithm>
+#include <string>
+
+#include "graph/passes.hpp"
+
+namespace unicache {
+namespace {
+
+// Two dims agree if equal or either is unknown.
+bool agree(std::int64_t a, std::int64_t b) { return a == b || a == unknown_dim || b == unknown_dim; }
+
+}  // namespace
+
+std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a,
+                                              const std::vector<std::int64_t>& b, bool ta, bool tb,
+                                              const std::string& what) {
+  if (a.size() < 2 || a.size() > 3 || b.size() < 2 || b.size() > 3) {
+    throw graph_error(what + ": MatMul needs rank-2 or rank-3 inputs, got " + shape_to_string(a) + " and " +
+                      shape_to_string(b));
+  }
+  const std::size_t ra = a.size(), rb = b.size();
+  const std::int64_t m = ta ? a[ra - 1] : a[ra - 2];
+  const std::int64_t ka = ta ? a[ra - 2] : a[ra - 1];
+  const std::int64_t kb = tb ? b[rb - 1] : b[rb - 2];
+  const std::int64_t n = tb ? b[rb - 2] : b[rb - 1];
+  if (!agree(ka, kb)) {
+    throw graph_error(what + ": MatMul inner dimensions differ: " + shape_to_string(a) + " x " + shape_to_string(b) +
+                      (ta || tb ? " (with transposes)" : ""));
+  }
+  if (rb == 3 && ra == 2) {
+    throw graph_error(what + ": MatMul with a rank-3 B needs a rank-3 A");
+  }
+  std::vector<std::int64_t> out;
+  if (ra == 3) {
+    if (rb == 3 && !agree(a[0], b[0]) && a[0] != 1 && b[0] != 1) {
+      throw graph_error(what + ": MatMul batch dimensions differ: " + shape_to_string(a) + " x " + shape_to_string(b));
+    }
+    out.push_back(rb == 3 && b[0] != 1 ? (a[0] == unknown_dim ? b[0] : a[0]) : a[0]);
+  }
+  out.push_back(m);
+  out.push_back(n);
+  return out;
+}
+
+std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank) {
+  if (shape.size() < rank) shape.insert(shape.begin(), rank - shape.size(), 1);
+  return shape;
+}
+
+std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
+                                          const std::vector<std::int64_t>& b, const std::string& what) {
+  const std::size_t rank = std::max(a.size(), b.size());
+  std::vector<std::int64_t> out(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da == db) {
+      out[i] = da;
+    } else if (da == 1) {
+      out[i] = db;
+    } else if (db == 1) {
+      out[i] = da;
+    } else if (da == unknown_dim || db == unknown_dim) {
+      out[i] = da == unknown_dim ? db : da;
+    } else {
+      throw graph_error(what + ": shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not broadcast");
+    }
+  }
+  return out;
+}
+
+namespace graph_passes {
+
+void infer_shapes(const std::vector<logical_tensor>& tensors, const std::vector<op>& ops,
+                  const std::vector<std::size_t>& order) {
+  // Shapes and dtypes.
+  for (std::size_t i : order) {
+    const op& o = ops[i];
+    const std::string what = describe_op(o);
+    for (std::uint64_t id : o.inputs) {
+      if (tensors[id - 1].dtype != data_type::f32) {
+        throw graph_error(what + ": tensor " + std::to_string(id) + " is not f32");
+      }
+    }
+    const auto& in0 = tensors[o.inputs[0] - 1].shape;
+    std::vector<std::int64_t> expect;
+    if (o.kind == op_kind::matmul) {
+      expect = matmul_output_shape(in0, tensors[o.inputs[1] - 1].shape, o.transpose_a, o.transpose_b, what);
+    } else if (is_binary(o.kind)) {
+      expect = broadcast_shape(in0, tensors[o.inputs[1] - 1].shape, what);
+    } else {
+      expect = in0;
+      if (o.kind == op_kind::softmax && in0.empty()) throw graph_error(what + ": Softmax needs rank >= 1");
+    }
+    const logical_tensor& out = tensors[o.outputs[0] - 1];
+    bool fits = out.shape.size() == expect.size();
+    for (std::size_t d = 0; fits && d < expect.size(); ++d) fits = agree(out.shape[d], expect[d]);
+    if (!fits) {
+      throw graph_error(what + ": output tensor " + std::to_string(out.id) + " has shape " +
+                        shape_to_string(out.shape) + ", but the op produces " + shape_to_string(expect));
+    }
+  }
+}
+
+}  // namespace graph_passes
+}  // namespace unicache
