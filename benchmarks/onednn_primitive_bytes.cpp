@@ -2,7 +2,7 @@
 // oneDNN does not report: the resident-memory growth of 200 primitives held
 // at once (oneDNN's own primitive cache off), after one made first (the
 // library's one-time costs are not a primitive's). The oneDNN backend counts
-// its kernel-cache entries with these figures (onednn_cpu.cpp).
+// its kernel-cache entries with these figures (backends/onednn_cpu/src/primitives.hpp).
 //
 //   onednn_primitive_bytes          matmuls for 200 shapes (bias + GELU)
 //   onednn_primitive_bytes runtime  matmuls with runtime dimensions

@@ -2,6 +2,7 @@
 // beyond the backend interface: reading settings from the environment and
 // reporting on stderr the way the rest of the library does. A backend
 // includes public headers only; this is the one for these chores.
+// For: backend authors.
 //
 // Thread safety: every function may be called from any thread.
 #pragma once

@@ -1,4 +1,6 @@
 // unicache/cache.hpp — the unified in-memory cache.
+// For: users (capacities, statistics, a cache of their own) and backend
+// authors (what their kernels and weights are kept in).
 //
 // One `unified_cache` holds values that are expensive to make — packed constant
 // tensors, compiled kernels, compiled partitions — for every device and context
@@ -97,6 +99,7 @@ using backend_id [[deprecated("use unicache::owner_id")]] = owner_id;
 register_backend_id(owner_id owner, std::string_view name) {
   register_owner(owner, name);
 }
+[[deprecated("use owner_name")]] inline std::string backend_name(owner_id owner) { return owner_name(owner); }
 
 // Where an entry lives. Entries are visible only to callers with the same
 // kind, device id and context id. The context id is an opaque value chosen by

@@ -1,4 +1,5 @@
 // unicache/cache_key.hpp — building unambiguous cache keys from fields.
+// For: backend authors (cache and store keys, blob payloads).
 //
 // A cache key is a byte string compared in full. Backends build theirs from
 // the fields that decide what the cached value is (for a kernel: source hash,

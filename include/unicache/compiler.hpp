@@ -1,5 +1,6 @@
 // unicache/compiler.hpp — compiling partitions for concrete shapes, and
 // running them.
+// For: users.
 //
 //   unicache::engine eng = unicache::onednn_cpu::make_engine();  // a backend's engine
 //   unicache::stream strm = unicache::make_stream(eng);

@@ -1,5 +1,6 @@
 // unicache/config.hpp — configuration of the unified caches, and the parser of
 // the environment variables that set it.
+// For: users.
 //
 // The process-wide caches read their configuration once, on first use:
 //

@@ -1,6 +1,7 @@
 // unicache/constant_registry.hpp — how a backend keeps packed constant
 // tensors (weights) in the constant tensor cache and finds them again with
 // one atomic load and a small hash per execution.
+// For: backend authors.
 //
 // A backend packs a constant input once per (contents, layout) into the
 // cache's scope of the engine, and keeps a handle to it in the compiled

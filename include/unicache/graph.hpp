@@ -1,5 +1,6 @@
 // unicache/graph.hpp — the graph a frontend hands to unicache, and its
 // partitions.
+// For: users (frontends).
 //
 //   unicache::graph g;
 //   auto x  = g.tensor({-1, 768});                                 // batch known at compile time

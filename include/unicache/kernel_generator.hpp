@@ -2,6 +2,7 @@
 // in OpenCL C or CUDA C: one generator with a dialect, so both backends run
 // the same algorithms (tiled GEMM with a fused post-op chain, weight packing,
 // softmax, eltwise, broadcasting binary).
+// For: authors of GPU backends.
 //
 // Each kernel is generated per configuration, not per shape (unless
 // gemm_config::fixed_mnk asks for a GEMM with its sizes compiled in): sizes

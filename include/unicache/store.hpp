@@ -1,18 +1,21 @@
 // unicache/store.hpp — the persistent kernel store: compiled binaries on disk,
 // shared by every process of a machine, safe across crashes and upgrades.
+// For: users (settings, maintenance, blobs); backends reach the store through
+// the kernel path (kernel_path.hpp), never directly.
 //
-// A backend that compiled a kernel stores its binary under the kernel's full
-// key and the device's identity; the next process (or the same one, after
-// its in-memory cache evicted the kernel) loads it instead of compiling:
+// The kernel path (kernel_path.hpp) keeps every kernel a backend builds here,
+// under the kernel's full key and the device's identity; the next process
+// (or the same one, after its in-memory cache evicted the kernel) loads it
+// instead of compiling. What a user does with the store:
 //
-//   unicache::device_identity device{platform, name, version, driver};
-//   auto& store = unicache::kernel_store::instance();
-//   if (auto binary = store.get(device, key)) {
-//     program = clCreateProgramWithBinary(..., binary->data(), ...);
-//   } else {
-//     program = build_from_source(...);
-//     store.put(device, key, read_back_binary(program));
-//   }
+//   auto& store = unicache::kernel_store::instance();   // configured from UNICACHE_PERSISTENT_CACHE_*
+//   store.set_directory("/var/cache/my-service/unicache");
+//   store.set_capacity_mb(2048);
+//   store.set_remote("redis://cache.internal:6379?prefix=my-service");  // the remote tier, shared by a fleet
+//   unicache::store_stats s = store.stats();                            // entries, bytes
+//
+// get(), put() and remove() take a device identity and a key directly: for
+// tools, tests, and applications with binaries of their own.
 //
 // The device identity covers platform, device, device version, driver
 // version and unicache's own version and git hash: a driver or library
@@ -207,8 +210,9 @@ class kernel_store {
   // ("" for unsigned values). get then asks the remote tier on a local miss
   // and writes a remote hit to the local store; put and remove also go to
   // the remote tier, in the background (never in read-only mode). Throws
-  // invalid_argument for a malformed URL or an unusable secret file,
-  // changing nothing; the message never quotes a password or the secret.
+  // invalid_argument for a malformed URL or an unusable secret file, and
+  // remote_error when the tier's writer thread cannot start, changing
+  // nothing; the message never quotes a password or the secret.
   void set_remote(const std::string& url, const std::string& secret_file = "");
   // What the remote tier did in this process (all zero when it is off).
   remote_stats remote_statistics() const;

@@ -1,4 +1,5 @@
 /* unicache/unicache.h — the C interface (C99) to unicache.
+ * For: C callers (and other languages through it).
  *
  * libunicache_c, a shared library holding the core and every backend the
  * build has, implements it over the C++ API one to one: the C layer holds

@@ -1,4 +1,5 @@
 /* unicache/unicache_cuda.h — the CUDA backend's C interop.
+ * For: C callers with CUDA.
  *
  * Conventions as in unicache.h. CUDA's handles are declared here as the
  * driver API declares them (no CUDA header is needed). Tensors of a CUDA

@@ -1,4 +1,5 @@
 /* unicache/unicache_opencl.h — the OpenCL backend's C interop.
+ * For: C callers with OpenCL.
  *
  * Conventions as in unicache.h. The OpenCL handles passed in stay the
  * caller's: unicache retains what it keeps and releases it when the engine

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
 #include "store/entry_format.hpp"
+#include "unicache/remote.hpp"
 #include "util/log.hpp"
 #include "util/stable_hash.hpp"
 
@@ -58,7 +60,13 @@ std::size_t max_value_bytes(std::string_view key) {
 
 remote_tier::remote_tier(redis_config config, std::string secret)
     : config_(std::move(config)), secret_(std::move(secret)), owner_(::getpid()) {
-  if (!config_.read_only) writer_ = std::thread([this] { writer_loop(); });
+  if (config_.read_only) return;
+  try {
+    writer_ = std::thread([this] { writer_loop(); });
+  } catch (const std::system_error& e) {
+    // No thread to be had (a process at its limit): the library's own error.
+    throw remote_error(std::string("remote tier: cannot start its writer thread: ") + e.what());
+  }
 }
 
 remote_tier::~remote_tier() {
