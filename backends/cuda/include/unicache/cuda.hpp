@@ -3,6 +3,7 @@
 // the device's sm_XY) and kept in the persistent kernel store, so that a warm
 // process loads a kernel in a fraction of a millisecond instead of compiling
 // it (or having the driver JIT it from PTX) again.
+// For: users of the CUDA backend (engines, interop, statistics).
 //
 //   unicache::engine eng = unicache::cuda::make_engine();  // UNICACHE_CUDA_DEVICE, else device 0
 //   unicache::stream strm = unicache::make_stream(eng);

@@ -1,4 +1,5 @@
 // unicache/onednn_cpu.hpp — the CPU backend, on oneDNN primitives.
+// For: users of the CPU backend.
 //
 //   unicache::engine eng = unicache::onednn_cpu::make_engine();
 //   unicache::stream strm = unicache::make_stream(eng);

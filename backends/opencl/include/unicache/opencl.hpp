@@ -1,5 +1,6 @@
 // unicache/opencl.hpp — the GPU backend: generated OpenCL C kernels, built
 // once per kernel configuration and kept in the persistent kernel store.
+// For: users of the OpenCL backend (engines, interop, statistics).
 //
 //   unicache::engine eng = unicache::opencl::make_engine();  // UNICACHE_OPENCL_DEVICE, else the first GPU
 //   unicache::stream strm = unicache::make_stream(eng);
