@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "example_usage.hpp"
 #include "unicache/cache.hpp"
 
 namespace {
@@ -58,22 +59,11 @@ const char* const kUsage =
     "exit codes: 0 each weight was packed once per eviction; 1 it was not;\n"
     "2 usage error.\n";
 
-// cache_demo takes no options: --help prints the usage, anything else is a
-// usage error.
-int answer_argument(std::string_view argument) {
-  if (argument == "--help" || argument == "-h") {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  std::fprintf(stderr, "cache_demo: unknown argument %.*s\n\n%s", static_cast<int>(argument.size()), argument.data(),
-               kUsage);
-  return 2;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1) return answer_argument(argv[1]);
+  if (argc > 1) return unicache::examples::answer_argument("cache_demo", kUsage, argv[1]);
   // An independent cache for the demo; applications normally use
   // unicache::constant_tensor_cache(), configured from the environment.
   cache_config config;

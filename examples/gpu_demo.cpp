@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "example_usage.hpp"
 #include "gpu_engine.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
@@ -103,16 +104,6 @@ const char* const kUsage =
     "and UNICACHE_OPENCL_DEVICE pick the device. (gpu_demo --process LABEL is\n"
     "how it starts its two processes.)\n";
 
-// --help prints the usage; any other argument but --process is a usage error.
-int answer_argument(std::string_view argument) {
-  if (argument == "--help" || argument == "-h") {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  std::fprintf(stderr, "gpu_demo: unknown argument %.*s\n\n%s", static_cast<int>(argument.size()), argument.data(),
-               kUsage);
-  return 2;
-}
 
 std::string self_path() {
   std::array<char, 4096> buf{};
@@ -131,7 +122,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (argc > 1) return answer_argument(argv[1]);
+  if (argc > 1) return unicache::examples::answer_argument("gpu_demo", kUsage, argv[1]);
   char tmpl[] = "/tmp/unicache-demo-XXXXXX";
   const std::string store = ::mkdtemp(tmpl);
   // The driver's own caches off: what a process on a new machine (or in a

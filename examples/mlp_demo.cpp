@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "example_usage.hpp"
 #include "unicache/cache.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
@@ -36,22 +37,11 @@ const char* const kUsage =
     "tensor cache and oneDNN did. Takes no options; UNICACHE_KERNEL_SHAPES\n"
     "chooses the kernels (docs/configuration.md).\n";
 
-// mlp_demo takes no options: --help prints the usage, anything else is a
-// usage error (exit 2).
-int answer_argument(std::string_view argument) {
-  if (argument == "--help" || argument == "-h") {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  std::fprintf(stderr, "mlp_demo: unknown argument %.*s\n\n%s", static_cast<int>(argument.size()), argument.data(),
-               kUsage);
-  return 2;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1) return answer_argument(argv[1]);
+  if (argc > 1) return unicache::examples::answer_argument("mlp_demo", kUsage, argv[1]);
   using namespace unicache;
   using clock = std::chrono::steady_clock;
   constexpr std::int64_t kHidden = 768, kFfn = 3072;
