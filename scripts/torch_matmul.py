@@ -7,7 +7,11 @@ the reference bench_gpu_gemm is compared against in docs/benchmarks.md.
 import json
 import sys
 
-import torch
+if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
+    print("usage:" + __doc__.split("\n\n")[1].rstrip() + "\n\n" + __doc__.split("\n\n")[0])
+    sys.exit(0)
+
+import torch  # noqa: E402 (after --help, which needs no torch)
 
 
 def measure(n: int, iterations: int = 20) -> float:

@@ -157,7 +157,7 @@ std::string shape_mode_configuration(kernel_shapes mode, const std::vector<std::
 // Registering the same object again does nothing. Throws error, registering
 // nothing, when another object is registered under the same name (a backend
 // is never silently replaced) or the owner id is already another's (their
-// cache entries would be each other's). Compiled partitions are cached per
+// cache entries would be each other's), the compiler's included. Compiled partitions are cached per
 // backend object, so two backends never share one even when their engines
 // have the same scope. A constant_registry the backend keeps subscribes to
 // evictions when it is created: nothing else needs registering.

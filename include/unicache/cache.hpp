@@ -447,7 +447,14 @@ cache_handle<T> unified_cache::get_or_build(const cache_scope& scope, owner_id o
                                 promise.get_future().share(), /*want_entry=*/true);
   using outcome = lookup_result::outcome;
   if (found.kind == outcome::hit || found.kind == outcome::wait) {
-    return cache_handle<T>(std::move(found.entry), std::static_pointer_cast<T>(found.future.get()));
+    cache_value hit;
+    try {
+      hit = found.future.get();  // a failed build's exception reaches this caller too
+    } catch (const std::future_error& e) {
+      // A get_or_add caller destroyed its promise without setting it.
+      throw cache_error(std::string("get_or_build: the entry's builder gave up (") + e.what() + ")");
+    }
+    return cache_handle<T>(std::move(found.entry), std::static_pointer_cast<T>(std::move(hit)));
   }
   std::shared_ptr<T> value;
   const auto start = std::chrono::steady_clock::now();

@@ -16,7 +16,7 @@
 // the packed memory is freed at once (not when the kernel dies), and the next
 // execution packs again:
 //
-//   static auto* weights = new constant_registry<packed>(constant_tensor_cache(), kMyBackend);
+//   static auto* weights = new constant_registry<packed>(constant_tensor_cache(), my_backend.cache_owner());
 //   auto slot = weights->make_slot();                        // one per kernel and constant input
 //   cache_key layout;                                        // what the packed form depends on
 //   layout.add("packed-b").add(k).add(n).add(tile);
@@ -107,13 +107,13 @@ class constant_registry {
     cache_handle<T> handle;
   };
 
-  // Subscribes this registry to evictions of `backend`'s entries in `cache`
-  // (beside any other subscriber). Backends create one registry per backend
+  // Subscribes this registry to evictions of `owner`'s entries in `cache`
+  // (beside any other subscriber). Backends create one registry per owner
   // id and never destroy it.
-  constant_registry(unified_cache& cache, owner_id backend)
+  constant_registry(unified_cache& cache, owner_id owner)
       : cache_(cache),
-        backend_(backend),
-        subscription_(cache_.add_eviction_callback(backend_, [this](const eviction_event& e) { evicted(e.key); })) {}
+        owner_(owner),
+        subscription_(cache_.add_eviction_callback(owner_, [this](const eviction_event& e) { evicted(e.key); })) {}
   ~constant_registry() { cache_.remove_eviction_callback(subscription_); }
   constant_registry(const constant_registry&) = delete;
   constant_registry& operator=(const constant_registry&) = delete;
@@ -154,7 +154,7 @@ class constant_registry {
     // Not under the slot's lock: an insert may evict, and the eviction
     // callback takes slot locks (this one's included).
     cache_handle<T> handle =
-        cache_.template get_or_build<T>(scope, backend_, key.bytes(), packed_bytes, std::forward<Pack>(pack));
+        cache_.template get_or_build<T>(scope, owner_, key.bytes(), packed_bytes, std::forward<Pack>(pack));
     std::shared_ptr<T> value = handle.value();
     std::string key_bytes(key.bytes());
     {
@@ -266,7 +266,7 @@ class constant_registry {
   static constexpr std::size_t kSeenLimit = 4096;
 
   unified_cache& cache_;
-  owner_id backend_;
+  owner_id owner_;
   eviction_subscription subscription_;
   std::mutex mu_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<slot>>> slots_;

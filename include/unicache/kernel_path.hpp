@@ -98,7 +98,8 @@ class kernel_builder {
   virtual std::unique_ptr<device_program> load(const kernel_source& src, byte_span binary) const = 0;
 };
 
-// Counters of the kernel path, per backend, since the process started.
+// Counters of the kernel path, per owner id (one per backend), since the
+// process started.
 struct kernel_path_stats {
   std::uint64_t from_source = 0;     // kernels built from source
   std::uint64_t from_binary = 0;     // kernels loaded from a stored or preloaded binary

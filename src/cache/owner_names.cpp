@@ -1,4 +1,4 @@
-// The names backends give their ids, for diagnostics (UNICACHE_VERBOSE lines).
+// The names of owner ids, for diagnostics (UNICACHE_VERBOSE lines).
 #include <cstdio>
 #include <string>
 

@@ -72,6 +72,10 @@ void register_backend(backend* b) {
       throw error(std::string("unicache: a second backend registers itself as ") + b->name());
     }
   }
+  if (b->cache_owner() == compiled_partition_owner) {
+    throw error(std::string("unicache: backend ") + b->name() + " claims the compiler's owner id (compiled_partition_owner)");
+  }
+  r.backends.reserve(r.backends.size() + 1);  // so that nothing fails once the owner id is named
   // Throws, registering nothing, when the id is another owner's.
   register_owner(b->cache_owner(), b->name());
   r.backends.push_back(b);

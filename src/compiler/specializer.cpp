@@ -203,46 +203,54 @@ void enqueue(std::shared_ptr<class_table> f, std::shared_ptr<class_state> c, eng
   hold_exit_guard();  // before the lock: it may take the loader's lock
   scoped_lock lock(&sp.mu);
   if (sp.stopping) return give_up();
-  if (!sp.arena) {
-    sp.arena = std::make_unique<oneapi::tbb::task_arena>(static_cast<int>(threads), 0,
-                                                         oneapi::tbb::task_arena::priority::low);
-    sp.owner.store(::getpid(), std::memory_order_release);
-  }
-  if (sp.pending == 0 && !sp.stop_registered) {
-    sp.stop_registered = true;
-    std::atexit(&stop_specializing);
-  }
-  ++sp.pending;
   struct job {
     std::shared_ptr<class_table> f;
     std::shared_ptr<class_state> c;
     engine e;
     std::vector<logical_tensor> in, out;
   };
-  auto j = std::make_shared<job>(job{std::move(f), std::move(c), std::move(e), std::move(in), std::move(out)});
-  sp.arena->enqueue([j] {
-    specializer& s = the_specializer();
-    {
-      scoped_lock l(&s.mu);
-      if (s.stopping) {
-        // The process is exiting: the job's engine, kernels and driver
-        // objects are left to the exit rather than destroyed on a worker
-        // while the drivers are torn down.
-        static auto* const left = new std::vector<std::shared_ptr<job>>();
-        left->push_back(j);
-        --s.pending;
-        s.idle.notify_all();
-        return;
-      }
-      ++s.running;
+  try {
+    if (!sp.arena) {
+      sp.arena = std::make_unique<oneapi::tbb::task_arena>(static_cast<int>(threads), 0,
+                                                           oneapi::tbb::task_arena::priority::low);
+      sp.owner.store(::getpid(), std::memory_order_release);
     }
-    specialize_now(j->f, j->c, j->e, j->in, j->out);
-    *j = job{};  // free what the task holds before it says it is done
-    scoped_lock l(&s.mu);
-    --s.running;
-    --s.pending;
-    s.idle.notify_all();
-  });
+    if (sp.pending == 0 && !sp.stop_registered) {
+      sp.stop_registered = true;
+      std::atexit(&stop_specializing);
+    }
+    auto j = std::make_shared<job>(job{f, c, std::move(e), std::move(in), std::move(out)});
+    // Counted once queued: the task takes `mu` before it counts itself
+    // done, so it cannot do so before this.
+    sp.arena->enqueue([j] {
+      specializer& s = the_specializer();
+      {
+        scoped_lock l(&s.mu);
+        if (s.stopping) {
+          // The process is exiting: the job's engine, kernels and driver
+          // objects are left to the exit rather than destroyed on a worker
+          // while the drivers are torn down.
+          static auto* const left = new std::vector<std::shared_ptr<job>>();
+          left->push_back(j);
+          --s.pending;
+          s.idle.notify_all();
+          return;
+        }
+        ++s.running;
+      }
+      specialize_now(j->f, j->c, j->e, j->in, j->out);
+      *j = job{};  // free what the task holds before it says it is done
+      scoped_lock l(&s.mu);
+      --s.running;
+      --s.pending;
+      s.idle.notify_all();
+    });
+    ++sp.pending;
+  } catch (...) {
+    // No memory, or no thread to be had: nothing was queued, nothing waits
+    // for it, and the class may try again later.
+    give_up();
+  }
 }
 
 }  // namespace unicache::detail

@@ -61,14 +61,14 @@ using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 
 }  // namespace
 
-const char* to_string(remote_status s) {
+const char* to_string(redis_status s) {
   switch (s) {
-    case remote_status::ok: return "ok";
-    case remote_status::hit: return "hit";
-    case remote_status::miss: return "miss";
-    case remote_status::error: return "error";
-    case remote_status::timeout: return "timeout";
-    case remote_status::refused: return "refused";
+    case redis_status::ok: return "ok";
+    case redis_status::hit: return "hit";
+    case redis_status::miss: return "miss";
+    case redis_status::error: return "error";
+    case redis_status::timeout: return "timeout";
+    case redis_status::refused: return "refused";
   }
   return "unknown";
 }
@@ -81,8 +81,8 @@ redis_connection::~redis_connection() {
 
 // Drops the context after a failure, and describes it (server text
 // escaped: it is untrusted).
-remote_result redis_connection::failure(remote_status status, const char* what, const std::string& detail) {
-  remote_result r;
+redis_result redis_connection::failure(redis_status status, const char* what, const std::string& detail) {
+  redis_result r;
   r.status = status;
   r.message = std::string(what) + " " + config_.to_string() + ": " + (detail.empty() ? "failed" : quoted(detail, 200));
   if (context_) {
@@ -113,7 +113,7 @@ int wait_for(int fd, short events, std::chrono::steady_clock::time_point deadlin
 // One command on the non-blocking context, the whole exchange bounded by
 // `deadline`, the reply by `max_reply_bytes` (a server that sends more is
 // an error, whatever it sends).
-remote_result redis_connection::exchange(const std::vector<std::string_view>& args,
+redis_result redis_connection::exchange(const std::vector<std::string_view>& args,
                                          std::chrono::steady_clock::time_point deadline, std::size_t max_reply_bytes,
                                          redisReply** out) {
   std::vector<const char*> argv;
@@ -123,85 +123,85 @@ remote_result redis_connection::exchange(const std::vector<std::string_view>& ar
     lens.push_back(a.size());
   }
   if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-    return failure(remote_status::error, "sending to", context_->errstr);
+    return failure(redis_status::error, "sending to", context_->errstr);
   }
   for (int done = 0; !done;) {
-    if (redisBufferWrite(context_, &done) != REDIS_OK) return failure(remote_status::error, "writing to", context_->errstr);
+    if (redisBufferWrite(context_, &done) != REDIS_OK) return failure(redis_status::error, "writing to", context_->errstr);
     if (done) break;
     const int ready = wait_for(context_->fd, POLLOUT, deadline);
-    if (ready == 0) return failure(remote_status::timeout, "writing to", "timed out");
-    if (ready < 0) return failure(remote_status::error, "writing to", std::strerror(errno));
+    if (ready == 0) return failure(redis_status::timeout, "writing to", "timed out");
+    if (ready < 0) return failure(redis_status::error, "writing to", std::strerror(errno));
   }
   void* reply = nullptr;
   for (;;) {
     if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
-      return failure(remote_status::error, "reading from", context_->errstr);
+      return failure(redis_status::error, "reading from", context_->errstr);
     }
     if (reply) break;
     if (context_->reader && context_->reader->len > max_reply_bytes + 65536) {
-      return failure(remote_status::error, "reading from", "a reply over " + std::to_string(max_reply_bytes) + " bytes");
+      return failure(redis_status::error, "reading from", "a reply over " + std::to_string(max_reply_bytes) + " bytes");
     }
     const int ready = wait_for(context_->fd, POLLIN, deadline);
-    if (ready == 0) return failure(remote_status::timeout, "reading from", "timed out");
-    if (ready < 0) return failure(remote_status::error, "reading from", std::strerror(errno));
+    if (ready == 0) return failure(redis_status::timeout, "reading from", "timed out");
+    if (ready < 0) return failure(redis_status::error, "reading from", std::strerror(errno));
     // Read what the socket has in one call (hiredis's own reads are 16 KB)
     // and feed it to the reply parser.
     thread_local std::vector<char> chunk(std::size_t{256} << 10);  // per reading thread
     const ssize_t n = ::read(context_->fd, chunk.data(), chunk.size());
-    if (n == 0) return failure(remote_status::error, "reading from", "the server closed the connection");
+    if (n == 0) return failure(redis_status::error, "reading from", "the server closed the connection");
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-      return failure(remote_status::error, "reading from", std::strerror(errno));
+      return failure(redis_status::error, "reading from", std::strerror(errno));
     }
     if (redisReaderFeed(context_->reader, chunk.data(), static_cast<std::size_t>(n)) != REDIS_OK) {
-      return failure(remote_status::error, "reading from", context_->reader->errstr);
+      return failure(redis_status::error, "reading from", context_->reader->errstr);
     }
   }
   *out = static_cast<redisReply*>(reply);
-  return {remote_status::ok, {}, {}};
+  return {redis_status::ok, {}, {}};
 }
 
-remote_result redis_connection::connect() {
+redis_result redis_connection::connect() {
   // Name resolution (getaddrinfo) is not bounded by the timeout: give an
   // address, or a name /etc/hosts resolves, where DNS may stall.
   context_ = redisConnectNonBlock(config_.host.c_str(), config_.port);
-  if (!context_) return {remote_status::error, {}, "connecting to " + config_.to_string() + ": out of memory"};
-  if (context_->err) return failure(remote_status::error, "connecting to", context_->errstr);
+  if (!context_) return {redis_status::error, {}, "connecting to " + config_.to_string() + ": out of memory"};
+  if (context_->err) return failure(redis_status::error, "connecting to", context_->errstr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms);
   const int ready = wait_for(context_->fd, POLLOUT, deadline);
-  if (ready == 0) return failure(remote_status::timeout, "connecting to", "timed out");
+  if (ready == 0) return failure(redis_status::timeout, "connecting to", "timed out");
   int so_error = 0;
   socklen_t len = sizeof so_error;
   if (ready < 0 || ::getsockopt(context_->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error != 0) {
-    return failure(remote_status::error, "connecting to", std::strerror(so_error ? so_error : errno));
+    return failure(redis_status::error, "connecting to", std::strerror(so_error ? so_error : errno));
   }
-  auto hello = [&](std::vector<std::string_view> args, const char* what) -> remote_result {
+  auto hello = [&](std::vector<std::string_view> args, const char* what) -> redis_result {
     redisReply* raw = nullptr;
-    remote_result r = exchange(args, std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms),
+    redis_result r = exchange(args, std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeout_ms),
                                4096, &raw);
-    if (r.status != remote_status::ok) return r;
+    if (r.status != redis_status::ok) return r;
     reply_ptr reply(raw);
     if (reply->type == REDIS_REPLY_ERROR) {
       // AUTH's errors are fixed texts ("WRONGPASS ...", "NOAUTH ..."): they
       // never quote the password.
-      return failure(remote_status::error, what, std::string(reply->str, reply->len));
+      return failure(redis_status::error, what, std::string(reply->str, reply->len));
     }
-    return {remote_status::ok, {}, {}};
+    return {redis_status::ok, {}, {}};
   };
   if (!config_.password.empty()) {
-    remote_result r = config_.user.empty() ? hello({"AUTH", config_.password}, "authenticating to")
+    redis_result r = config_.user.empty() ? hello({"AUTH", config_.password}, "authenticating to")
                                            : hello({"AUTH", config_.user, config_.password}, "authenticating to");
-    if (r.status != remote_status::ok) return r;
+    if (r.status != redis_status::ok) return r;
   }
   if (config_.db != 0) {
     const std::string db = std::to_string(config_.db);
-    remote_result r = hello({"SELECT", db}, "selecting the database of");
-    if (r.status != remote_status::ok) return r;
+    redis_result r = hello({"SELECT", db}, "selecting the database of");
+    if (r.status != redis_status::ok) return r;
   }
-  return {remote_status::ok, {}, {}};
+  return {redis_status::ok, {}, {}};
 }
 
-remote_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes,
+redis_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes,
                                     std::vector<std::string>* array) {
   sigpipe_guard no_sigpipe;
   // A connection made earlier may have been closed by a server that has
@@ -212,35 +212,35 @@ remote_result redis_connection::run(const std::vector<std::string_view>& args, s
   reply_ptr reply;
   for (int attempt = 0; attempt < 2 && !reply; ++attempt) {
     if (!context_) {
-      remote_result r = connect();
-      if (r.status != remote_status::ok) return r;
+      redis_result r = connect();
+      if (r.status != redis_status::ok) return r;
     }
     redisReply* raw = nullptr;
-    remote_result r = exchange(args, deadline, max_bytes + 1024, &raw);
-    if (r.status == remote_status::ok) {
+    redis_result r = exchange(args, deadline, max_bytes + 1024, &raw);
+    if (r.status == redis_status::ok) {
       reply.reset(raw);
       break;
     }
-    if (!reused || attempt == 1 || r.status == remote_status::timeout) return r;
+    if (!reused || attempt == 1 || r.status == redis_status::timeout) return r;
   }
-  remote_result r;
+  redis_result r;
   switch (reply->type) {
     case REDIS_REPLY_NIL:
-      r.status = remote_status::miss;
+      r.status = redis_status::miss;
       break;
     case REDIS_REPLY_ERROR:
-      r.status = remote_status::refused;
+      r.status = redis_status::refused;
       r.message = "the server " + config_.to_string() + " answered " + std::string(args.front()) + ": " +
                   quoted(std::string_view(reply->str, reply->len), 200);
       break;
     case REDIS_REPLY_INTEGER: {
-      r.status = remote_status::ok;
+      r.status = redis_status::ok;
       const std::string text = std::to_string(reply->integer);
       r.value.assign(text.begin(), text.end());
       break;
     }
     case REDIS_REPLY_ARRAY: {
-      r.status = remote_status::ok;
+      r.status = redis_status::ok;
       const std::string text = std::to_string(reply->elements);
       r.value.assign(text.begin(), text.end());
       if (array) {
@@ -264,48 +264,48 @@ remote_result redis_connection::run(const std::vector<std::string_view>& args, s
     }
     default:  // status, string
       if (reply->len > max_bytes) {
-        r.status = remote_status::miss;
+        r.status = redis_status::miss;
         r.message = "a value over " + std::to_string(max_bytes) + " bytes";
       } else {
-        r.status = remote_status::ok;
+        r.status = redis_status::ok;
         r.value.assign(reply->str, reply->str + reply->len);
       }
   }
   return r;
 }
 
-remote_result redis_connection::get(std::string_view key, std::size_t max_bytes) {
+redis_result redis_connection::get(std::string_view key, std::size_t max_bytes) {
   // GETRANGE reads at most max_bytes + 1 bytes, however large the value is;
   // a missing key reads as empty (and no value of ours is empty).
   const std::string last = std::to_string(max_bytes);
-  remote_result r = run({"GETRANGE", key, "0", last}, max_bytes + 1);
-  if (r.status != remote_status::ok) return r;
-  if (r.value.empty()) return {remote_status::miss, {}, {}};
-  if (r.value.size() > max_bytes) return {remote_status::miss, {}, "a value over " + last + " bytes"};
-  r.status = remote_status::hit;
+  redis_result r = run({"GETRANGE", key, "0", last}, max_bytes + 1);
+  if (r.status != redis_status::ok) return r;
+  if (r.value.empty()) return {redis_status::miss, {}, {}};
+  if (r.value.size() > max_bytes) return {redis_status::miss, {}, "a value over " + last + " bytes"};
+  r.status = redis_status::hit;
   return r;
 }
 
-remote_result redis_connection::set(std::string_view key, std::span<const unsigned char> value) {
+redis_result redis_connection::set(std::string_view key, std::span<const unsigned char> value) {
   const std::string_view bytes(reinterpret_cast<const char*>(value.data()), value.size());
   const std::string ttl = std::to_string(config_.ttl_s);
-  remote_result r = config_.ttl_s ? run({"SET", key, bytes, "EX", ttl}, 64) : run({"SET", key, bytes}, 64);
-  if (r.status == remote_status::ok) r.value.clear();
+  redis_result r = config_.ttl_s ? run({"SET", key, bytes, "EX", ttl}, 64) : run({"SET", key, bytes}, 64);
+  if (r.status == redis_status::ok) r.value.clear();
   return r;
 }
 
-remote_result redis_connection::del(std::string_view key) { return run({"DEL", key}, 64); }
+redis_result redis_connection::del(std::string_view key) { return run({"DEL", key}, 64); }
 
-remote_result redis_connection::hgetall(std::string_view key, std::vector<std::string>& pairs) {
+redis_result redis_connection::hgetall(std::string_view key, std::vector<std::string>& pairs) {
   return run({"HGETALL", key}, 64 << 10, &pairs);
 }
 
-remote_result redis_connection::scan(std::string_view cursor, std::string_view pattern,
+redis_result redis_connection::scan(std::string_view cursor, std::string_view pattern,
                                      std::vector<std::string>& keys) {
   return run({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, 8 << 20, &keys);
 }
 
-remote_result redis_connection::command(std::initializer_list<std::string_view> args) {
+redis_result redis_connection::command(std::initializer_list<std::string_view> args) {
   return run(std::vector<std::string_view>(args), std::size_t{1} << 20);
 }
 

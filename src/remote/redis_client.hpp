@@ -22,7 +22,7 @@ struct redisReply;
 
 namespace unicache::detail {
 
-enum class remote_status : std::uint8_t {
+enum class redis_status : std::uint8_t {
   ok,       // stored, removed, or a command that answered
   hit,      // get found a value
   miss,     // get found none (or one over the size bound)
@@ -30,10 +30,10 @@ enum class remote_status : std::uint8_t {
   timeout,  // connect or the whole command took longer than its timeout
   refused,  // the server answered with an error (WRONGTYPE, NOPERM, OOM, ...); the connection is fine
 };
-const char* to_string(remote_status s);
+const char* to_string(redis_status s);
 
-struct remote_result {
-  remote_status status = remote_status::error;
+struct redis_result {
+  redis_status status = redis_status::error;
   byte_vector value;     // get: the value; command: a status, integer or bulk reply as text
   std::string message;   // error and timeout: what happened (never a password)
 };
@@ -49,31 +49,31 @@ class redis_connection {
 
   // The value under `key`: hit, miss (none, or longer than `max_bytes`:
   // it is not read past that), error or timeout.
-  remote_result get(std::string_view key, std::size_t max_bytes);
+  redis_result get(std::string_view key, std::size_t max_bytes);
   // SET, with EX ttl_s when the configuration has one: ok, error or timeout.
-  remote_result set(std::string_view key, std::span<const unsigned char> value);
+  redis_result set(std::string_view key, std::span<const unsigned char> value);
   // DEL: ok (value "1" if it was there, "0" if not), error or timeout.
-  remote_result del(std::string_view key);
+  redis_result del(std::string_view key);
   // Any command, its arguments as given: ok with a status, integer or bulk
   // reply as text (an array's first element count as "n"), miss for nil.
-  remote_result command(std::initializer_list<std::string_view> args);
+  redis_result command(std::initializer_list<std::string_view> args);
 
   // One SCAN step from `cursor` over keys matching `pattern`: ok with the
   // next cursor as the value ("0" when done), the keys appended to `keys`.
-  remote_result scan(std::string_view cursor, std::string_view pattern, std::vector<std::string>& keys);
+  redis_result scan(std::string_view cursor, std::string_view pattern, std::vector<std::string>& keys);
 
   // HGETALL: ok, the field and value pairs appended to `pairs` (field, value, ...).
-  remote_result hgetall(std::string_view key, std::vector<std::string>& pairs);
+  redis_result hgetall(std::string_view key, std::vector<std::string>& pairs);
 
   const redis_config& config() const { return config_; }
 
  private:
-  remote_result connect();
-  remote_result run(const std::vector<std::string_view>& args, std::size_t max_bytes,
+  redis_result connect();
+  redis_result run(const std::vector<std::string_view>& args, std::size_t max_bytes,
                     std::vector<std::string>* array = nullptr);
-  remote_result exchange(const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline,
+  redis_result exchange(const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline,
                          std::size_t max_reply_bytes, redisReply** out);
-  remote_result failure(remote_status status, const char* what, const std::string& detail);
+  redis_result failure(redis_status status, const char* what, const std::string& detail);
 
   redis_config config_;
   redisContext* context_ = nullptr;

@@ -1,5 +1,7 @@
 // remote_maintenance (unicache/remote.hpp): the prefix's values walked with
 // SCAN, read with a bound, checked as the tier checks them.
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,7 @@
 #include "store/key_description.hpp"
 #include "unicache/remote.hpp"
 #include "util/env.hpp"
+#include "util/parse.hpp"
 #include "util/stable_hash.hpp"
 
 namespace unicache {
@@ -30,8 +33,8 @@ struct remote_maintenance::impl {
     return c;
   }
 
-  remote_result checked(remote_result r, const char* what) {
-    if (r.status == remote_status::error || r.status == remote_status::timeout || r.status == remote_status::refused) {
+  redis_result checked(redis_result r, const char* what) {
+    if (r.status == redis_status::error || r.status == redis_status::timeout || r.status == redis_status::refused) {
       throw remote_error(std::string("unicache-store: ") + what + ": " + r.message);
     }
     return r;
@@ -46,7 +49,7 @@ struct remote_maintenance::impl {
     std::string cursor = "0";
     int steps = 0;
     do {
-      remote_result r = checked(connection.scan(cursor, head + "*", found), "listing the remote keys");
+      redis_result r = checked(connection.scan(cursor, head + "*", found), "listing the remote keys");
       cursor.assign(r.value.begin(), r.value.end());
     } while (cursor != "0" && !cursor.empty() && ++steps < 1000000);
     auto hex32 = [](std::string_view t) {
@@ -66,13 +69,13 @@ struct remote_maintenance::impl {
     remote_entry_info info;
     info.server_key = quoted(redis_key, 200);
     const std::size_t bound = max_entry_file_bytes(kMaxKeyBytes, remote_tier::kMaxBinaryBytes) + 64;
-    remote_result r = connection.get(redis_key, bound);
-    if (r.status != remote_status::refused) r = checked(std::move(r), "reading a remote value");
-    if (r.status == remote_status::refused) {
+    redis_result r = connection.get(redis_key, bound);
+    if (r.status != redis_status::refused) r = checked(std::move(r), "reading a remote value");
+    if (r.status == redis_status::refused) {
       info.problem = "not a string value (" + r.message + ")";
       return info;
     }
-    if (r.status != remote_status::hit) {
+    if (r.status != redis_status::hit) {
       info.problem = r.message.empty() ? "gone (removed meanwhile)" : r.message;
       return info;
     }
@@ -125,19 +128,19 @@ remote_summary remote_maintenance::stats() {
   remote_summary s;
   s.url = impl_->connection.config().to_string();
   for (const std::string& key : impl_->keys()) {
-    remote_result r = impl_->connection.command({"STRLEN", key});
-    if (r.status != remote_status::refused) r = impl_->checked(std::move(r), "sizing a remote value");  // WRONGTYPE: 0
+    redis_result r = impl_->connection.command({"STRLEN", key});
+    if (r.status != redis_status::refused) r = impl_->checked(std::move(r), "sizing a remote value");  // WRONGTYPE: 0
     ++s.entries;
     const std::string n(r.value.begin(), r.value.end());
-    if (!n.empty() && n.size() <= 19 && n.find_first_not_of("0123456789") == std::string::npos) s.bytes += std::stoull(n);
+    s.bytes += parse_decimal(n, UINT64_MAX).value_or(0);
   }
   std::vector<std::string> pairs;
-  remote_result counted = impl_->connection.hgetall(impl_->tier->stats_key(), pairs);
-  if (counted.status != remote_status::refused) impl_->checked(std::move(counted), "reading the fleet's counters");
+  redis_result counted = impl_->connection.hgetall(impl_->tier->stats_key(), pairs);
+  if (counted.status != redis_status::refused) impl_->checked(std::move(counted), "reading the fleet's counters");
   for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
-    const std::string& v = pairs[i + 1];
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::uint64_t n = std::stoull(v);
+    const std::optional<std::uint64_t> counted_value = parse_decimal(pairs[i + 1], UINT64_MAX);
+    if (!counted_value) continue;
+    const std::uint64_t n = *counted_value;
     const std::string& f = pairs[i];
     if (f == "hits") s.fleet.hits = n;
     if (f == "misses") s.fleet.misses = n;
@@ -150,7 +153,7 @@ remote_summary remote_maintenance::stats() {
     if (f == "bytes_read") s.fleet.bytes_read = n;
     if (f == "bytes_written") s.fleet.bytes_written = n;
   }
-  const remote_result info = impl_->checked(impl_->connection.command({"INFO"}), "reading the server's INFO");
+  const redis_result info = impl_->checked(impl_->connection.command({"INFO"}), "reading the server's INFO");
   const std::string text(info.value.begin(), info.value.end());
   auto field = [&](const std::string& name) -> std::string {
     const auto at = text.find("\n" + name + ":");
@@ -158,10 +161,8 @@ remote_summary remote_maintenance::stats() {
     const auto start = at + name.size() + 2;
     return text.substr(start, text.find_first_of("\r\n", start) - start);
   };
-  auto number = [&](const std::string& name) -> std::uint64_t {
-    const std::string v = field(name);
-    return v.empty() || v.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoull(v);
-  };
+  // The server's figures are untrusted: anything but a number that fits is 0.
+  auto number = [&](const std::string& name) -> std::uint64_t { return parse_decimal(field(name), UINT64_MAX).value_or(0); };
   s.server_version = quoted(field("redis_version"), 32);
   s.used_memory = number("used_memory");
   s.maxmemory = number("maxmemory");
@@ -193,7 +194,7 @@ std::uint64_t remote_maintenance::clear() {
   impl_->require_writable();
   std::uint64_t removed = 0;
   for (const std::string& key : impl_->keys()) {
-    const remote_result r = impl_->checked(impl_->connection.del(key), "deleting a remote value");
+    const redis_result r = impl_->checked(impl_->connection.del(key), "deleting a remote value");
     removed += r.value == byte_vector{'1'} ? 1 : 0;
   }
   return removed;

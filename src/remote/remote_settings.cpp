@@ -20,7 +20,7 @@ constexpr std::size_t kMaxSecretBytes = 4096;
 }  // namespace
 
 std::string read_remote_secret(const std::string& path) {
-  const std::string where = "the remote cache's secret file " + quoted(path, 256);
+  const std::string where = "the remote tier's secret file " + quoted(path, 256);
   unique_fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   if (!fd) throw invalid_argument(where + " cannot be opened");
   struct stat st {};

@@ -117,8 +117,8 @@ std::optional<byte_vector> remote_tier::decode(const device_identity& device, st
 
 bool remote_tier::breaker_open() const { return now_ns() < open_until_ns_.load(std::memory_order_acquire); }
 
-void remote_tier::record_failure(const remote_result& r) {
-  (r.status == remote_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
+void remote_tier::record_failure(const redis_result& r) {
+  (r.status == redis_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
   // A call that raced with the one that opened the breaker does not extend it.
   if (breaker_open()) return;
   std::int64_t backoff = backoff_ns_.load(std::memory_order_relaxed);
@@ -158,21 +158,21 @@ tier_result remote_tier::get(const device_identity& device, std::string_view key
       return {tier_status::skipped, std::nullopt};
     }
     std::unique_ptr<redis_connection> c = take_connection();
-    const remote_result r = c->get(redis_key(device, key), max_value_bytes(key));
-    if (r.status == remote_status::refused && r.message.find("WRONGTYPE") != std::string::npos) {
+    const redis_result r = c->get(redis_key(device, key), max_value_bytes(key));
+    if (r.status == redis_status::refused && r.message.find("WRONGTYPE") != std::string::npos) {
       // Something else stored under the key (a hash, a list): a value that
       // fails the checks, not a server that fails.
       give_back(std::move(c));
       counters_.rejected.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::miss, std::nullopt};
     }
-    if (r.status == remote_status::error || r.status == remote_status::timeout || r.status == remote_status::refused) {
+    if (r.status == redis_status::error || r.status == redis_status::timeout || r.status == redis_status::refused) {
       record_failure(r);
-      return {r.status == remote_status::timeout ? tier_status::timeout : tier_status::error, std::nullopt};
+      return {r.status == redis_status::timeout ? tier_status::timeout : tier_status::error, std::nullopt};
     }
     give_back(std::move(c));
     record_success();
-    if (r.status != remote_status::hit) {
+    if (r.status != redis_status::hit) {
       (r.message.empty() ? counters_.misses : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
       return {tier_status::miss, std::nullopt};
     }
@@ -258,14 +258,14 @@ void remote_tier::report(redis_connection& c) {
     const std::uint64_t now = fields[i].second->load(std::memory_order_relaxed);
     if (now == reported_[i]) continue;
     const std::string delta = std::to_string(now - reported_[i]);
-    const remote_result r = c.command({"HINCRBY", key, fields[i].first, delta});
-    if (r.status == remote_status::refused) {
+    const redis_result r = c.command({"HINCRBY", key, fields[i].first, delta});
+    if (r.status == redis_status::refused) {
       // Not allowed (an ACL without HINCRBY) or not possible: counters are
       // a convenience, never a reason to stop using the server.
       reporting_ = false;
       return;
     }
-    if (r.status != remote_status::ok) {
+    if (r.status != redis_status::ok) {
       record_failure(r);
       return;
     }
@@ -317,14 +317,14 @@ void remote_tier::write_one(redis_connection& c, const write& w) {
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const remote_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
-  if (r.status == remote_status::ok) {
+  const redis_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
+  if (r.status == redis_status::ok) {
     record_success();
     if (!w.value.empty()) {
       counters_.puts.fetch_add(1, std::memory_order_relaxed);
       counters_.bytes_written.fetch_add(w.value.size(), std::memory_order_relaxed);
     }
-  } else if (r.status == remote_status::refused) {
+  } else if (r.status == redis_status::refused) {
     // The server refuses this write (OOM under noeviction, NOPERM for a
     // read-only ACL user, READONLY on a replica): dropped and said once;
     // reads go on.

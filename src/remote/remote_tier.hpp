@@ -88,7 +88,7 @@ class remote_tier final : public storage_tier {
     byte_vector value;  // empty: a removal (or, with an empty key, a report of the counters)
   };
   bool breaker_open() const;
-  void record_failure(const remote_result& r);
+  void record_failure(const redis_result& r);
   void record_success();
   std::unique_ptr<redis_connection> take_connection();
   void give_back(std::unique_ptr<redis_connection> c);

@@ -16,7 +16,15 @@
 
 int main(int argc, char** argv) {
   using namespace unicache;
-  const bool adaptive = argc > 1 && std::string(argv[1]) == "--adaptive";
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (!arg.empty() && arg != "--adaptive") {
+    const bool help = arg == "--help" || arg == "-h";
+    std::fputs("usage: opencl_first_run [--adaptive]\nOne process's first run of MatMul+bias+GELU on the default OpenCL device: how\n"
+               "its kernels were obtained, and the error against the reference. Run by test_opencl_processes.\n",
+               help ? stdout : stderr);
+    return help ? 0 : 2;
+  }
+  const bool adaptive = arg == "--adaptive";
   try {
     if (adaptive) {
       set_kernel_shapes(kernel_shapes::adaptive);

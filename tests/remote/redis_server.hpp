@@ -117,7 +117,7 @@ class redis_server {
         pid_ = -1;  // it exited: the port was taken meanwhile
         return false;
       }
-      if (conn.command({"PING"}).status == detail::remote_status::ok) return true;
+      if (conn.command({"PING"}).status == detail::redis_status::ok) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;

@@ -25,7 +25,7 @@ namespace {
 
 using detail::remote_tier;
 using detail::redis_connection;
-using detail::remote_status;
+using detail::redis_status;
 
 const device_identity kDevice{"Portable Computing Language", "cpu-x86-64", "OpenCL 3.0 PoCL", "3.1"};
 const device_identity kOtherDevice{"NVIDIA CUDA", "NVIDIA H200", "OpenCL 3.0 CUDA", "560.35.03"};
@@ -40,7 +40,7 @@ class RemoteTier : public testing::redis_test {
  protected:
   void plant(const std::string& key, const byte_vector& value) {
     redis_connection c(config());
-    ASSERT_EQ(c.set(key, value).status, remote_status::ok);
+    ASSERT_EQ(c.set(key, value).status, redis_status::ok);
   }
 
 };
@@ -133,7 +133,7 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();
   redis_connection admin(config());
-  ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "1500", "ALL"}).status, remote_status::ok);
+  ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "1500", "ALL"}).status, redis_status::ok);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::timeout);
   EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped);
@@ -146,7 +146,7 @@ TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
   redis_connection admin(config());
   ASSERT_EQ(admin.command({"ACL", "SETUSER", "ci", "on", ">ci-password-1", "~unicache:*", "+getrange", "+set", "+del"})
                 .status,
-            remote_status::ok);
+            redis_status::ok);
   redis_config ci = config();
   ci.user = "ci";
   ci.password = "ci-password-1";
@@ -162,7 +162,7 @@ TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
 TEST_F(RemoteTier, AValueOfAnotherTypeUnderAKeyIsRejectedNotAServerFailure) {
   remote_tier tier(config(), "");
   redis_connection c(config());
-  ASSERT_EQ(c.command({"HSET", tier.redis_key(kDevice, "k"), "f", "v"}).status, remote_status::ok);
+  ASSERT_EQ(c.command({"HSET", tier.redis_key(kDevice, "k"), "f", "v"}).status, redis_status::ok);
   EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::miss);
   EXPECT_EQ(tier.counters().rejected.load(), 1u);
   EXPECT_EQ(tier.get(kDevice, "other").status, detail::tier_status::miss) << "the breaker stays closed";
@@ -199,7 +199,7 @@ TEST(RemoteTierTrickle, ATricklingServerTimesOutAsAWhole) {
   stop = true;
   server.join();
   ::close(listener);
-  EXPECT_EQ(r.status, remote_status::timeout) << r.message;
+  EXPECT_EQ(r.status, redis_status::timeout) << r.message;
 }
 
 TEST_F(RemoteTier, AChildOfForkLeavesItsParentsTierAlone) {

@@ -2,12 +2,20 @@
 // miss and one eviction so that UNICACHE_VERBOSE tracing can be observed.
 // Run by test_default_caches with different environments.
 #include <cstdio>
+#include <cstring>
 #include <future>
 
 #include "unicache/cache.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace unicache;
+  if (argc > 1) {
+    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
+    std::fputs("usage: cache_env_probe\nPrints the process-wide caches' configuration as the environment set it, then\n"
+               "makes one miss and one eviction (for UNICACHE_VERBOSE). Run by test_default_caches.\n",
+               help ? stdout : stderr);
+    return help ? 0 : 2;
+  }
   for (unified_cache* cache : {&constant_tensor_cache(), &kernel_cache()}) {
     std::printf("%s cpu=%zu:%s gpu=%zu:%s enabled=%d\n",
                 cache == &constant_tensor_cache() ? "constant" : "kernel",

@@ -15,6 +15,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <thread>
 #include <typeinfo>
 #include <vector>
 
@@ -139,6 +140,22 @@ TEST(ErrorContract, Caches) {
                        [&] { EXPECT_FALSE(cache.remove_eviction_callback({1, 12345})); }, false);
   register_owner(0x7E57C001, "contract_owner");
   expect_library_error("register_owner(taken)", [] { register_owner(0x7E57C001, "another_owner"); });
+
+  // A get_or_add caller that destroys its promise unset while get_or_build
+  // waits on it: the waiter is told by the cache, not by std::future_error.
+  {
+    auto abandoned = std::make_unique<std::promise<cache_value>>();
+    ASSERT_FALSE(cache.get_or_add({}, 2, "abandoned", 1, 1, abandoned->get_future().share()).valid());
+    const std::uint64_t waits = cache.total_stats().waits;
+    std::thread waiter([&] {
+      expect_library_error("get_or_build(waiting on an abandoned promise)", [&] {
+        cache.get_or_build<int>({}, 2, "abandoned", 1, [] { return std::make_shared<int>(1); });
+      });
+    });
+    while (cache.total_stats().waits == waits) std::this_thread::yield();  // the waiter waits
+    abandoned.reset();
+    waiter.join();
+  }
 }
 
 TEST(ErrorContract, SerializedFields) {
@@ -176,6 +193,8 @@ TEST(ErrorContract, Graphs) {
     g.finalize();
   });
   expect_library_error("partitions() before finalize", [] { graph().partitions(); });
+  expect_library_error("tensor: a dimension below -1", [] { graph().tensor({-5, 2}); });
+  expect_library_error("tensor: a dimension of 0", [] { graph().tensor({0}); });
   expect_library_error("tensor_of(unknown id)", [] { graph().tensor_of(42); });
   expect_library_error("matmul_output_shape(mismatch)", [] { matmul_output_shape({2, 3}, {4, 5}, false, false, "t"); });
   expect_library_error("broadcast_shape(mismatch)", [] { broadcast_shape({2, 3}, {4}, "t"); });
@@ -206,6 +225,7 @@ TEST(ErrorContract, CompilingWithoutABackend) {
   expect_library_error("engine::native of an engine without one", [&] { none.native<int>(); });
   expect_library_error("stream::native of a stream without one", [&] { s.native<int>(); });
   expect_library_error("register_backend(nullptr)", [] { register_backend(nullptr); });
+  expect_library_error("compile(a default partition)", [&] { compile(partition(), {}, none); });
   EXPECT_EQ(find_backend(std::string(1000, 'x')), nullptr);
 }
 
@@ -262,9 +282,48 @@ TEST(ErrorContract, Remote) {
   }
   expect_library_error("remote_maintenance(malformed URL)", [] { remote_maintenance m("redis:///"); });
   // Port 1 on loopback: nothing listens there, so the server cannot be used.
-  expect_library_error("remote_maintenance on a server that is not there", [] {
-    remote_maintenance m("redis://127.0.0.1:1?connect_timeout_ms=50&timeout_ms=50");
-    m.stats();
+  remote_maintenance absent("redis://127.0.0.1:1?connect_timeout_ms=50&timeout_ms=50");
+  expect_library_error("remote_maintenance::stats, no server", [&] { absent.stats(); });
+  expect_library_error("remote_maintenance::list, no server", [&] { absent.list(); });
+  expect_library_error("remote_maintenance::verify, no server", [&] { absent.verify(true); });
+  expect_library_error("remote_maintenance::clear, no server", [&] { absent.clear(); });
+}
+
+// A backend that claims another owner's id.
+class claiming_backend final : public backend {
+ public:
+  claiming_backend(const char* name, owner_id owner) : name_(name), owner_(owner) {}
+  const char* name() const override { return name_; }
+  engine_kind kind() const override { return engine_kind::cpu; }
+  owner_id cache_owner() const override { return owner_; }
+  std::shared_ptr<const compiled_kernel> compile(const partition&, const std::vector<logical_tensor>&,
+                                                 const std::vector<logical_tensor>&, const engine&,
+                                                 const std::vector<kernel_binary>&) override {
+    throw compile_error("claiming_backend compiles nothing");
+  }
+  stream make_stream(const engine& e) override { return stream(e, nullptr); }
+  device_identity identity(const engine&) const override { return {"contract", name_, "0", "0"}; }
+
+ private:
+  const char* name_;
+  owner_id owner_;
+};
+
+TEST(ErrorContract, RegistrationClaims) {
+  static claiming_backend compilers("contract_claims_compiled_partitions", compiled_partition_owner);
+  expect_library_error("register_backend(the compiler's owner id)", [] { register_backend(&compilers); });
+  EXPECT_EQ(find_backend("contract_claims_compiled_partitions"), nullptr);
+  static claiming_backend first("contract_first", 0x7E57C003), same_name("contract_first", 0x7E57C004);
+  register_backend(&first);
+  expect_library_error("register_backend(a name taken)", [] { register_backend(&same_name); });
+  static claiming_backend same_id("contract_second", 0x7E57C003);
+  expect_library_error("register_backend(an owner id taken)", [] { register_backend(&same_id); });
+  expect_library_error("compile through a backend that refuses", [] {
+    graph g;
+    auto x = g.tensor({2}), y = g.tensor({2});
+    g.add_op(op_kind::relu, {x}, {y});
+    g.finalize();
+    compile(g.partitions().front(), {{2}}, engine(&first, 0, 0, nullptr));
   });
 }
 
@@ -308,6 +367,8 @@ TEST(ErrorContract, OnednnCpu) {
     other.shape = {4, 8};
     cp.execute(s, {{other, x.data()}}, {{cp.outputs()[0], y.data()}});
   });
+  expect_library_error("make_stream", [&] { make_stream(e); }, /*must_throw=*/false);
+  expect_library_error("compile(a default partition)", [&] { compile(partition(), {}, e); });
   expect_library_error("engine::native<wrong type>", [&] { e.native<double>(); });
   expect_library_error("stream::native<wrong type>", [&] { s.native<double>(); });
   expect_library_error("engine::native_shared<wrong type>", [&] { e.native_shared<float>(); });

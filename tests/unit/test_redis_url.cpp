@@ -1,4 +1,4 @@
-// The remote cache URL: every part, its defaults and bounds, and errors that
+// The remote tier's redis:// URL: every part, its defaults and bounds, and errors that
 // name the problem without quoting the password.
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@ std::string error_of(std::string_view url) {
   return "";
 }
 
-TEST(RemoteUrl, AHostAloneTakesTheDefaults) {
+TEST(RedisUrl, AHostAloneTakesTheDefaults) {
   const redis_config c = parse_redis_url("redis://cache.internal");
   EXPECT_EQ(c.host, "cache.internal");
   EXPECT_EQ(c.port, 6379);
@@ -34,7 +34,7 @@ TEST(RemoteUrl, AHostAloneTakesTheDefaults) {
   EXPECT_EQ(c.breaker_s, 60u);
 }
 
-TEST(RemoteUrl, EveryPart) {
+TEST(RedisUrl, EveryPart) {
   const redis_config c = parse_redis_url(
       "redis://ci:p%40ss%3Aw0rd@10.0.0.7:7000/3?prefix=fleet-a&read_only=1&connect_timeout_ms=50&timeout_ms=250&ttl_s=86400"
       "&breaker_s=5");
@@ -51,7 +51,7 @@ TEST(RemoteUrl, EveryPart) {
   EXPECT_EQ(c.breaker_s, 5u);
 }
 
-TEST(RemoteUrl, APasswordAloneAndAnIpv6Host) {
+TEST(RedisUrl, APasswordAloneAndAnIpv6Host) {
   const redis_config c = parse_redis_url("redis://s3cret@[::1]:6380");
   EXPECT_EQ(c.user, "");
   EXPECT_EQ(c.password, "s3cret");
@@ -59,7 +59,7 @@ TEST(RemoteUrl, APasswordAloneAndAnIpv6Host) {
   EXPECT_EQ(c.port, 6380);
 }
 
-TEST(RemoteUrl, ToStringParsesBackAndNeverShowsThePassword) {
+TEST(RedisUrl, ToStringParsesBackAndNeverShowsThePassword) {
   const redis_config c = parse_redis_url("redis://ci:hunter2@h:1/2?prefix=x&ttl_s=5");
   const std::string shown = c.to_string();
   EXPECT_EQ(shown.find("hunter2"), std::string::npos) << shown;
@@ -74,7 +74,7 @@ TEST(RemoteUrl, ToStringParsesBackAndNeverShowsThePassword) {
   EXPECT_EQ(parse_redis_url("redis://[::1]").to_string().rfind("redis://[::1]:6379/0?", 0), 0u);
 }
 
-TEST(RemoteUrl, MalformedUrlsSayWhatIsWrong) {
+TEST(RedisUrl, MalformedUrlsSayWhatIsWrong) {
   const std::pair<const char*, const char*> cases[] = {
       {"http://h", "must start with redis://"},
       {"redis://", "host"},
@@ -109,7 +109,7 @@ TEST(RemoteUrl, MalformedUrlsSayWhatIsWrong) {
   EXPECT_NE(error_of(std::string("redis://h?prefix=") + std::string(5000, 'a')).find("longer than"), std::string::npos);
 }
 
-TEST(RemoteUrl, ErrorsNeverQuoteThePassword) {
+TEST(RedisUrl, ErrorsNeverQuoteThePassword) {
   for (const char* url : {"redis://u:topsecret@h:99999", "redis://u:topsecret@h?colour=1", "redis://topsecret@/x",
                           "redis://u:topsecret%zz@h"}) {
     const std::string err = error_of(url);

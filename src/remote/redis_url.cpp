@@ -12,7 +12,7 @@ namespace {
 constexpr std::size_t kMaxUrlBytes = 4096;
 
 [[noreturn]] void bad(const std::string& what) {
-  throw invalid_argument("remote cache URL: " + what);
+  throw invalid_argument("remote tier URL: " + what);
 }
 
 int hex_value(char c) {
