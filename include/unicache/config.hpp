@@ -41,7 +41,11 @@ enum class eviction_policy : std::uint8_t {
   // Evict the least recently used entries.
   lru,
   // Evict the entries whose loss costs least per byte freed: priority is
-  // inflation + uses * build cost / size (GreedyDual-Size-Frequency).
+  // inflation + uses * build cost / size (GreedyDual-Size-Frequency), new
+  // entries on probation in a small window. Aging is bounded: nothing is
+  // evicted for a newcomer that is worth more than 128 times it per byte
+  // (uses x cost / size), in caches of any number of entries; the newcomer
+  // is turned away instead (docs/design.md).
   cost,
   // The library's choice, today `cost`: rebuild costs of kernels and packed
   // weights differ by orders of magnitude and so do their sizes, and a policy

@@ -30,6 +30,14 @@
 //   inflation value, the device's clock) rises to the priority of each
 //   entry evicted from it, so what stays unused ages.
 //
+// - Aging is bounded: nothing is evicted on a newcomer's behalf, from the
+//   main region or from the window to make it room, that is worth more than
+//   kAgingLimit times the newcomer per byte (every known use x cost /
+//   size). In a small cache one eviction can raise L by a whole expensive
+//   entry's priority, after which anything new outranked every older entry:
+//   a 1 µs copy would evict a 1 s compile. The newcomer is turned away
+//   instead, and its use remembered.
+//
 // The history of evicted and refused keys is bounded: 1,024 keys plus 4 per
 // cached entry, the oldest forgotten first.
 //
@@ -51,6 +59,12 @@ namespace unicache::detail {
 namespace {
 
 constexpr double kWindowShare = 0.01;
+// How far aging alone can lower an entry's standing: a newcomer, or an entry
+// leaving the window, never displaces an entry worth more than this many
+// times as much per byte (uses x cost / size, remembered uses included),
+// however long ago that entry was last used. GreedyDual's inflation still
+// orders everything else.
+constexpr double kAgingLimit = 128;
 constexpr std::size_t kGhostsMin = 1024;
 constexpr std::size_t kGhostsPerEntry = 4;
 
@@ -104,6 +118,9 @@ class cost_policy final : public cache_policy {
 
   bool make_room(std::uint64_t target, const entry* incoming, policy_host& host) override {
     const std::uint64_t incoming_bytes = incoming ? incoming->size_bytes : 0;
+    // Nothing evicted on the newcomer's behalf, from either region, may be
+    // worth more than kAgingLimit times the newcomer (a shrink has none).
+    newcomer_worth_ = incoming ? worth_of_new(incoming) : std::numeric_limits<double>::infinity();
     // Larger than the window's share, it would push the whole window out
     // and make each leaver find room for it as well: unless it would win
     // that room from the main region on this use alone, it goes now, and
@@ -117,8 +134,12 @@ class cost_policy final : public cache_policy {
       return false;
     }
     // The window keeps its share: its oldest leave as new entries arrive.
-    while (!window_.empty() && window_bytes_ + incoming_bytes > window_capacity_) leave_window(target, host);
-    while (!window_.empty() && host.used_bytes() > target) leave_window(target, host);
+    while (!window_.empty() && window_bytes_ + incoming_bytes > window_capacity_) {
+      if (!leave_window(target, host)) return refuse(incoming);
+    }
+    while (!window_.empty() && host.used_bytes() > target) {
+      if (!leave_window(target, host)) return refuse(incoming);
+    }
     // No window left to give room: the new entry itself faces admission,
     // as it would on leaving the window.
     if (incoming && host.used_bytes() > target &&
@@ -146,6 +167,27 @@ class cost_policy final : public cache_policy {
   static double uses_while_cached(const entry* e) {
     return 1.0 + static_cast<double>(e->hits.load(std::memory_order_relaxed));
   }
+  // What a cached entry is worth per byte, aging aside: every use known of
+  // its key (remembered from before it was cached, and since) x cost / size.
+  // Infinite while its cost is unknown (its build in flight).
+  static double worth(const entry* e) {
+    if (e->awaiting_cost || e->cost_ns.load(std::memory_order_relaxed) <= 0) return std::numeric_limits<double>::infinity();
+    return (e->history + uses_while_cached(e)) * per_byte(e);
+  }
+  // The same for a new entry, not cached yet: this use and its key's
+  // remembered ones, at its cost or the cost remembered for its key.
+  // Infinite while the cost is unknown (a first get_or_build): such an
+  // entry is admitted as before, and judged at its real cost once built.
+  double worth_of_new(const entry* e) const {
+    double cost = e->cost_ns.load(std::memory_order_relaxed);
+    double uses = 1.0;
+    if (const auto g = ghosts_.find(e->hash); g != ghosts_.end()) {
+      uses += decayed(g->second);
+      if (cost <= 0) cost = g->second.cost_ns;
+    }
+    if (cost <= 0) return std::numeric_limits<double>::infinity();
+    return uses * cost / static_cast<double>(std::max<std::uint64_t>(e->size_bytes, 1));
+  }
   // Main region: L at the last use (the stamp) plus GDSF's term. An entry
   // still being built (its cost unknown) is not given up for another while
   // its builder works: infinite, until on_update gives it its cost.
@@ -163,6 +205,17 @@ class cost_policy final : public cache_policy {
     window_bytes_ -= e->size_bytes;
   }
 
+  // Turns the new entry away (a window entry worth far more would have had
+  // to go for it), remembering this use of its key.
+  bool refuse(const entry* incoming) {
+    const auto g = ghosts_.find(incoming->hash);
+    double cost = incoming->cost_ns.load(std::memory_order_relaxed);
+    if (cost <= 0 && g != ghosts_.end()) cost = g->second.cost_ns;
+    remember(incoming->hash, static_cast<float>(1.0 + (g == ghosts_.end() ? 0.0 : decayed(g->second))),
+             static_cast<float>(cost));
+    return false;
+  }
+
   // Whether the new entry `incoming`, not yet cached, wins room in a main
   // region that may hold `capacity` (evicting what it displaces unless
   // `dry_run`), counting `uses`. A refused key is remembered with this use
@@ -175,8 +228,8 @@ class cost_policy final : public cache_policy {
     // before is judged at the cost it had.
     double cost = incoming->cost_ns.load(std::memory_order_relaxed);
     if (cost <= 0 && g != ghosts_.end()) cost = g->second.cost_ns;
-    if (take_room(incoming, cost, 1.0 + (count_history ? history : 0.0), capacity, host.used_bytes() - window_bytes_,
-                  host, dry_run)) {
+    if (take_room(incoming, cost, 1.0 + (count_history ? history : 0.0), newcomer_worth_, capacity,
+                  host.used_bytes() - window_bytes_, host, dry_run)) {
       return true;
     }
     remember(incoming->hash, static_cast<float>(1.0 + history), static_cast<float>(cost));
@@ -184,21 +237,32 @@ class cost_policy final : public cache_policy {
   }
 
   // The window's oldest entry goes to the main region if it beats every
-  // entry it would displace there, else out.
-  void leave_window(std::uint64_t target, policy_host& host) {
+  // entry it would displace there, else out. Unless it is worth more than
+  // kAgingLimit times the newcomer it leaves for: then it stays at the
+  // window's front and false says the newcomer is turned away instead.
+  bool leave_window(std::uint64_t target, policy_host& host) {
     entry* c = window_.front();
     unlink(c);
     c->region = outside;
     const double uses = c->history + uses_while_cached(c);
-    if (!take_room(c, c->cost_ns.load(std::memory_order_relaxed), uses, main_capacity(target),
-                   host.used_bytes() - c->size_bytes - window_bytes_, host)) {
-      remember(c->hash, static_cast<float>(uses), c->cost_ns.load(std::memory_order_relaxed));
-      host.evict(c, /*refused=*/true);
-      return;
+    if (take_room(c, c->cost_ns.load(std::memory_order_relaxed), uses, worth(c), main_capacity(target),
+                  host.used_bytes() - c->size_bytes - window_bytes_, host)) {
+      c->region = main;
+      c->stamp.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      main_.push(c, priority_of(c));
+      return true;
     }
-    c->region = main;
-    c->stamp.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    main_.push(c, priority_of(c));
+    if (worth(c) > kAgingLimit * newcomer_worth_) {
+      window_.push_front(c);
+      --window_base_;
+      c->heap_index = window_base_;
+      window_bytes_ += c->size_bytes;
+      c->region = window;
+      return false;
+    }
+    remember(c->hash, static_cast<float>(uses), c->cost_ns.load(std::memory_order_relaxed));
+    host.evict(c, /*refused=*/true);
+    return true;
   }
 
   // What the main region may hold when the device may hold `target`: what
@@ -208,22 +272,25 @@ class cost_policy final : public cache_policy {
   // Makes room for `c` (in no region), which costs `cost_ns` to build and
   // was used `uses` times, in a main region that may hold `capacity` and
   // holds `used`: evicts main-region entries, lowest priority first, until
-  // c fits, if c's priority there would beat every one of them; otherwise
-  // evicts nothing and returns false. An entry of unknown cost (0) beats
-  // everything. `dry_run`: only tells.
-  bool take_room(const entry* c, double cost_ns, double uses, std::uint64_t capacity, std::uint64_t used,
-                 policy_host& host, bool dry_run = false) {
+  // c fits, if c's priority there would beat every one of them and none is
+  // worth more than kAgingLimit times c or the newcomer being made room
+  // for; otherwise evicts nothing and returns false. An entry of unknown
+  // cost (0) beats everything but that bound. `dry_run`: only tells.
+  bool take_room(const entry* c, double cost_ns, double uses, double worth_of_claimant, std::uint64_t capacity,
+                 std::uint64_t used, policy_host& host, bool dry_run = false) {
     if (c->size_bytes > capacity) return false;
     const bool cost_known = cost_ns > 0;
     const double claim =
         inflation() + uses * cost_ns / static_cast<double>(std::max<std::uint64_t>(c->size_bytes, 1));
+    const double bound = kAgingLimit * std::min(worth_of_claimant, newcomer_worth_);
     displaced_.clear();
     std::uint64_t freed = 0;
     bool admitted = true;
     while (used - freed + c->size_bytes > capacity) {
       double priority = 0;
       entry* v = main_.victim(priority_of, &priority);
-      if (!v || std::isinf(priority) || (cost_known && priority > claim)) {  // a build in flight stays
+      // A build in flight stays, and so does what is worth far more.
+      if (!v || std::isinf(priority) || (cost_known && priority > claim) || worth(v) > bound) {
         admitted = false;
         break;
       }
@@ -309,6 +376,9 @@ class cost_policy final : public cache_policy {
   std::uint64_t window_capacity_ = 0;
   eviction_queue main_;
   std::vector<std::pair<entry*, double>> displaced_;  // leave_window's scratch
+  // What the newcomer of the make_room in progress is worth (worth_of_new);
+  // infinite for a shrink.
+  double newcomer_worth_ = std::numeric_limits<double>::infinity();
   std::size_t resident_ = 0;
   std::uint64_t inserts_ = 0;
 
