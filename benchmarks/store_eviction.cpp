@@ -1,15 +1,22 @@
 // bench_store --eviction N[,N...]: what an eviction costs a store of N
 // entries of 4 KB, and what it costs another process meanwhile.
 //
-// For each N: fill a fresh store with N entries (size eviction off), then
-// lower the limit to 90% of what it holds, so that the store is over its
-// size everywhere. A second process starts getting existing entries and
-// putting new ones, each operation timed (it never evicts itself: its own
-// limit is off, so whatever it waits for is another process's eviction);
-// then this process puts one entry
-// (the put that triggers eviction, timed) and waits until the eviction is
-// over (it may go on in the background). The second process then stops and reports the longest put and
-// get it saw. Last, stats, list and verify are timed on the evicted store.
+// For each N, and each shape of neighbour: fill a fresh store with N entries
+// (size eviction off), then lower the limit to 90% of what it holds, so that
+// the store is over its size everywhere. A second process (the neighbour)
+// starts getting existing entries and putting new ones, each operation
+// timed (it never evicts itself: its own limit is off, so whatever it waits
+// for is another process's eviction); then this process puts one entry (the
+// put that triggers eviction, timed) and waits until the eviction is over
+// (it may go on in the background). The neighbour then stops and reports
+// the longest, p99.9 and p50 put and get it saw. Last, stats, list and
+// verify are timed on the evicted store.
+//
+// The neighbour's shapes:
+//   alternating  one thread, a get then a put, in turn;
+//   concurrent   two threads on one kernel_store, one getting and one
+//                putting, each as fast as it can (a server whose loader
+//                threads read while a compile thread writes).
 #include "store_eviction.hpp"
 
 #include <fcntl.h>
@@ -18,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -47,62 +55,103 @@ byte_vector binary_of(std::uint64_t i) {
 
 std::string fill_key(std::uint64_t i) { return "fill/" + std::to_string(i); }
 
+enum class shape { alternating, concurrent };
+const char* name_of(shape s) { return s == shape::alternating ? "alternating" : "concurrent"; }
+
 // What the second process measured.
 struct neighbour_report {
-  double max_put_ms = 0;
-  double max_get_ms = 0;
-  double p50_put_ms = 0;
-  double p50_get_ms = 0;
+  double max_put_ms = 0, p999_put_ms = 0, p50_put_ms = 0;
+  double max_get_ms = 0, p999_get_ms = 0, p50_get_ms = 0;
   std::uint64_t puts = 0;
   std::uint64_t gets = 0;
   std::uint64_t wrong = 0;  // a get that returned another binary
 };
 
-double p50(std::vector<double>& v) {
+// The q-quantile (nearest rank) of `v`, reordering it.
+double quantile(std::vector<double>& v, double q) {
   if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
+  const auto rank = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rank), v.end());
+  return v[rank];
 }
 
-// The second process: alternates a get of an existing entry and a put of a
-// new one until `stop_fd` becomes readable, then writes its report to `out_fd`.
-[[noreturn]] void neighbour(const store_config& config, std::uint64_t entries, int ready_fd, int stop_fd, int out_fd) {
+// One thread's timings of one kind of operation.
+struct timings {
+  std::vector<double> ms;
+  timings() { ms.reserve(1 << 20); }
+  void add(double t) { ms.push_back(t); }
+  void report(double* max, double* p999, double* p50, std::uint64_t* count) {
+    *count = ms.size();
+    *max = ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end());
+    *p999 = quantile(ms, 0.999);
+    *p50 = quantile(ms, 0.5);
+  }
+};
+
+bool stopped(int stop_fd) {
+  char c;
+  return ::read(stop_fd, &c, 1) == 1;  // non-blocking
+}
+
+// A get of a random existing entry, timed; a wrong binary counted.
+void timed_get(kernel_store& store, std::mt19937_64& rng, std::uint64_t entries, timings& t, std::uint64_t* wrong) {
+  const std::uint64_t k = rng() % entries;
+  const auto t0 = clock_type::now();
+  const std::optional<byte_vector> got = store.get(kDevice, fill_key(k));
+  t.add(ms_since(t0));
+  if (got && *got != binary_of(k)) ++*wrong;
+}
+
+// A put of a new entry, timed.
+void timed_put(kernel_store& store, std::uint64_t entries, std::uint64_t n, timings& t) {
+  const auto t0 = clock_type::now();
+  store.put(kDevice, "neighbour/" + std::to_string(n), binary_of(entries + n));
+  t.add(ms_since(t0));
+}
+
+// The second process: gets existing entries and puts new ones, in the
+// given shape, until `stop_fd` becomes readable, then writes its report to
+// `out_fd`.
+[[noreturn]] void neighbour(shape how, const store_config& config, std::uint64_t entries, int ready_fd, int stop_fd,
+                            int out_fd) {
   store_config own = config;
   own.size_eviction = false;
   kernel_store store(own);
-  std::mt19937_64 rng(12345);
   neighbour_report r;
-  std::vector<double> puts, gets;
-  puts.reserve(1 << 20);
-  gets.reserve(1 << 20);
+  timings gets, puts;
   const char ready = 1;
   (void)!::write(ready_fd, &ready, 1);
-  for (std::uint64_t n = 0;; ++n) {
-    char c;
-    if (::read(stop_fd, &c, 1) == 1) break;  // non-blocking
-    const std::uint64_t k = rng() % entries;
-    auto t0 = clock_type::now();
-    const std::optional<byte_vector> got = store.get(kDevice, fill_key(k));
-    const double get_ms = ms_since(t0);
-    if (got && *got != binary_of(k)) ++r.wrong;
-    gets.push_back(get_ms);
-    r.max_get_ms = std::max(r.max_get_ms, get_ms);
-    t0 = clock_type::now();
-    store.put(kDevice, "neighbour/" + std::to_string(n), binary_of(entries + n));
-    const double put_ms = ms_since(t0);
-    puts.push_back(put_ms);
-    r.max_put_ms = std::max(r.max_put_ms, put_ms);
+  if (how == shape::alternating) {
+    std::mt19937_64 rng(12345);
+    for (std::uint64_t n = 0; !stopped(stop_fd); ++n) {
+      timed_get(store, rng, entries, gets, &r.wrong);
+      timed_put(store, entries, n, puts);
+    }
+  } else {
+    std::atomic<bool> stop{false};
+    std::uint64_t wrong = 0;
+    std::thread getter([&] {
+      std::mt19937_64 rng(12345);
+      while (!stop.load(std::memory_order_relaxed)) timed_get(store, rng, entries, gets, &wrong);
+    });
+    std::thread putter([&] {
+      for (std::uint64_t n = 0; !stop.load(std::memory_order_relaxed); ++n) timed_put(store, entries, n, puts);
+    });
+    while (!stopped(stop_fd)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stop = true;
+    getter.join();
+    putter.join();
+    r.wrong = wrong;
   }
-  r.puts = puts.size();
-  r.gets = gets.size();
-  r.p50_put_ms = p50(puts);
-  r.p50_get_ms = p50(gets);
+  gets.report(&r.max_get_ms, &r.p999_get_ms, &r.p50_get_ms, &r.gets);
+  puts.report(&r.max_put_ms, &r.p999_put_ms, &r.p50_put_ms, &r.puts);
   (void)!::write(out_fd, &r, sizeof r);
   ::_exit(0);
 }
 
 struct row {
   std::uint64_t entries = 0;
+  shape how = shape::alternating;
   double fill_s = 0;
   double trigger_put_ms = 0;
   double eviction_s = 0;
@@ -130,9 +179,10 @@ std::uint64_t count_key_directories(const std::string& dir) {
   return n;
 }
 
-row measure(const std::string& root, std::uint64_t entries) {
+row measure(const std::string& root, std::uint64_t entries, shape how) {
   row out;
   out.entries = entries;
+  out.how = how;
   store_config config;
   config.directory = root + "/evict-" + std::to_string(entries);
   config.max_size_bytes = std::uint64_t{1} << 40;
@@ -161,7 +211,7 @@ row measure(const std::string& root, std::uint64_t entries) {
     ::close(stop[1]);
     ::close(report[0]);
     ::fcntl(stop[0], F_SETFL, O_NONBLOCK);
-    neighbour(config, entries, ready[1], stop[0], report[1]);
+    neighbour(how, config, entries, ready[1], stop[0], report[1]);
   }
   ::close(ready[1]);
   ::close(stop[0]);
@@ -209,23 +259,29 @@ row measure(const std::string& root, std::uint64_t entries) {
 
 int run_eviction(const std::string& root, const std::vector<std::uint64_t>& sizes) {
   std::printf(
-      "| entries | fill s | trigger put ms | eviction done after s | neighbour: max put ms | max get ms | p50 put ms "
-      "| p50 get ms | ops | wrong | stats ms | list ms | verify ms | entries after | key dirs after |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+      "| entries | neighbour | fill s | trigger put ms | eviction done after s | neighbour's put ms: max | p99.9 | p50 "
+      "| get ms: max | p99.9 | p50 | puts | gets | wrong | stats ms | list ms | verify ms | entries after "
+      "| key dirs after |\n");
+  std::printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+              "| ---: | ---: | ---: |\n");
   int status = 0;
   for (const std::uint64_t n : sizes) {
-    const row r = measure(root, n);
-    std::printf("| %llu | %.1f | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %llu | %llu | %.1f | %.1f | %.1f | %llu | %llu |\n",
-                static_cast<unsigned long long>(r.entries), r.fill_s, r.trigger_put_ms, r.eviction_s,
-                r.neighbour.max_put_ms, r.neighbour.max_get_ms, r.neighbour.p50_put_ms, r.neighbour.p50_get_ms,
-                static_cast<unsigned long long>(r.neighbour.puts + r.neighbour.gets),
-                static_cast<unsigned long long>(r.neighbour.wrong), r.stats_ms, r.list_ms, r.verify_ms,
-                static_cast<unsigned long long>(r.entries_after),
-                static_cast<unsigned long long>(r.key_directories_after));
-    std::fflush(stdout);
-    if (r.neighbour.wrong != 0 || r.neighbour.gets == 0) status = 1;
-    std::error_code ignored;
-    std::filesystem::remove_all(root + "/evict-" + std::to_string(n), ignored);
+    for (const shape how : {shape::alternating, shape::concurrent}) {
+      const row r = measure(root, n, how);
+      const neighbour_report& b = r.neighbour;
+      std::printf("| %llu | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | %llu | %llu | %llu | %.1f "
+                  "| %.1f | %.1f | %llu | %llu |\n",
+                  static_cast<unsigned long long>(r.entries), name_of(how), r.fill_s, r.trigger_put_ms, r.eviction_s,
+                  b.max_put_ms, b.p999_put_ms, b.p50_put_ms, b.max_get_ms, b.p999_get_ms, b.p50_get_ms,
+                  static_cast<unsigned long long>(b.puts), static_cast<unsigned long long>(b.gets),
+                  static_cast<unsigned long long>(b.wrong), r.stats_ms, r.list_ms, r.verify_ms,
+                  static_cast<unsigned long long>(r.entries_after),
+                  static_cast<unsigned long long>(r.key_directories_after));
+      std::fflush(stdout);
+      if (b.wrong != 0 || b.gets == 0) status = 1;
+      std::error_code ignored;
+      std::filesystem::remove_all(root + "/evict-" + std::to_string(n), ignored);
+    }
   }
   return status;
 }

@@ -188,7 +188,9 @@ class kernel_store {
   void set_size_eviction(bool enabled);            // UNICACHE_PERSISTENT_CACHE_EVICTION
 
   // The binary stored under `key` for `device`, or nullopt. Records the use
-  // (at most once a minute per entry). Never throws.
+  // (at most once a minute per entry) on the store's background thread: a
+  // get writes nothing itself, so it never waits for the filesystem's
+  // journal. Never throws.
   std::optional<byte_vector> get(const device_identity& device, std::string_view key) noexcept;
 
   // Stores `binary` under `key` for `device`. If its shard is then over its
@@ -219,9 +221,10 @@ class kernel_store {
   // Waits until the remote tier's queued writes are done.
   void flush_remote();
 
-  // Waits until this process's evictor has finished the cleanups its puts
-  // asked for (of every store in the process). For programs that fill a
-  // store and exit, tests and benchmarks; puts never need it.
+  // Waits until this process's background thread has finished the
+  // cleanups its puts asked for and recorded the uses its gets handed over
+  // (of every store in the process). For programs that fill a store and
+  // exit, tests and benchmarks; gets and puts never need it.
   void finish_eviction() const;
 
   // Whether get/put can use the disk at all, and whether writes still work

@@ -1,7 +1,9 @@
 // This process's evictor thread: a queue of shard cleanups, merged per
-// (directory, shard), run one at a time.
+// (directory, shard), run one at a time, and the last uses gets recorded.
 #include "store/background_evictor.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,10 +14,26 @@
 #include <vector>
 
 #include "store/eviction.hpp"
+#include "util/file_io.hpp"
 #include "util/mutex.hpp"
 
 namespace unicache::detail {
 namespace {
+
+// The thread's work can wait: it never preempts a thread it wakes beside
+// (SCHED_BATCH, as Mesa's disk-cache queue does), so that its wake-ups
+// between batches do not cut into the gets and puts of the process's own
+// threads. Its priority stays: a lower one (nice 10, measured) starved
+// eviction for minutes behind two busy threads on two cores, and kept puts
+// waiting for a shard's lock that a starved batch held. Best effort.
+// Named for top -H and debuggers: kBackgroundThreadName.
+void run_as_background_work() noexcept {
+#if defined(__linux__)
+  ::pthread_setname_np(::pthread_self(), kBackgroundThreadName);
+  const struct sched_param param {};
+  ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &param);
+#endif
+}
 
 class evictor final : public background_evictor {
  public:
@@ -48,6 +66,18 @@ class evictor final : public background_evictor {
     }
   }
 
+  void record_use(unique_fd file) noexcept override {
+    try {
+      mutex_lock l(&mu_);
+      if (stopping_ || uses_.size() >= kMaxPendingUses) return;  // dropped: closes the file
+      uses_.push_back(std::move(file));
+      if (!thread_) thread_ = std::make_unique<std::thread>([this] { run(); });
+      cv_.notify_all();
+    } catch (...) {
+      // Out of memory, or no thread to be had: this use goes unrecorded.
+    }
+  }
+
   void forget(const store_directory* directory) noexcept override {
     mutex_lock l(&mu_);
     std::erase_if(jobs_, [&](const job& j) { return j.key == directory; });
@@ -58,7 +88,7 @@ class evictor final : public background_evictor {
 
   void wait_idle() noexcept override {
     mutex_lock l(&mu_);
-    mu_.wait(cv_, [&] { return (jobs_.empty() && running_ == nullptr) || !thread_; });
+    mu_.wait(cv_, [&] { return (jobs_.empty() && running_ == nullptr && uses_.empty() && !recording_) || !thread_; });
   }
 
   // At exit: the cleanup in progress stops after its batch; the thread ends.
@@ -82,18 +112,40 @@ class evictor final : public background_evictor {
     shard_requests requests;
   };
 
+  // Sets each pending file's mtime to now (last use), outside the lock.
+  void record_uses() {
+    std::vector<unique_fd> files;
+    {
+      mutex_lock l(&mu_);
+      if (uses_.empty()) return;
+      files.swap(uses_);
+      recording_ = true;
+    }
+    for (const unique_fd& f : files) set_mtime_now(f.get());
+    files.clear();  // closed before wait_idle's callers hear of it
+    mutex_lock l(&mu_);
+    recording_ = false;
+    cv_.notify_all();
+  }
+
   void run() {
+    run_as_background_work();
     for (;;) {
+      record_uses();
       job j;
       std::shared_ptr<store_directory> d;
       {
         mutex_lock l(&mu_);
-        mu_.wait(cv_, [&] { return stopping_ || !jobs_.empty(); });
+        mu_.wait(cv_, [&] { return stopping_ || !jobs_.empty() || !uses_.empty(); });
         if (stopping_) {
           jobs_.clear();
+          uses_.clear();
           cv_.notify_all();
           return;
         }
+        // Uses recorded before any cleanup that was asked for after them:
+        // its walk sees them.
+        if (!uses_.empty() || jobs_.empty()) continue;
         j = std::move(jobs_.front());
         jobs_.erase(jobs_.begin());
         d = j.directory.lock();
@@ -118,6 +170,9 @@ class evictor final : public background_evictor {
   mutex mu_;
   std::condition_variable_any cv_;
   std::vector<job> jobs_ ABSL_GUARDED_BY(mu_);
+  static constexpr std::size_t kMaxPendingUses = 64;
+  std::vector<unique_fd> uses_ ABSL_GUARDED_BY(mu_);
+  bool recording_ ABSL_GUARDED_BY(mu_) = false;
   const store_directory* running_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> cancel_{false};

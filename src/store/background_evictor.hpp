@@ -1,5 +1,7 @@
 // The thread that cleans store shards for this process's puts, so that a
-// put that finds its shard over its share of the limit returns at once.
+// put that finds its shard over its share of the limit returns at once, and
+// records the last use of the entries gets read, so that a get never writes
+// to the filesystem.
 //
 // One per process, started at the first request. A request names a store
 // directory (held weakly: a store that goes away cancels its requests), a
@@ -22,9 +24,13 @@
 #include <string>
 
 #include "store/store_directory.hpp"
+#include "util/unique_fd.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::detail {
+
+// The thread's name (/proc/<pid>/task/<tid>/comm), at most 15 characters.
+inline constexpr char kBackgroundThreadName[] = "unicache-store";
 
 class background_evictor {
  public:
@@ -44,6 +50,14 @@ class background_evictor {
   virtual void forget(const store_directory* directory) noexcept = 0;
   // Waits until nothing is requested or running.
   virtual void wait_idle() noexcept = 0;
+
+  // Records that the entry open as `file` was just used (its mtime set to
+  // now), on the thread, soon. A metadata write waits for the filesystem's
+  // journal, for tens of milliseconds while another process removes
+  // thousands of files: a get hands it over and returns. At most 64 wait;
+  // beyond that a use is dropped (the next get of that entry records it).
+  // Never blocks on I/O; never throws.
+  virtual void record_use(unique_fd file) noexcept = 0;
 
  protected:
   ~background_evictor() = default;

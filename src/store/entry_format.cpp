@@ -117,4 +117,23 @@ parsed_entry parse_entry(byte_span bytes, const hash128* device) {
   return out;
 }
 
+std::optional<std::uint64_t> binary_size_of(byte_span head, std::uint64_t file_bytes, std::string_view key,
+                                            const hash128& device) {
+  if (head.size() != kEntryHeaderBytes + key.size() || file_bytes < head.size()) return std::nullopt;
+  const unsigned char* h = head.data();
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0 || get_le32(h + 8) != kStoreFormatVersion ||
+      get_le32(h + 12) != kEntryHeaderBytes || std::memcmp(h + 16, device.data(), device.size()) != 0 ||
+      get_le64(h + 32) != key.size() || get_le64(h + 40) != file_bytes - head.size() ||
+      std::memcmp(h + kEntryHeaderBytes, key.data(), key.size()) != 0) {
+    return std::nullopt;
+  }
+  return get_le64(h + 40);
+}
+
+bool binary_matches(byte_span head, byte_span binary) {
+  const std::string_view key(reinterpret_cast<const char*>(head.data() + kEntryHeaderBytes),
+                             head.size() - kEntryHeaderBytes);
+  return checksum(head.data(), key, binary) == get_le64(head.data() + kChecksumOffset);
+}
+
 }  // namespace unicache::detail

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -67,5 +68,17 @@ struct parsed_entry {
 // Parses `bytes` as an entry for `device` (or for any device when `device`
 // is null: the maintenance tool). Never throws.
 parsed_entry parse_entry(byte_span bytes, const hash128* device);
+
+// An entry read in two parts, so that a get reads the binary straight into
+// the vector it returns (no copy): first the header and the key, checked
+// here, then the binary, checked with binary_matches. `head` holds the
+// first kEntryHeaderBytes + key.size() bytes of a file of `file_bytes`.
+// Returns the binary's size, or nullopt when the file is not an intact
+// entry of exactly `key` for `device` (the caller then reads it whole, to
+// tell which).
+std::optional<std::uint64_t> binary_size_of(byte_span head, std::uint64_t file_bytes, std::string_view key,
+                                            const hash128& device);
+// Whether the checksum in `head` (checked by binary_size_of) covers `binary`.
+bool binary_matches(byte_span head, byte_span binary);
 
 }  // namespace unicache::detail

@@ -59,6 +59,26 @@ slot read_slot(store_directory& d, const directory_handle& dir, const std::strin
   return s;
 }
 
+// The binary of `key` for `device` in the open entry `file`, read straight
+// into the vector returned (a get copies nothing), or nullopt when the file
+// is anything but an intact entry of that key (read_slot then tells what).
+std::optional<byte_vector> read_binary(const opened_file& file, std::string_view key, const hash128& device,
+                                       const store_config& config) {
+  const auto file_bytes = static_cast<std::uint64_t>(file.status.st_size);
+  if (file.status.st_size < 0 || file_bytes > max_entry_file_bytes(key.size(), config.max_entry_bytes)) {
+    return std::nullopt;
+  }
+  byte_vector head(kEntryHeaderBytes + key.size());
+  if (file_bytes < head.size() || read_exactly(file, head.data(), head.size(), 0) != 0) return std::nullopt;
+  const std::optional<std::uint64_t> size = binary_size_of(head, file_bytes, key, device);
+  if (!size) return std::nullopt;
+  byte_vector binary(static_cast<std::size_t>(*size));
+  if (read_exactly(file, binary.data(), binary.size(), head.size()) != 0 || !binary_matches(head, binary)) {
+    return std::nullopt;
+  }
+  return binary;
+}
+
 }  // namespace
 
 std::shared_ptr<const store_state> kernel_store::impl::require_enabled() const {
@@ -155,9 +175,26 @@ std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& 
     // Every slot is tried: an earlier one may have been evicted, or hold
     // another key (a hash collision) or something that is not an entry.
     for (int n = 0; n < kMaxCollisions; ++n) {
+      // The common case first: the slot holds this key, intact.
+      opened_file file;
+      const int open_err = open_regular_file(dir, entry_name(n), file);
+      if (open_err == ENOENT) continue;
+      if (open_err == 0 && d.trusts(file.status, relative_dir, entry_name(n))) {
+        if (std::optional<byte_vector> binary = read_binary(file, key, device_h, s->config)) {
+          if (d.writable() && older_than(file, kTouchIntervalS)) {
+            background_evictor::instance().record_use(std::move(file.fd));
+          }
+          return binary;
+        }
+      }
+      // Anything else: read whole, as put and remove read it, to tell what.
       slot found = read_slot(d, dir, relative_dir, n, device_h, key, s->config);
       if (found.what == slot::state::this_key) {
-        touch_if_older(found.file, kTouchIntervalS);
+        // The last use, at most once a minute, is recorded by the
+        // background thread: a get never waits for the filesystem's journal.
+        if (d.writable() && older_than(found.file, kTouchIntervalS)) {
+          background_evictor::instance().record_use(std::move(found.file.fd));
+        }
         return byte_vector(found.entry.binary.begin(), found.entry.binary.end());
       }
       if (found.what == slot::state::damaged && d.writable()) {

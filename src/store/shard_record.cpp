@@ -1,11 +1,14 @@
-// A shard's size record: checked by magic, version and checksum, replaced by rename.
+// A shard's size record: checked by magic, version and checksum, written in place.
 #include "store/shard_record.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "util/file_io.hpp"
+#include "util/unique_fd.hpp"
 #include "util/little_endian.hpp"
 
 #define XXH_INLINE_ALL
@@ -36,6 +39,17 @@ std::optional<shard_totals> shard_record::read() const noexcept {
   return t;
 }
 
+bool shard_record::write_in_place(const unsigned char* bytes) const noexcept {
+  // O_NONBLOCK: a FIFO under the name fails to open (ENXIO), never waits.
+  const unique_fd fd(::openat(dir_.fd(), name_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      st.st_size != static_cast<off_t>(kBytes)) {
+    return false;
+  }
+  return ::pwrite(fd.get(), bytes, kBytes, 0) == static_cast<ssize_t>(kBytes);
+}
+
 int shard_record::write(const shard_totals& t) const noexcept {
   unsigned char buf[kBytes];
   std::memcpy(buf, kMagic, sizeof kMagic);
@@ -46,6 +60,7 @@ int shard_record::write(const shard_totals& t) const noexcept {
   put_le64(buf + 40, t.generation);
   put_le64(buf + 48, t.pending_removal);
   put_le64(buf + 56, XXH3_64bits(buf, 56));
+  if (write_in_place(buf)) return 0;
   std::string temp;
   if (const int err = write_temp_file(dir_, byte_span(buf, kBytes), mode_, temp); err != 0) return err;
   const int err = publish_replace(dir_, temp, name_);

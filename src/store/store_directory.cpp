@@ -126,12 +126,43 @@ bool store_directory::trusts(const struct stat& status, std::string_view relativ
   return false;
 }
 
+std::shared_ptr<const directory_handle> store_directory::device_directory(const std::string& name, bool create) {
+  {
+    mutex_lock l(&device_dirs_mu_);
+    if (const auto it = device_dirs_.find(name); it != device_dirs_.end()) {
+      std::shared_ptr<const directory_handle> cached = it->second;
+      struct stat now {};
+      if (::fstat(cached->fd(), &now) == 0 && now.st_nlink > 0 && permissions_.distrust(now).empty()) return cached;
+      device_dirs_.erase(it);  // removed (clear), or no longer trusted: opened again below
+    }
+  }
+  if (create) {
+    const int err = root_.create_subdirectory(name, permissions_.directory_mode());
+    if (err != 0 && err != EEXIST) {
+      write_failed(err, "creating " + shown(path_ + "/" + name));
+      return std::make_shared<const directory_handle>(directory_handle::failure(err));
+    }
+  }
+  directory_handle opened = root_.open_subdirectory(name);
+  if (opened.ok() && !trusts(opened.status(), name)) opened = directory_handle::failure(kUntrusted);
+  auto handle = std::make_shared<const directory_handle>(std::move(opened));
+  if (handle->ok()) {
+    mutex_lock l(&device_dirs_mu_);
+    if (device_dirs_.size() < kCachedDeviceDirectories) device_dirs_.emplace(name, handle);
+  }
+  return handle;
+}
+
 directory_handle store_directory::open_key_directory(const hash128& device, const hash128& key, bool create) {
-  std::string relative;
+  const std::array<std::string, 3> names = key_directory_names(device, key);
+  const std::shared_ptr<const directory_handle> device_dir = device_directory(names[0], create);
+  if (!device_dir->ok()) return directory_handle::failure(device_dir->error());
+  std::string relative = names[0];
   directory_handle current;
-  const directory_handle* parent = &root_;
-  for (const std::string& name : key_directory_names(device, key)) {
-    relative += relative.empty() ? name : "/" + name;
+  const directory_handle* parent = device_dir.get();
+  for (std::size_t i = 1; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    relative += "/" + name;
     if (create) {
       const int err = parent->create_subdirectory(name, permissions_.directory_mode());
       if (err != 0 && err != EEXIST) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include <array>
 
@@ -67,6 +68,11 @@ class store_directory {
   store_directory(const std::string& path, directory_handle root, bool shared);
 
  private:
+  // The device directory <root>/<name>, opened (created when `create`) and
+  // trusted, from the cache when it is there; a handle that holds an error
+  // otherwise.
+  std::shared_ptr<const directory_handle> device_directory(const std::string& name, bool create);
+
   std::string path_;
   directory_handle root_;
   store_permissions permissions_;
@@ -78,6 +84,15 @@ class store_directory {
   std::atomic<bool> warned_trust_{false};
   mutex devices_mu_;
   absl::flat_hash_set<std::string> described_devices_ ABSL_GUARDED_BY(devices_mu_);
+  // The device directories opened so far, held open (at most
+  // kCachedDeviceDirectories): a key directory is opened below its
+  // device's, two components instead of three. Each use checks the handle
+  // again (fstat: still linked, still trusted); one removed since (clear)
+  // is dropped and opened again.
+  static constexpr std::size_t kCachedDeviceDirectories = 16;
+  mutex device_dirs_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const directory_handle>> device_dirs_
+      ABSL_GUARDED_BY(device_dirs_mu_);
 };
 
 }  // namespace unicache::detail

@@ -14,7 +14,11 @@
 namespace unicache::detail {
 
 int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept {
-  out.fd = unique_fd(::openat(dir.fd(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  constexpr int kFlags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
+  out.fd = unique_fd(::openat(dir.fd(), name.c_str(), kFlags | O_NOATIME));
+  // O_NOATIME needs the file to be ours (a shared store's files may be
+  // another user's): without it, then.
+  if (!out.fd && errno == EPERM) out.fd = unique_fd(::openat(dir.fd(), name.c_str(), kFlags));
   if (!out.fd) return errno;
   if (::fstat(out.fd.get(), &out.status) != 0) return errno;
   if (S_ISDIR(out.status.st_mode)) return EISDIR;
@@ -43,6 +47,18 @@ int read_contents(const opened_file& file, std::size_t max_bytes, byte_vector& o
   return 0;
 }
 
+int read_exactly(const opened_file& file, unsigned char* out, std::size_t size, std::uint64_t offset) noexcept {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(file.fd.get(), out + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;  // shorter than its size said
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
 int read_regular_file(const directory_handle& dir, const std::string& name, std::size_t max_bytes,
                       byte_vector& out) noexcept {
   opened_file file;
@@ -50,12 +66,15 @@ int read_regular_file(const directory_handle& dir, const std::string& name, std:
   return read_contents(file, max_bytes, out);
 }
 
-void touch_if_older(const opened_file& file, long older_than_s) noexcept {
+bool older_than(const opened_file& file, long seconds) noexcept {
   struct timespec now {};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  if (now.tv_sec - file.status.st_mtim.tv_sec < older_than_s) return;
+  return now.tv_sec - file.status.st_mtim.tv_sec >= seconds;
+}
+
+void set_mtime_now(int fd) noexcept {
   const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
-  ::futimens(file.fd.get(), times);
+  ::futimens(fd, times);
 }
 
 int write_temp_file(const directory_handle& dir, byte_span data, mode_t mode, std::string& temp_name) noexcept {

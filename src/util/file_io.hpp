@@ -24,20 +24,28 @@ struct opened_file {
 // Opens `name` in `dir` for reading. A symbolic link is refused (ELOOP);
 // the open never blocks (a FIFO opens at once, unread); then fstat refuses a
 // directory (EISDIR) and a FIFO, socket or device (EINVAL). Returns 0 or errno.
+// Reading it does not update its access time (O_NOATIME, where the file is
+// ours): an atime update is a metadata write, which waits for the
+// filesystem's journal when another process is removing thousands of files.
 int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept;
 
 // Reads the whole of `file` into `out`, or nothing at all when it is larger
 // than `max_bytes` (EFBIG). Returns 0 or errno (ENOMEM when out of memory).
 int read_contents(const opened_file& file, std::size_t max_bytes, byte_vector& out) noexcept;
+// Reads exactly `size` bytes of `file` at `offset` into `out`. Returns 0,
+// errno, or EIO when the file is shorter.
+int read_exactly(const opened_file& file, unsigned char* out, std::size_t size, std::uint64_t offset) noexcept;
 
 // open_regular_file, then read_contents.
 int read_regular_file(const directory_handle& dir, const std::string& name, std::size_t max_bytes,
                       byte_vector& out) noexcept;
 
-// Sets the file's mtime to now if it is at least `older_than_s` seconds old:
-// the store's throttled last-use record. Best effort (a read-only store
-// still serves).
-void touch_if_older(const opened_file& file, long older_than_s) noexcept;
+// Whether the file's mtime (as opened) is at least `seconds` old: the
+// store records a use at most that often.
+bool older_than(const opened_file& file, long seconds) noexcept;
+// Sets the mtime of the open file `fd` to now: the store's last-use record.
+// Best effort (a read-only store still serves).
+void set_mtime_now(int fd) noexcept;
 
 // Writes `data` to a new file in `dir` with a unique temporary name
 // (".tmp.<pid>.<n>") and exactly `mode` (the umask does not apply); on

@@ -13,9 +13,11 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 
+#include "store/background_evictor.hpp"
 #include "store/entry_format.hpp"
 #include "store/key_description.hpp"
 #include "store/shard_record.hpp"
@@ -169,6 +171,34 @@ std::vector<std::string> record_files(const std::string& root) {
   std::vector<std::string> out;
   for (int s = 0; s < detail::kShards; ++s) out.push_back(root + "/v2/shards/" + detail::shard_record_name(s));
   return out;
+}
+
+TEST(KernelStore, ARecordIsWrittenInPlaceButNeverThroughAnotherFilesName) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  detail::store_access::use_key_hasher(store, &shard_zero_hash);
+  store.put(gpu_a(), "first", binary_for("first", 1000));
+  const std::string record = record_files(dir.path())[0];
+  struct stat before {};
+  ASSERT_EQ(::stat(record.c_str(), &before), 0);
+  store.put(gpu_a(), "second", binary_for("second", 1000));
+  struct stat after {};
+  ASSERT_EQ(::stat(record.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "updated in place: no file freed per put";
+  // A second name of the record's file (a hard link) makes it a file the
+  // store no longer owns alone: replaced, the other name left as it was.
+  const std::string other = dir.path() + "/someone-elses";
+  ASSERT_EQ(::link(record.c_str(), other.c_str()), 0);
+  std::ifstream in(other, std::ios::binary);
+  const std::string linked_before((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  store.put(gpu_a(), "third", binary_for("third", 1000));
+  std::ifstream again(other, std::ios::binary);
+  const std::string linked_after((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(linked_after, linked_before) << "never written through another name";
+  struct stat replaced {};
+  ASSERT_EQ(::stat(record.c_str(), &replaced), 0);
+  EXPECT_NE(replaced.st_ino, before.st_ino);
+  EXPECT_EQ(store.stats(/*recount=*/true).recorded_bytes, store.stats(/*recount=*/true).bytes);
 }
 
 TEST(KernelStore, RecordsEqualTheRecountAndAreRebuiltWhenMissingOrCorrupt) {
@@ -382,11 +412,33 @@ TEST(KernelStore, UseIsRecordedAtMostOnceAMinuteAndNeverReadFromAtime) {
   const std::string path = entry_dir_of(dir.path(), gpu_a(), "k") + "/0.entry";
   set_mtime(path, 1'000'000'000);
   store.get(gpu_a(), "k");
+  store.finish_eviction();  // the use is recorded by the background thread
   const std::int64_t recorded = mtime_of(path);
   EXPECT_GT(recorded, 1'000'000'000);
   set_mtime(path, recorded - 10);  // used 10 s ago: within the minute
   store.get(gpu_a(), "k");
+  store.finish_eviction();
   EXPECT_EQ(mtime_of(path), recorded - 10) << "a recent use is not written again";
+}
+
+// The background thread never preempts the threads it wakes beside.
+TEST(KernelStore, TheBackgroundThreadRunsAsBatchWork) {
+  temp_dir dir;
+  kernel_store store(store_in(dir.path()));
+  store.put(gpu_a(), "k", binary_for("k", 10));
+  set_mtime(entry_dir_of(dir.path(), gpu_a(), "k") + "/0.entry", 1'000'000'000);
+  store.get(gpu_a(), "k");  // an old entry's use: handed to the thread, which starts
+  store.finish_eviction();
+  int found = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != detail::kBackgroundThreadName) continue;
+    ++found;
+    EXPECT_EQ(::sched_getscheduler(std::stoi(task.path().filename().string())), SCHED_BATCH);
+  }
+  EXPECT_EQ(found, 1) << "one background thread per process, named";
 }
 
 TEST(KernelStore, EntriesUnusedForThresholdDaysAreRemovedByTheDailyWalk) {
