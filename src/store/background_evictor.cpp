@@ -3,7 +3,6 @@
 #include "store/background_evictor.hpp"
 
 #include <pthread.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,18 +19,14 @@
 namespace unicache::detail {
 namespace {
 
-// The thread's work can wait: it never preempts a thread it wakes beside
-// (SCHED_BATCH, as Mesa's disk-cache queue does), so that its wake-ups
-// between batches do not cut into the gets and puts of the process's own
-// threads. Its priority stays: a lower one (nice 10, measured) starved
-// eviction for minutes behind two busy threads on two cores, and kept puts
-// waiting for a shard's lock that a starved batch held. Best effort.
-// Named for top -H and debuggers: kBackgroundThreadName.
+// Named for top -H and debuggers. Its scheduling is the process's: tried
+// as SCHED_BATCH (no wake-up preemption, as Mesa's disk-cache queue runs),
+// it waited for a busy thread's time slice after each of its disk reads and
+// fell minutes behind two threads putting on two cores; at nice 10 it
+// starved the same way.
 void run_as_background_work() noexcept {
 #if defined(__linux__)
   ::pthread_setname_np(::pthread_self(), kBackgroundThreadName);
-  const struct sched_param param {};
-  ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &param);
 #endif
 }
 
