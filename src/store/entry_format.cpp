@@ -27,6 +27,32 @@ std::uint64_t checksum(const unsigned char* header, std::string_view key, byte_s
   return XXH3_64bits_digest(&state);
 }
 
+// The fields of an entry's header (its first kEntryHeaderBytes), as
+// encode_entry writes them.
+struct header_fields {
+  bool magic = false;
+  std::uint32_t version = 0;
+  std::uint32_t header_bytes = 0;
+  hash128 device{};
+  std::uint64_t key_size = 0;
+  std::uint64_t binary_size = 0;
+  std::uint64_t created_unix = 0;
+  std::uint64_t checksum = 0;
+};
+
+header_fields read_header(const unsigned char* h) {
+  header_fields f;
+  f.magic = std::memcmp(h, kMagic, sizeof kMagic) == 0;
+  f.version = get_le32(h + 8);
+  f.header_bytes = get_le32(h + 12);
+  std::memcpy(f.device.data(), h + 16, f.device.size());
+  f.key_size = get_le64(h + 32);
+  f.binary_size = get_le64(h + 40);
+  f.created_unix = get_le64(h + 48);
+  f.checksum = get_le64(h + kChecksumOffset);
+  return f;
+}
+
 }  // namespace
 
 hash128 device_hash(const device_identity& device) {
@@ -83,30 +109,29 @@ parsed_entry parse_entry(byte_span bytes, const hash128* device) {
     return out;
   }
   const unsigned char* h = bytes.data();
-  if (std::memcmp(h, kMagic, sizeof kMagic) != 0) {
+  const header_fields f = read_header(h);
+  if (!f.magic) {
     out.problem = entry_problem::not_an_entry;
     return out;
   }
-  if (get_le32(h + 8) != kStoreFormatVersion) {
+  if (f.version != kStoreFormatVersion) {
     out.problem = entry_problem::wrong_version;
     return out;
   }
-  if (get_le32(h + 12) != kEntryHeaderBytes) {
+  if (f.header_bytes != kEntryHeaderBytes) {
     out.problem = entry_problem::not_an_entry;
     return out;
   }
-  std::memcpy(out.device.data(), h + 16, out.device.size());
-  const std::uint64_t key_size = get_le64(h + 32);
-  const std::uint64_t binary_size = get_le64(h + 40);
+  out.device = f.device;
   const std::uint64_t available = bytes.size() - kEntryHeaderBytes;
-  if (key_size > available || binary_size != available - key_size) {
+  if (f.key_size > available || f.binary_size != available - f.key_size) {
     out.problem = entry_problem::truncated;
     return out;
   }
-  out.key = std::string_view(reinterpret_cast<const char*>(h + kEntryHeaderBytes), key_size);
-  out.binary = bytes.subspan(kEntryHeaderBytes + key_size);
-  out.created_unix = static_cast<std::int64_t>(get_le64(h + 48));
-  if (checksum(h, out.key, out.binary) != get_le64(h + kChecksumOffset)) {
+  out.key = std::string_view(reinterpret_cast<const char*>(h + kEntryHeaderBytes), f.key_size);
+  out.binary = bytes.subspan(kEntryHeaderBytes + f.key_size);
+  out.created_unix = static_cast<std::int64_t>(f.created_unix);
+  if (checksum(h, out.key, out.binary) != f.checksum) {
     out.problem = entry_problem::corrupt;
     return out;
   }
@@ -120,20 +145,19 @@ parsed_entry parse_entry(byte_span bytes, const hash128* device) {
 std::optional<std::uint64_t> binary_size_of(byte_span head, std::uint64_t file_bytes, std::string_view key,
                                             const hash128& device) {
   if (head.size() != kEntryHeaderBytes + key.size() || file_bytes < head.size()) return std::nullopt;
-  const unsigned char* h = head.data();
-  if (std::memcmp(h, kMagic, sizeof kMagic) != 0 || get_le32(h + 8) != kStoreFormatVersion ||
-      get_le32(h + 12) != kEntryHeaderBytes || std::memcmp(h + 16, device.data(), device.size()) != 0 ||
-      get_le64(h + 32) != key.size() || get_le64(h + 40) != file_bytes - head.size() ||
-      std::memcmp(h + kEntryHeaderBytes, key.data(), key.size()) != 0) {
+  const header_fields f = read_header(head.data());
+  if (!f.magic || f.version != kStoreFormatVersion || f.header_bytes != kEntryHeaderBytes || f.device != device ||
+      f.key_size != key.size() || f.binary_size != file_bytes - head.size() ||
+      std::memcmp(head.data() + kEntryHeaderBytes, key.data(), key.size()) != 0) {
     return std::nullopt;
   }
-  return get_le64(h + 40);
+  return f.binary_size;
 }
 
 bool binary_matches(byte_span head, byte_span binary) {
   const std::string_view key(reinterpret_cast<const char*>(head.data() + kEntryHeaderBytes),
                              head.size() - kEntryHeaderBytes);
-  return checksum(head.data(), key, binary) == get_le64(head.data() + kChecksumOffset);
+  return checksum(head.data(), key, binary) == read_header(head.data()).checksum;
 }
 
 }  // namespace unicache::detail

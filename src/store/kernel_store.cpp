@@ -79,6 +79,12 @@ std::optional<byte_vector> read_binary(const opened_file& file, std::string_view
   return binary;
 }
 
+// A hit's last use, at most once a minute, recorded by the background
+// thread: a get never waits for the filesystem's journal.
+void record_use_if_due(const store_directory& d, opened_file& file) {
+  if (d.writable() && older_than(file, kTouchIntervalS)) background_evictor::instance().record_use(std::move(file.fd));
+}
+
 }  // namespace
 
 std::shared_ptr<const store_state> kernel_store::impl::require_enabled() const {
@@ -181,20 +187,14 @@ std::optional<byte_vector> kernel_store::impl::get_local(const device_identity& 
       if (open_err == ENOENT) continue;
       if (open_err == 0 && d.trusts(file.status, relative_dir, entry_name(n))) {
         if (std::optional<byte_vector> binary = read_binary(file, key, device_h, s->config)) {
-          if (d.writable() && older_than(file, kTouchIntervalS)) {
-            background_evictor::instance().record_use(std::move(file.fd));
-          }
+          record_use_if_due(d, file);
           return binary;
         }
       }
       // Anything else: read whole, as put and remove read it, to tell what.
       slot found = read_slot(d, dir, relative_dir, n, device_h, key, s->config);
       if (found.what == slot::state::this_key) {
-        // The last use, at most once a minute, is recorded by the
-        // background thread: a get never waits for the filesystem's journal.
-        if (d.writable() && older_than(found.file, kTouchIntervalS)) {
-          background_evictor::instance().record_use(std::move(found.file.fd));
-        }
+        record_use_if_due(d, found.file);
         return byte_vector(found.entry.binary.begin(), found.entry.binary.end());
       }
       if (found.what == slot::state::damaged && d.writable()) {
