@@ -194,7 +194,8 @@ void print_usage() {
       "\n"
       "  --eviction N[,N...]  instead, for a store of each N 4 KB entries: what\n"
       "                       evicting it costs the put that triggers it and\n"
-      "                       another process's gets and puts\n"
+      "                       another process's gets and puts (which puts at\n"
+      "                       most max(4 N, 10000) new entries)\n"
       "\n"
       "Google Benchmark options:\n",
       stdout);

@@ -12,6 +12,10 @@
 // the longest, p99.9 and p50 put and get it saw. Last, stats, list and
 // verify are timed on the evicted store.
 //
+// The neighbour puts at most max(4 N, 10,000) new entries (then only
+// gets): its own eviction is off, so an eviction slower than its puts would
+// otherwise let it fill the disk. A run that reached the cap says so.
+//
 // The neighbour's shapes:
 //   alternating  one thread, a get then a put, in turn;
 //   concurrent   two threads on one kernel_store, one getting and one
@@ -65,7 +69,11 @@ struct neighbour_report {
   std::uint64_t puts = 0;
   std::uint64_t gets = 0;
   std::uint64_t wrong = 0;  // a get that returned another binary
+  bool capped = false;      // stopped putting at put_cap
 };
+
+// How many new entries the neighbour may put into a store of `entries`.
+std::uint64_t put_cap(std::uint64_t entries) { return std::max<std::uint64_t>(4 * entries, 10000); }
 
 // The q-quantile (nearest rank) of `v`, reordering it.
 double quantile(std::vector<double>& v, double q) {
@@ -125,7 +133,7 @@ void timed_put(kernel_store& store, std::uint64_t entries, std::uint64_t n, timi
     std::mt19937_64 rng(12345);
     for (std::uint64_t n = 0; !stopped(stop_fd); ++n) {
       timed_get(store, rng, entries, gets, &r.wrong);
-      timed_put(store, entries, n, puts);
+      if (n < put_cap(entries)) timed_put(store, entries, n, puts);
     }
   } else {
     std::atomic<bool> stop{false};
@@ -135,7 +143,9 @@ void timed_put(kernel_store& store, std::uint64_t entries, std::uint64_t n, timi
       while (!stop.load(std::memory_order_relaxed)) timed_get(store, rng, entries, gets, &wrong);
     });
     std::thread putter([&] {
-      for (std::uint64_t n = 0; !stop.load(std::memory_order_relaxed); ++n) timed_put(store, entries, n, puts);
+      for (std::uint64_t n = 0; n < put_cap(entries) && !stop.load(std::memory_order_relaxed); ++n) {
+        timed_put(store, entries, n, puts);
+      }
     });
     while (!stopped(stop_fd)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     stop = true;
@@ -145,6 +155,7 @@ void timed_put(kernel_store& store, std::uint64_t entries, std::uint64_t n, timi
   }
   gets.report(&r.max_get_ms, &r.p999_get_ms, &r.p50_get_ms, &r.gets);
   puts.report(&r.max_put_ms, &r.p999_put_ms, &r.p50_put_ms, &r.puts);
+  r.capped = r.puts >= put_cap(entries);
   (void)!::write(out_fd, &r, sizeof r);
   ::_exit(0);
 }
@@ -269,11 +280,11 @@ int run_eviction(const std::string& root, const std::vector<std::uint64_t>& size
     for (const shape how : {shape::alternating, shape::concurrent}) {
       const row r = measure(root, n, how);
       const neighbour_report& b = r.neighbour;
-      std::printf("| %llu | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | %llu | %llu | %llu | %.1f "
+      std::printf("| %llu | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | %llu%s | %llu | %llu | %.1f "
                   "| %.1f | %.1f | %llu | %llu |\n",
                   static_cast<unsigned long long>(r.entries), name_of(how), r.fill_s, r.trigger_put_ms, r.eviction_s,
                   b.max_put_ms, b.p999_put_ms, b.p50_put_ms, b.max_get_ms, b.p999_get_ms, b.p50_get_ms,
-                  static_cast<unsigned long long>(b.puts), static_cast<unsigned long long>(b.gets),
+                  static_cast<unsigned long long>(b.puts), b.capped ? " (cap)" : "", static_cast<unsigned long long>(b.gets),
                   static_cast<unsigned long long>(b.wrong), r.stats_ms, r.list_ms, r.verify_ms,
                   static_cast<unsigned long long>(r.entries_after),
                   static_cast<unsigned long long>(r.key_directories_after));

@@ -78,12 +78,14 @@ class evictor final : public background_evictor {
     std::erase_if(jobs_, [&](const job& j) { return j.key == directory; });
     if (running_ != directory) return;
     cancel_.store(true, std::memory_order_relaxed);
-    mu_.wait(cv_, [&] { return running_ != directory; });
+    mu_.wait(cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return running_ != directory; });
   }
 
   void wait_idle() noexcept override {
     mutex_lock l(&mu_);
-    mu_.wait(cv_, [&] { return (jobs_.empty() && running_ == nullptr && uses_.empty() && !recording_) || !thread_; });
+    mu_.wait(cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return (jobs_.empty() && running_ == nullptr && uses_.empty() && !recording_) || !thread_;
+    });
   }
 
   // At exit: the cleanup in progress stops after its batch; the thread ends.
@@ -131,7 +133,7 @@ class evictor final : public background_evictor {
       std::shared_ptr<store_directory> d;
       {
         mutex_lock l(&mu_);
-        mu_.wait(cv_, [&] { return stopping_ || !jobs_.empty() || !uses_.empty(); });
+        mu_.wait(cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !jobs_.empty() || !uses_.empty(); });
         if (stopping_) {
           jobs_.clear();
           uses_.clear();

@@ -5,9 +5,19 @@
  * blobs). A tiny harness: CHECK counts failures; the exit code is 0 when
  * none failed, 77 (CTest's skip) when the build has no CPU backend for the
  * parts that need one. */
+#include <ftw.h>
 #include <unistd.h>
 
 #include "c_test.h"
+
+/* The store's directory, made by test_store and removed at the end. */
+static char store_dir[] = "/tmp/unicache-c-api-XXXXXX";
+static int store_dir_made = 0;
+
+static int remove_one(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
 
 static void test_status_and_version(void) {
   CHECK(strcmp(unicache_status_name(UNICACHE_BUFFER_TOO_SMALL), "UNICACHE_BUFFER_TOO_SMALL") == 0);
@@ -62,8 +72,9 @@ static void test_eviction_callbacks(void) {
 }
 
 static void test_store(void) {
-  char dir[] = "/tmp/unicache-c-api-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
+  char* dir = store_dir;
+  store_dir_made = mkdtemp(dir) != NULL;
+  CHECK(store_dir_made);
   OK(unicache_store_set_directory(dir));
   OK(unicache_store_set_enabled(1));
   OK(unicache_store_set_capacity_mb(64));
@@ -299,6 +310,7 @@ int main(void) {
   test_blobs();
   test_graph_misuse();
   const int compiled = test_compile_and_execute();
+  if (store_dir_made) nftw(store_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
   if (compiled == 77 && !failures) {
     fprintf(stderr, "skipped: this build has no CPU backend\n");
     return 77;

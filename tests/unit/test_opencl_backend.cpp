@@ -15,6 +15,7 @@
 #include "backend_numerics.hpp"
 #include "mlp_partition.hpp"
 #include "opencl_internal.hpp"
+#include "process_temp_dir.hpp"
 #include "adaptive_gemm_numerics.hpp"
 #include "unicache/kernel_generator.hpp"
 #include "unicache/opencl.hpp"
@@ -27,13 +28,10 @@ namespace fs = std::filesystem;
 
 // Every test process gets a store of its own, set before first use.
 const std::string& store_dir() {
-  static const std::string dir = [] {
-    char tmpl[] = "/tmp/unicache-opencl-test-XXXXXX";
-    std::string d = ::mkdtemp(tmpl);
-    ::setenv("UNICACHE_PERSISTENT_CACHE_DIR", d.c_str(), 1);
-    return d;
-  }();
-  return dir;
+  static const process_temp_dir dir("unicache-opencl-test");
+  static const bool set = ::setenv("UNICACHE_PERSISTENT_CACHE_DIR", dir.path().c_str(), 1) == 0;
+  (void)set;
+  return dir.path();
 }
 const bool store_configured = !store_dir().empty();
 
