@@ -195,7 +195,9 @@ void print_usage() {
       "  --eviction N[,N...]  instead, for a store of each N 4 KB entries: what\n"
       "                       evicting it costs the put that triggers it and\n"
       "                       another process's gets and puts (which puts at\n"
-      "                       most max(4 N, 10000) new entries)\n"
+      "                       most max(4 N, 10000) new entries); each row is\n"
+      "                       followed by its baseline, the same neighbour with\n"
+      "                       nobody evicting\n"
       "\n"
       "Google Benchmark options:\n",
       stdout);

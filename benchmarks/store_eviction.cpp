@@ -12,6 +12,13 @@
 // the longest, p99.9 and p50 put and get it saw. Last, stats, list and
 // verify are timed on the evicted store.
 //
+// Then, as the baseline of the same run, the same again without the
+// trigger: a fresh fill, the same neighbour for as long as the first
+// neighbour ran, and nobody evicting (the row's trigger and eviction columns
+// read "-"). What the neighbour sees there is what this machine gives its
+// two threads anyway (scheduling, the disk's own writeback); the difference
+// is the eviction's.
+//
 // The neighbour puts at most max(4 N, 10,000) new entries (then only
 // gets): its own eviction is off, so an eviction slower than its puts would
 // otherwise let it fill the disk. A run that reached the cap says so.
@@ -33,6 +40,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -163,6 +171,7 @@ void timed_put(kernel_store& store, std::uint64_t entries, std::uint64_t n, timi
 struct row {
   std::uint64_t entries = 0;
   shape how = shape::alternating;
+  bool evicts = true;  // false: the baseline, nobody evicting
   double fill_s = 0;
   double trigger_put_ms = 0;
   double eviction_s = 0;
@@ -190,10 +199,13 @@ std::uint64_t count_key_directories(const std::string& dir) {
   return n;
 }
 
-row measure(const std::string& root, std::uint64_t entries, shape how) {
+// With `baseline_s`, the baseline: no trigger, the neighbour runs that long
+// (plus the pauses an evicting row has around its trigger).
+row measure(const std::string& root, std::uint64_t entries, shape how, std::optional<double> baseline_s) {
   row out;
   out.entries = entries;
   out.how = how;
+  out.evicts = !baseline_s;
   store_config config;
   config.directory = root + "/evict-" + std::to_string(entries);
   config.max_size_bytes = std::uint64_t{1} << 40;
@@ -230,7 +242,9 @@ row measure(const std::string& root, std::uint64_t entries, shape how) {
   char c;
   (void)!::read(ready[0], &c, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  {
+  if (baseline_s) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(*baseline_s) + std::chrono::milliseconds(300));
+  } else {
     kernel_store store(config);
     const auto t0 = clock_type::now();
     store.put(kDevice, "trigger", binary_of(0));
@@ -246,6 +260,7 @@ row measure(const std::string& root, std::uint64_t entries, shape how) {
   ::close(ready[0]);
   ::close(stop[1]);
   ::close(report[0]);
+  if (baseline_s) return out;
 
   kernel_store store(config);
   auto t0 = clock_type::now();
@@ -276,22 +291,36 @@ int run_eviction(const std::string& root, const std::vector<std::uint64_t>& size
   std::printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
               "| ---: | ---: | ---: |\n");
   int status = 0;
+  auto print = [&](const row& r) {
+    const neighbour_report& b = r.neighbour;
+    std::string trigger = "-", done = "-", after = "| - | - | - | - | - |";
+    if (r.evicts) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%.2f", r.trigger_put_ms);
+      trigger = buf;
+      std::snprintf(buf, sizeof buf, "%.2f", r.eviction_s);
+      done = buf;
+      std::snprintf(buf, sizeof buf, "| %.1f | %.1f | %.1f | %llu | %llu |", r.stats_ms, r.list_ms, r.verify_ms,
+                    static_cast<unsigned long long>(r.entries_after),
+                    static_cast<unsigned long long>(r.key_directories_after));
+      after = buf;
+    }
+    std::printf("| %llu | %s%s | %.1f | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | %llu%s | %llu | %llu %s\n",
+                static_cast<unsigned long long>(r.entries), name_of(r.how), r.evicts ? "" : ", nobody evicting", r.fill_s,
+                trigger.c_str(), done.c_str(), b.max_put_ms, b.p999_put_ms, b.p50_put_ms, b.max_get_ms, b.p999_get_ms,
+                b.p50_get_ms, static_cast<unsigned long long>(b.puts), b.capped ? " (cap)" : "",
+                static_cast<unsigned long long>(b.gets), static_cast<unsigned long long>(b.wrong), after.c_str());
+    std::fflush(stdout);
+    if (b.wrong != 0 || b.gets == 0) status = 1;
+    std::error_code ignored;
+    std::filesystem::remove_all(root + "/evict-" + std::to_string(r.entries), ignored);
+  };
   for (const std::uint64_t n : sizes) {
     for (const shape how : {shape::alternating, shape::concurrent}) {
-      const row r = measure(root, n, how);
-      const neighbour_report& b = r.neighbour;
-      std::printf("| %llu | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | %llu%s | %llu | %llu | %.1f "
-                  "| %.1f | %.1f | %llu | %llu |\n",
-                  static_cast<unsigned long long>(r.entries), name_of(how), r.fill_s, r.trigger_put_ms, r.eviction_s,
-                  b.max_put_ms, b.p999_put_ms, b.p50_put_ms, b.max_get_ms, b.p999_get_ms, b.p50_get_ms,
-                  static_cast<unsigned long long>(b.puts), b.capped ? " (cap)" : "", static_cast<unsigned long long>(b.gets),
-                  static_cast<unsigned long long>(b.wrong), r.stats_ms, r.list_ms, r.verify_ms,
-                  static_cast<unsigned long long>(r.entries_after),
-                  static_cast<unsigned long long>(r.key_directories_after));
-      std::fflush(stdout);
-      if (b.wrong != 0 || b.gets == 0) status = 1;
-      std::error_code ignored;
-      std::filesystem::remove_all(root + "/evict-" + std::to_string(n), ignored);
+      const row evicting = measure(root, n, how, std::nullopt);
+      print(evicting);
+      // The neighbour ran from its start to 300 ms after the eviction.
+      print(measure(root, n, how, evicting.eviction_s + 0.3));
     }
   }
   return status;
