@@ -319,8 +319,7 @@ int run_eviction(const std::string& root, const std::vector<std::uint64_t>& size
     for (const shape how : {shape::alternating, shape::concurrent}) {
       const row evicting = measure(root, n, how, std::nullopt);
       print(evicting);
-      // The neighbour ran from its start to 300 ms after the eviction.
-      print(measure(root, n, how, evicting.eviction_s + 0.3));
+      print(measure(root, n, how, evicting.eviction_s));
     }
   }
   return status;

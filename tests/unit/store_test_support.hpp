@@ -20,30 +20,11 @@
 #include "store/background_evictor.hpp"
 #include "store/entry_format.hpp"
 #include "store/store_layout.hpp"
+#include "temp_dir.hpp"
 #include "util/lock_file.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::testing {
-
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class temp_dir {
- public:
-  temp_dir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/unicache-test-XXXXXX";
-    path_ = ::mkdtemp(pattern.data()) ? pattern : "";
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 inline store_config store_in(const std::string& dir, std::uint64_t max_bytes = std::uint64_t{1} << 30) {
   store_config c;

@@ -20,7 +20,7 @@
 #include "backend_numerics.hpp"
 #include "cuda_internal.hpp"
 #include "mlp_partition.hpp"
-#include "process_temp_dir.hpp"
+#include "temp_dir.hpp"
 #include "adaptive_gemm_numerics.hpp"
 #include "unicache/cuda.hpp"
 #include "unicache/kernel_generator.hpp"
@@ -36,7 +36,7 @@ using kernels::dialect;
 const std::string& store_dir() {
   static const std::string dir = [] {
     if (const char* given = ::getenv("UNICACHE_PERSISTENT_CACHE_DIR"); given && *given) return std::string(given);
-    static const process_temp_dir own("unicache-cuda-test");
+    static const temp_dir own("unicache-cuda-test");
     ::setenv("UNICACHE_PERSISTENT_CACHE_DIR", own.path().c_str(), 1);
     return own.path();
   }();

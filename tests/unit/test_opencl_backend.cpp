@@ -15,7 +15,7 @@
 #include "backend_numerics.hpp"
 #include "mlp_partition.hpp"
 #include "opencl_internal.hpp"
-#include "process_temp_dir.hpp"
+#include "temp_dir.hpp"
 #include "adaptive_gemm_numerics.hpp"
 #include "unicache/kernel_generator.hpp"
 #include "unicache/opencl.hpp"
@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 // Every test process gets a store of its own, set before first use.
 const std::string& store_dir() {
-  static const process_temp_dir dir("unicache-opencl-test");
+  static const temp_dir dir("unicache-opencl-test");
   static const bool set = ::setenv("UNICACHE_PERSISTENT_CACHE_DIR", dir.path().c_str(), 1) == 0;
   (void)set;
   return dir.path();

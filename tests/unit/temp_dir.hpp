@@ -1,6 +1,7 @@
-// A directory for a whole test process: made on first use under $TMPDIR (or
-// /tmp) and removed with its contents when that process exits normally.
-// A forked child that exits leaves it alone: it belongs to its maker.
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents when
+// the object goes. Made at a function-local static, it serves a whole test
+// process. A forked child that destroys it leaves it alone: the directory
+// belongs to the process that made it.
 #pragma once
 
 #include <unistd.h>
@@ -11,20 +12,20 @@
 
 namespace unicache::testing {
 
-class process_temp_dir {
+class temp_dir {
  public:
-  explicit process_temp_dir(const std::string& prefix) {
+  explicit temp_dir(const std::string& prefix = "unicache-test") {
     const char* base = std::getenv("TMPDIR");
     std::string pattern = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
     if (::mkdtemp(pattern.data())) path_ = pattern;
   }
-  ~process_temp_dir() {
+  ~temp_dir() {
     if (path_.empty() || ::getpid() != maker_) return;
     std::error_code ignored;
     std::filesystem::remove_all(path_, ignored);
   }
-  process_temp_dir(const process_temp_dir&) = delete;
-  process_temp_dir& operator=(const process_temp_dir&) = delete;
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
   // Empty when no directory could be made.
   const std::string& path() const { return path_; }
 
