@@ -145,21 +145,40 @@ TEST(StoreProcesses, AnEvictorKilledMidBatchLeavesRecordsThatAreRebuilt) {
   const detail::shard_record record(shards_dir, detail::shard_record_name(0), 0600);
   std::mt19937 rng(2026);
   int marked = 0;
-  // Random kill points, until at least one landed inside a batch (about
-  // half do).
+  // Kill points: in most trials as soon as the record shows a batch's mark
+  // (watched from the trigger put's return, however slow the child is, as
+  // under a sanitizer), in the others a random time after that put;
+  // until at least one landed inside a batch.
   for (int trial = 0; trial < 60 && (trial < 8 || marked == 0); ++trial) {
     {
       const auto filler = open_store(false);  // refill shard 0 without evicting
       for (int k = 0; k < kEntries; ++k) filler->put(gpu_a(), key_of(k), binary_for(key_of(k), 1024));
     }
+    int started[2];
+    ASSERT_EQ(::pipe(started), 0);
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::close(started[0]);
       const auto store = open_store(true);
       store->put(gpu_a(), "trigger", binary_for("trigger", 1024));
+      const char c = 1;
+      (void)!::write(started[1], &c, 1);
       wait_for_eviction();
       ::_exit(0);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    ::close(started[1]);
+    char c;
+    (void)!::read(started[0], &c, 1);  // or end of file: the child died
+    ::close(started[0]);
+    if (trial % 4 == 3) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 10000));
+    } else {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (std::chrono::steady_clock::now() < give_up) {
+        const std::optional<detail::shard_totals> now = record.read();
+        if (now && now->pending_removal != 0) break;
+      }
+    }
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
 
