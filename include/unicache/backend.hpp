@@ -49,6 +49,8 @@ struct kernel_binary {
 
 // What a backend compiled for one partition and concrete shapes. execute()
 // may be called concurrently from several threads (with different tensors).
+// On a device with queues (a GPU), execute() enqueues its work on the
+// stream and returns; backend::wait() is where the caller waits.
 class compiled_kernel {
  public:
   virtual ~compiled_kernel() = default;
@@ -100,6 +102,11 @@ class backend {
                                                          const engine& e,
                                                          const std::vector<kernel_binary>& preloaded) = 0;
   virtual stream make_stream(const engine& e) = 0;
+  // Waits on the host until the work enqueued on `s` (a stream of this
+  // backend's) is finished; throws execute_error (with the backend's error
+  // nested) for a failure of that work. The default does nothing: a backend whose execute() finishes its
+  // work before returning (oneDNN on the CPU) has nothing to wait for.
+  virtual void wait(stream& s);
   // What the engine's binaries are valid for: blobs made on one identity are
   // refused on another.
   virtual device_identity identity(const engine& e) const = 0;
@@ -259,6 +266,13 @@ class engine {
 };
 
 // An execution queue on an engine. One stream per thread.
+//
+// Work enqueued on a stream runs in order. On a GPU, execute() returns once
+// the work is enqueued, and wait() is where the host waits (once per
+// request, as with a CUDA stream or oneDNN's stream::wait()). Inputs must
+// stay alive and unchanged, and outputs unread, until then. An asynchronous
+// failure of enqueued work is thrown by wait(), or by the next execute() on
+// the stream (as execute_error, with the backend's error nested).
 class stream {
  public:
   stream() = default;
@@ -271,6 +285,12 @@ class stream {
   // throws invalid_argument for another type, as engine::native does.
   template <typename T>
   T& native() const { return *native_.get<T>("stream"); }
+  // Waits until the work enqueued on the stream is finished; throws
+  // execute_error (compiler.hpp), with the backend's error nested, if any of
+  // it failed. Does
+  // nothing on a stream of no backend, and on the CPU, where execute()
+  // returns finished.
+  void wait();
 
  private:
   engine engine_;

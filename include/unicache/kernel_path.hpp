@@ -7,7 +7,7 @@
 //
 //   struct my_builder final : unicache::kernel_builder { ... };
 //   auto k = unicache::get_kernel(my_backend.cache_owner(), engine.scope(), my_builder{engine}, source, preloaded);
-//   k->launch([&] { launch_and_wait(k->program<my_program>(), args); });
+//   k->launch([&] { enqueue(k->program<my_program>(), stream, args); });
 //
 // The path, for one kernel_source on one engine:
 //  1. the kernel cache (in memory, single-flight: concurrent callers of one
@@ -22,8 +22,8 @@
 // store, and the kernel is built from source: never a failure, never a
 // wrong kernel. A load that fails for another reason (the device is out of
 // memory) throws, and the stored binary stays. A kernel built from source is
-// put in the store after its first launch returns (a driver that finishes
-// compiling at the first launch, like PoCL, has the final binary then); one
+// put in the store after its first launch is enqueued (a driver that
+// finishes compiling at the first launch, like PoCL, does it there); one
 // from a preloaded binary is not (a blob is the application's to trust, not
 // every user's of the store).
 //
@@ -107,7 +107,7 @@ struct kernel_path_stats {
   std::uint64_t stored = 0;          // binaries written to the persistent store
   std::uint64_t build_ns = 0;        // time building from source
   std::uint64_t load_ns = 0;         // time loading binaries (the store read included)
-  std::uint64_t first_launch_ns = 0; // each kernel's first launch: a driver's last compile step plus one run
+  std::uint64_t first_launch_ns = 0; // each kernel's first launch: a driver's last compile step plus the enqueue
 };
 kernel_path_stats kernel_stats(owner_id owner);
 
@@ -149,7 +149,7 @@ class kernel {
   const Program& program() const {
     return static_cast<const Program&>(*program_);
   }
-  // Runs `run` (which launches the kernel and waits for it). The first
+  // Runs `run` (which enqueues the kernel; it need not wait). The first
   // launch is timed as first_launch_ns; after it returns, a kernel built
   // from source has its binary put in the store.
   template <typename Run>

@@ -242,8 +242,12 @@ UNICACHE_API unicache_status_t unicache_engine_get_kind(unicache_engine_t engine
 
 UNICACHE_API unicache_status_t unicache_stream_create(unicache_engine_t engine, unicache_stream_t* stream);
 UNICACHE_API unicache_status_t unicache_stream_destroy(unicache_stream_t stream);
-/* Waits for work queued on the stream. Every backend's execute returns
- * once its work is done, so this returns at once; it checks the handle. */
+/* Waits until the work enqueued on the stream is finished. On a GPU,
+ * unicache_compiled_partition_execute enqueues and returns: call this once
+ * per request before reading outputs (or freeing inputs). A failure of
+ * enqueued work is reported here (UNICACHE_EXECUTE_FAILED, with the
+ * driver's message), or by the next execute on the stream. On the
+ * CPU, execute returns finished and this returns at once. */
 UNICACHE_API unicache_status_t unicache_stream_wait(unicache_stream_t stream);
 
 /* Compiles `partition` for concrete input shapes: shapes[i] has ndims[i]

@@ -45,7 +45,7 @@ unicache_status_t unicache_stream_create(unicache_engine_t engine, unicache_stre
 unicache_status_t unicache_stream_destroy(unicache_stream_t stream) { return destroy(stream, kStreamMagic, "stream"); }
 
 unicache_status_t unicache_stream_wait(unicache_stream_t stream) {
-  return guarded([&] { live(stream, kStreamMagic, "stream"); });  // every backend's execute() returns finished
+  return guarded([&] { live(stream, kStreamMagic, "stream")->s.wait(); });
 }
 
 namespace {

@@ -34,6 +34,12 @@ std::string backend::kernel_configuration(const partition& /*p*/,
   return shape_mode_configuration(kernel_shapes::specialized, input_shapes);  // every shape in full
 }
 
+void backend::wait(stream& /*s*/) {}
+
+void stream::wait() {
+  if (backend* b = engine_.get_backend()) b->wait(*this);
+}
+
 shape_class backend::specialization_class(const partition& /*p*/, const std::vector<logical_tensor>& /*in*/,
                                           const std::vector<logical_tensor>& /*out*/, const engine& /*e*/) const {
   return {};

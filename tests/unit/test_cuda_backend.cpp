@@ -226,7 +226,7 @@ struct gpu : ::testing::Test, cuda_device {
 
 // Adaptive: every GEMM tile candidate, chosen through the store, on odd sizes.
 TEST_F(gpu, EveryTileCandidateMatchesTheReferenceAndAStoredChoiceIsUsed) {
-  check_every_candidate(*this, eng.native<cuda::detail::engine_state>().plan.gemm, "cuda");
+  check_every_candidate(*this, eng.native<cuda::detail::engine_state>().facts.gemm, "cuda");
 }
 
 TEST_F(gpu, EveryShapeOfAPartitionRunsOneKernelAndTheEngineNamesThePhysicalDevice) {
@@ -304,13 +304,13 @@ TEST_F(gpu, UnicacheCudaDeviceSelectsByOrdinalOrNameAndWarnsOnceOnNoMatch) {
 
 TEST_F(gpu, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   const cuda::detail::engine_state& es = eng.native<cuda::detail::engine_state>();
-  const kernel_source src = kernels::eltwise_source(dialect::cuda_c, op_kind::sigmoid, es.plan.vector_work_group);
+  const kernel_source src = kernels::eltwise_source(dialect::cuda_c, op_kind::sigmoid, es.facts.vector_work_group);
   kernel_store& store = kernel_store::instance();
   // A well-formed store entry whose binary looks like a cubin but is not one.
   byte_vector garbage(4096, 0x5a);
   std::memcpy(garbage.data(), "\x7f" "ELF", 4);
-  store.remove(es.identity, src.store_key());
-  ASSERT_TRUE(store.put(es.identity, src.store_key(), garbage));
+  store.remove(es.facts.identity, src.store_key());
+  ASSERT_TRUE(store.put(es.facts.identity, src.store_key(), garbage));
   forget_kernels();
   const shape_t s{7, 129};
   graph g;
@@ -326,7 +326,7 @@ TEST_F(gpu, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   const cuda::backend_stats after = cuda::stats();
   EXPECT_EQ(after.binaries_rejected - before.binaries_rejected, 1u);
   EXPECT_EQ(after.programs_from_source - before.programs_from_source, 1u);
-  const auto now = store.get(es.identity, src.store_key());
+  const auto now = store.get(es.facts.identity, src.store_key());
   ASSERT_TRUE(now.has_value()) << "the rebuilt binary replaced the rejected one";
   EXPECT_TRUE(is_cubin(*now));
 }
@@ -465,7 +465,7 @@ TEST_F(gpu, TheKernelCacheCountsEachCubinAtItsRealSize) {
   for (const kernel_source& src : {kernels::softmax_source(dialect::cuda_c, 64),
                                    kernels::eltwise_source(dialect::cuda_c, op_kind::relu, 64),
                                    kernels::pack_source(dialect::cuda_c, /*transpose_b=*/false, 64)}) {
-    built.push_back(cuda::detail::get_program(own, src, {}));
+    built.push_back(unicache::gpu::get_program(own, src, {}));
     const kernel& k = *built.back();
     const std::size_t cubin = k.binary().size();
     EXPECT_GT(cubin, 0u) << k.name();

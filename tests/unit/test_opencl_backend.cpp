@@ -86,7 +86,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(opencl_specialized, BackendNumerics, specialized<
 // Adaptive: every GEMM tile candidate, chosen through the store, on odd sizes.
 TEST(OpenclAdaptive, EveryTileCandidateMatchesTheReferenceAndAStoredChoiceIsUsed) {
   opencl_device device;
-  check_every_candidate(device, device.eng.native<opencl::detail::engine_state>().plan.gemm, "opencl");
+  check_every_candidate(device, device.eng.native<opencl::detail::engine_state>().facts.gemm, "opencl");
 }
 
 // A context of its own on the default device: nothing cached in memory yet.
@@ -147,7 +147,7 @@ TEST_F(fixture, TheKernelCacheCountsEachProgramAtItsRealSize) {
   for (const kernel_source& src : {kernels::softmax_source(kernels::dialect::opencl_c, 64),
                                    kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::relu, 64),
                                    kernels::pack_source(kernels::dialect::opencl_c, /*transpose_b=*/false, 64)}) {
-    built.push_back(opencl::detail::get_program(ctx.eng, src, {}));
+    built.push_back(unicache::gpu::get_program(ctx.eng, src, {}));
     const kernel& k = *built.back();
     const std::size_t binary = k.binary().size();
     EXPECT_GT(binary, 0u) << k.name();
@@ -233,11 +233,11 @@ TEST_F(fixture, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   // under the key of the eltwise kernel this test then compiles.
   const opencl::detail::engine_state& es = eng.native<opencl::detail::engine_state>();
   const kernel_source src =
-      kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::tanh, es.plan.vector_work_group);
+      kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::tanh, es.facts.vector_work_group);
   const byte_vector garbage(4096, 0x5a);
   kernel_store& store = kernel_store::instance();
-  store.remove(es.identity, src.store_key());
-  ASSERT_TRUE(store.put(es.identity, src.store_key(), garbage));
+  store.remove(es.facts.identity, src.store_key());
+  ASSERT_TRUE(store.put(es.facts.identity, src.store_key(), garbage));
 
   fresh_context ctx(eng);
   const shape_t s{7, 129};
@@ -254,7 +254,7 @@ TEST_F(fixture, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   const opencl::backend_stats after = opencl::stats();
   EXPECT_EQ(after.binaries_rejected - before.binaries_rejected, 1u);
   EXPECT_EQ(after.programs_from_source - before.programs_from_source, 1u);
-  const auto now = store.get(es.identity, src.store_key());
+  const auto now = store.get(es.facts.identity, src.store_key());
   ASSERT_TRUE(now.has_value()) << "the rebuilt binary replaced the rejected one";
   EXPECT_NE(*now, garbage);
 }

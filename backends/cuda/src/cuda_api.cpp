@@ -79,6 +79,13 @@ driver_state load_driver() {
   get(a.cuStreamCreate, "cuStreamCreate");
   get(a.cuStreamDestroy, "cuStreamDestroy_v2");
   get(a.cuStreamSynchronize, "cuStreamSynchronize");
+  get(a.cuStreamWaitEvent, "cuStreamWaitEvent");
+  get(a.cuEventCreate, "cuEventCreate");
+  get(a.cuEventDestroy, "cuEventDestroy_v2");
+  get(a.cuEventRecord, "cuEventRecord");
+  get(a.cuEventQuery, "cuEventQuery");
+  get(a.cuEventSynchronize, "cuEventSynchronize");
+  get(a.cuEventElapsedTime, "cuEventElapsedTime");
   get(a.cuMemAlloc, "cuMemAlloc_v2");
   get(a.cuMemFree, "cuMemFree_v2");
   get(a.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
@@ -88,6 +95,7 @@ driver_state load_driver() {
   get(a.cuMemcpy2D, "cuMemcpy2D_v2");
   get(a.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
   get(a.cuMemsetD8, "cuMemsetD8_v2");
+  get(a.cuMemsetD8Async, "cuMemsetD8Async");
   get(a.cuMemGetInfo, "cuMemGetInfo_v2");
   get(a.cuModuleLoadData, "cuModuleLoadData");
   get(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");

@@ -31,6 +31,7 @@ typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUstream_st* CUstream;
 typedef struct CUarray_st* CUarray;
+typedef struct CUevent_st* CUevent;
 using CUdevice_attribute = int;
 using CUfunction_attribute = int;
 using CUmemorytype = int;
@@ -66,6 +67,11 @@ constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPT
 constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 // CUmemorytype
+// CUevent_flags
+constexpr unsigned CU_EVENT_DEFAULT = 0;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+
 constexpr CUmemorytype CU_MEMORYTYPE_HOST = 1;
 constexpr CUmemorytype CU_MEMORYTYPE_DEVICE = 2;
 
@@ -127,6 +133,13 @@ struct driver_api {
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned int flags);
   CUresult (*cuStreamDestroy)(CUstream stream);  // _v2
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned int flags);
+  CUresult (*cuEventCreate)(CUevent* event, unsigned int flags);
+  CUresult (*cuEventDestroy)(CUevent event);  // _v2
+  CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+  CUresult (*cuEventQuery)(CUevent event);
+  CUresult (*cuEventSynchronize)(CUevent event);
+  CUresult (*cuEventElapsedTime)(float* ms, CUevent start, CUevent end);
   CUresult (*cuMemAlloc)(CUdeviceptr* ptr, std::size_t bytes);  // _v2
   CUresult (*cuMemFree)(CUdeviceptr ptr);                        // _v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, std::size_t bytes);  // _v2
@@ -136,6 +149,7 @@ struct driver_api {
   CUresult (*cuMemcpy2D)(const CUDA_MEMCPY2D* copy);                                  // _v2
   CUresult (*cuMemcpy2DAsync)(const CUDA_MEMCPY2D* copy, CUstream stream);            // _v2
   CUresult (*cuMemsetD8)(CUdeviceptr dst, unsigned char value, std::size_t count);    // _v2
+  CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, std::size_t count, CUstream stream);
   CUresult (*cuMemGetInfo)(std::size_t* free_bytes, std::size_t* total_bytes);        // _v2
   CUresult (*cuModuleLoadData)(CUmodule* module, const void* image);
   CUresult (*cuModuleLoadDataEx)(CUmodule* module, const void* image, unsigned int num_options,

@@ -1,6 +1,6 @@
 // Internals of the CUDA backend shared by its files (and its tests): the
-// loaded driver, result checking, engine and stream states, the kernel
-// path's builder, launches and device memory.
+// loaded driver, result checking, engine and stream states, and the kernel
+// path's builder.
 #pragma once
 
 #include <array>
@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "cuda_api.hpp"
 #include "unicache/cuda.hpp"
+#include "unicache/gpu.hpp"
 #include "unicache/kernel_generator.hpp"
 #include "unicache/kernel_path.hpp"
 
@@ -36,37 +38,36 @@ class context_guard {
   bool pushed_ = false;
 };
 
-// Tiles of the generated kernels on this device.
-struct kernel_plan {
-  // 16x8 threads, 8x8 each: as fast as 128x128 tiles on large problems and
-  // 2x faster where M is a few hundred rows (fewer tiles leave SMs idle);
-  // adaptive mode picks others per class (docs/benchmarks.md).
-  kernels::gemm_tiles gemm{64, 128, 16, 8, 8};
-  int vector_work_group = 256;
-};
-
+// What an engine of this backend holds: its context (a primary context is
+// retained by the engine), the device, and what the core plans kernels with.
 struct engine_state {
   CUcontext context = nullptr;
   CUdevice device = 0;
   bool primary = false;  // the device's primary context, retained by this engine
   device_info info;
-  device_identity identity;
-  kernel_plan plan;
+  // 16x8 threads, 8x8 each: as fast as 128x128 tiles on large problems and
+  // 2x faster where M is a few hundred rows (fewer tiles leave SMs idle);
+  // adaptive mode picks others per class (docs/benchmarks.md).
+  gpu::engine_facts facts{{}, {64, 128, 16, 8, 8}, 256};
+
+  // Events for recording, pooled: an execution records one.
+  CUevent take_event() const;
+  void give_back_event(CUevent e) const;
+  static constexpr std::size_t kPooledEvents = 256;
+  mutable std::mutex events_mu;
+  mutable std::vector<CUevent> free_events;
+
   ~engine_state();
 };
 
 struct stream_state {
   CUstream stream = nullptr;
   CUcontext context = nullptr;
+  std::shared_ptr<const engine_state> engine;  // its event pool
   bool owned = false;
-  ~stream_state();
+  gpu::stream_resources resources;
+  ~stream_state();  // after an event that ends the stream's use of its resources
 };
-
-// This backend's own counters (the kernel path counts its kernels).
-struct counters {
-  std::atomic<std::uint64_t> weights_packed{0}, weights_released{0}, out_of_memory_retries{0}, pack_ns{0};
-};
-counters& stats_counters();
 
 // The backend singleton (registered on first use).
 backend* the_backend();
@@ -101,70 +102,20 @@ class program final : public device_program {
   byte_vector image_;  // the cubin (or PTX) it was loaded from
 };
 
-class builder final : public kernel_builder {
- public:
-  explicit builder(std::shared_ptr<const engine_state> s) : state_(*s), shared_(std::move(s)) {}
-  const char* backend_name() const override { return "cuda"; }
-  device_identity identity() const override { return state_.identity; }
-  // NVRTC, then the module load. Throws cuda_error with NVRTC's log.
-  std::unique_ptr<device_program> build(const kernel_source& src) const override;
-  // A cubin (ELF) or NUL-terminated PTX the driver accepts, else nullptr
-  // (the driver refused the image). Throws cuda_error for any other failure
-  // (out of memory, a broken context): a rebuild would not fix it, and the
-  // stored binary is not at fault.
-  std::unique_ptr<device_program> load(const kernel_source& src, byte_span binary) const override;
+// NVRTC, then the module load. Throws cuda_error with NVRTC's log.
+std::unique_ptr<device_program> build_program(const engine& e, const kernel_source& src);
+// A cubin (ELF) or NUL-terminated PTX the driver accepts, else nullptr (the
+// driver refused the image). Throws cuda_error for any other failure (out of
+// memory, a broken context): a rebuild would not fix it, and the stored
+// binary is not at fault.
+std::unique_ptr<device_program> load_program(const engine& e, const kernel_source& src, byte_span binary);
 
- private:
-  const engine_state& state_;
-  std::shared_ptr<const engine_state> shared_;
-};
-
-std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
-                                          const std::vector<kernel_binary>& preloaded);
-
-// A kernel's arguments as cuLaunchKernel takes them: each value in a slot
-// of its own, and a pointer to each slot.
-class kernel_args {
- public:
-  template <typename T>
-  kernel_args& add(const T& value) {
-    static_assert(sizeof(T) <= sizeof(std::uint64_t), "one slot per argument");
-    if (count_ == kMax) throw cuda_error("cuda: more than 64 kernel arguments", 0);
-    slots_[count_] = 0;
-    std::memcpy(&slots_[count_], &value, sizeof(T));
-    pointers_[count_] = &slots_[count_];
-    ++count_;
-    return *this;
-  }
-  void** data() { return pointers_; }
-
- private:
-  static constexpr int kMax = 64;
-  std::uint64_t slots_[kMax];
-  void* pointers_[kMax];
-  int count_ = 0;
-};
-
-struct launch_shape {
-  unsigned grid[3];
-  unsigned block[3];
-};
-// The grid and block of a launch of `global` work-items in blocks of
-// `local`. Throws cuda_error naming `what` beyond CUDA's grid limits
-// (2^31 - 1 blocks in x, 65535 in y and z): compiled partitions compute it
-// when they are compiled, so the error is a compile error.
-launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local,
-                      const char* what);
-
-// Launches `k` on the stream and waits for the stream (in the stream's
-// context, which the caller has made current).
-void launch(const kernel& k, const stream& s, kernel_args& args, const launch_shape& shape);
-
-// cuMemAlloc in the current context; when the device is out of memory,
-// evicts this backend's constant tensors of the engine's device and tries
-// once more. Throws cuda_error.
-CUdeviceptr allocate(const engine& e, std::size_t bytes, const char* what);
+// An event at the stream's current end.
+std::shared_ptr<const gpu::event> record_event(const stream_state& s);
 
 inline CUdeviceptr pointer_of(const void* data) { return reinterpret_cast<CUdeviceptr>(data); }
+
+// The device interface of the GPU core over the driver API.
+std::unique_ptr<gpu::device> make_device();
 
 }  // namespace unicache::cuda::detail

@@ -87,7 +87,7 @@ engine wrap(CUcontext context, CUdevice device, bool primary) {
   s->device = device;
   s->primary = primary;
   s->info = query_device(device);
-  s->identity = identity_of(s->info);
+  s->facts.identity = identity_of(s->info);
   int ordinal = 0;
   const int n = device_count();
   for (int o = 0; o < n; ++o) {
@@ -183,22 +183,27 @@ context_guard::~context_guard() {
 }
 
 engine_state::~engine_state() {
+  if (!free_events.empty()) {
+    try {
+      context_guard guard(context);
+      for (CUevent e : free_events) api().cuEventDestroy(e);
+    } catch (...) {
+      // The context (or the driver, at exit) is gone, and its events with it.
+    }
+  }
   if (primary) api().cuDevicePrimaryCtxRelease(device);
 }
 
 stream_state::~stream_state() {
-  if (!owned || !stream) return;
   try {
+    // The core frees the stream's workspace after the work queued so far.
+    if (resources.holds_memory() && engine) resources.set_final_event(record_event(*this));
+    if (!owned || !stream) return;
     context_guard guard(context);
     api().cuStreamDestroy(stream);
   } catch (...) {
     // The context (or the driver, at exit) is gone, and the stream with it.
   }
-}
-
-counters& stats_counters() {
-  static counters* const c = new counters();
-  return *c;
 }
 
 const engine_state& state_of(const engine& e) {
@@ -210,20 +215,6 @@ std::string compile_target(int major, int minor) {
   const std::optional<nvrtc_target> t = nvrtc_target_for(major, minor, nullptr);
   if (!t) return "";
   return t->ptx ? t->arch + " (PTX)" : t->arch;
-}
-
-CUdeviceptr allocate(const engine& e, std::size_t bytes, const char* what) {
-  const driver_api& d = api();
-  CUdeviceptr p = 0;
-  CUresult r = d.cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    // Packed weights of this device can be packed again: give them up and retry once.
-    constant_tensor_cache().evict_device(e.kind(), e.device_id(), cache_owner_id);
-    stats_counters().out_of_memory_retries.fetch_add(1, std::memory_order_relaxed);
-    r = d.cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
-  }
-  check(r, std::string("cuMemAlloc(") + what + ", " + std::to_string(bytes) + " bytes)");
-  return p;
 }
 
 }  // namespace detail
@@ -275,14 +266,9 @@ engine make_engine(CUcontext context) {
 }
 
 engine make_engine() {
-  const int ordinal = select_device();
   // One engine (the primary context) per device for the whole process.
-  static std::mutex mu;
-  static auto* const engines = new std::map<int, engine>();
-  std::lock_guard lock(mu);
-  auto it = engines->find(ordinal);
-  if (it != engines->end()) return it->second;
-  return engines->emplace(ordinal, make_engine(ordinal)).first->second;
+  const int ordinal = select_device();
+  return gpu::engine_per_device(ordinal, [&] { return make_engine(ordinal); });
 }
 
 void release_cached(const engine& e) {
@@ -296,6 +282,7 @@ stream make_stream(const engine& e, CUstream s) {
   auto state = std::make_shared<stream_state>();
   state->stream = s;
   state->context = es.context;
+  state->engine = e.native_shared<const engine_state>();
   state->owned = false;
   return stream(e, std::move(state));
 }
@@ -307,7 +294,7 @@ std::string get_engine_cache_blob_id(int ordinal) {
 byte_vector get_engine_cache_blob(const engine& e) {
   const engine_state& s = state_of(e);
   const std::string payload = encode_info(s.info);
-  return serialize_blob(s.identity, kEngineBlobKey,
+  return serialize_blob(s.facts.identity, kEngineBlobKey,
                         byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
 }
 
@@ -349,7 +336,7 @@ CUstream native_stream(const stream& s) {
 CUdeviceptr make_buffer(const engine& e, std::size_t bytes, const void* host) {
   const engine_state& s = state_of(e);
   context_guard guard(s.context);
-  const CUdeviceptr p = allocate(e, bytes, "buffer");
+  const CUdeviceptr p = pointer_of(gpu::allocate(e, bytes, "buffer"));
   if (host && bytes) {
     const CUresult r = api().cuMemcpyHtoD(p, host, bytes);
     if (r != CUDA_SUCCESS) {
@@ -396,20 +383,6 @@ std::vector<std::string> list_devices() {
   return out;
 }
 
-backend_stats stats() {
-  const counters& c = stats_counters();
-  const kernel_path_stats k = kernel_stats(cache_owner_id);
-  return {k.from_source,
-          k.from_binary,
-          k.rejected,
-          k.stored,
-          c.weights_packed.load(),
-          c.weights_released.load(),
-          c.out_of_memory_retries.load(),
-          k.build_ns,
-          k.load_ns,
-          c.pack_ns.load(),
-          k.first_launch_ns};
-}
+backend_stats stats() { return gpu::stats(cache_owner_id); }
 
 }  // namespace unicache::cuda

@@ -1,6 +1,5 @@
-// The CUDA backend's side of the kernel path: NVRTC builds a cubin, the
-// driver loads one (refusing an image that is not for this device), and
-// kernels launch on a stream.
+// The CUDA backend's side of the kernel path: NVRTC builds a cubin, and
+// the driver loads one (refusing an image that is not for this device).
 #include <array>
 #include <string>
 
@@ -53,8 +52,9 @@ program::~program() {
   }
 }
 
-std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
-  const device_info& info = state_.info;
+std::unique_ptr<device_program> build_program(const engine& e, const kernel_source& src) {
+  const engine_state& state = state_of(e);
+  const device_info& info = state.info;
   const nvrtc_output out =
       nvrtc_compile(src.source, src.kernel_name + ".cu", info.compute_major, info.compute_minor, {src.options});
   if (out.ptx) {
@@ -64,7 +64,7 @@ std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
                                                 std::to_string(info.compute_minor) + "): kernels are compiled to PTX (" +
                                                 out.arch + ") and the driver compiles them again in every process");
   }
-  context_guard guard(state_.context);
+  context_guard guard(state.context);
   CUmodule module = nullptr;
   std::string log;
   const CUresult r = load_module(out.binary, &module, &log);
@@ -79,13 +79,13 @@ std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
     api().cuModuleUnload(module);
     check(f, "cuModuleGetFunction(" + src.kernel_name + ")");
   }
-  return std::make_unique<program>(shared_, module, function, std::move(out.binary));
+  return std::make_unique<program>(e.native_shared<const engine_state>(), module, function, std::move(out.binary));
 }
 
-std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
+std::unique_ptr<device_program> load_program(const engine& e, const kernel_source& src, byte_span binary) {
   if (!loadable_image(binary)) return nullptr;
   byte_vector image(binary.begin(), binary.end());
-  context_guard guard(state_.context);
+  context_guard guard(state_of(e).context);
   CUmodule module = nullptr;
   if (const CUresult r = load_module(image, &module, nullptr); r != CUDA_SUCCESS) {
     if (refused_image(r)) return nullptr;
@@ -97,43 +97,7 @@ std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_spa
     if (r == CUDA_ERROR_NOT_FOUND) return nullptr;  // an image of something else
     check(r, "cuModuleGetFunction(" + src.kernel_name + ")");
   }
-  return std::make_unique<program>(shared_, module, function, std::move(image));
-}
-
-std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
-                                          const std::vector<kernel_binary>& preloaded) {
-  state_of(e);
-  return get_kernel(cache_owner_id, e.scope(), builder(e.native_shared<const engine_state>()), src, preloaded);
-}
-
-launch_shape shape_of(const std::array<std::size_t, 3>& global, const std::array<std::size_t, 3>& local,
-                      const char* what) {
-  static constexpr std::size_t kLimit[3] = {2147483647u, 65535u, 65535u};
-  launch_shape l{};
-  for (int d = 0; d < 3; ++d) {
-    const std::size_t blocks = global[d] / local[d];
-    if (blocks > kLimit[d]) {
-      throw cuda_error("cuda: " + std::string(what) + " needs " + std::to_string(blocks) + " blocks in grid dimension " +
-                           "xyz"[d] + ", beyond CUDA's " + std::to_string(kLimit[d]),
-                       CUDA_ERROR_INVALID_VALUE);
-    }
-    l.block[d] = static_cast<unsigned>(local[d]);
-    l.grid[d] = static_cast<unsigned>(blocks);
-  }
-  return l;
-}
-
-void launch(const kernel& k, const stream& s, kernel_args& args, const launch_shape& shape) {
-  if (shape.grid[0] == 0 || shape.grid[1] == 0 || shape.grid[2] == 0) return;  // an empty tensor
-  const CUstream cs = s.native<stream_state>().stream;
-  k.launch([&] {
-    const driver_api& d = api();
-    CUresult r = d.cuLaunchKernel(k.program<program>().function(), shape.grid[0], shape.grid[1], shape.grid[2],
-                                  shape.block[0], shape.block[1], shape.block[2], 0, cs, args.data(), nullptr);
-    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel(" + k.name() + ")");
-    r = d.cuStreamSynchronize(cs);
-    if (r != CUDA_SUCCESS) check(r, "cuStreamSynchronize(" + k.name() + ")");
-  });
+  return std::make_unique<program>(e.native_shared<const engine_state>(), module, function, std::move(image));
 }
 
 }  // namespace unicache::cuda::detail

@@ -182,7 +182,7 @@ void probe(cl_device_id device, cl_context context, device_info& info) {
   info.kernel_work_group_size = static_cast<std::uint32_t>(wg);
   info.preferred_work_group_multiple = static_cast<std::uint32_t>(multiple);
   info.kernel_private_memory_bytes = priv;
-  stats_counters().probe_builds.fetch_add(1, std::memory_order_relaxed);
+  gpu::count_probe_build(cache_owner_id);
 }
 
 std::string encode_info(const device_info& i) {
@@ -236,8 +236,8 @@ engine wrap(cl_device_id device, cl_context context, device_info info) {
   s->context = context;
   clRetainDevice(device);
   s->device = device;
-  s->identity = identity_of(info);
-  s->plan = plan_for(info);
+  s->facts.identity = identity_of(info);
+  plan_for(info, s->facts);
   s->info = std::move(info);
   // The context's address names the scope: every cached kernel and packed
   // weight retains its context, so while any entry of this scope lives the
@@ -248,12 +248,12 @@ engine wrap(cl_device_id device, cl_context context, device_info info) {
   return engine(the_backend(), kind, device_id, reinterpret_cast<std::uintptr_t>(context), std::move(s));
 }
 
+}  // namespace
+
 const engine_state& state_of(const engine& e) {
   if (e.get_backend() != the_backend()) throw opencl_error("not an OpenCL engine", CL_SUCCESS);
   return e.native<engine_state>();
 }
-
-}  // namespace
 
 std::string status_name(cl_int status) {
   const char* name = nullptr;
@@ -300,22 +300,20 @@ void check(cl_int status, const std::string& what) {
   if (status != CL_SUCCESS) throw opencl_error("opencl: " + what + " failed: " + status_name(status), status);
 }
 
-kernel_plan plan_for(const device_info& info) {
+void plan_for(const device_info& info, gpu::engine_facts& facts) {
   const std::uint32_t wg = std::min(info.kernel_work_group_size, info.max_work_group_size);
-  kernel_plan plan;
   if (info.is_gpu && wg >= 256 && info.local_memory_bytes >= 32 * 1024) {
-    plan.gemm = {64, 128, 16, 8, 8};  // 16x8 work-items, 8x8 each: 64 FMAs per 4 vector loads; 24 KB of tiles
+    facts.gemm = {64, 128, 16, 8, 8};  // 16x8 work-items, 8x8 each: 64 FMAs per 4 vector loads; 24 KB of tiles
   } else if (wg >= 256) {
-    plan.gemm = {64, 64, 16, 4, 4};  // 16x16 work-items
+    facts.gemm = {64, 64, 16, 4, 4};  // 16x16 work-items
   } else if (wg >= 64) {
-    plan.gemm = {32, 32, 8, 4, 4};  // 8x8
+    facts.gemm = {32, 32, 8, 4, 4};  // 8x8
   } else {
-    plan.gemm = {16, 16, 8, 4, 4};  // 4x4
+    facts.gemm = {16, 16, 8, 4, 4};  // 4x4
   }
   int v = 1;
   while (v * 2 <= static_cast<int>(std::min<std::uint32_t>(wg, 256))) v *= 2;
-  plan.vector_work_group = v;
-  return plan;
+  facts.vector_work_group = v;
 }
 
 engine_state::~engine_state() {
@@ -323,12 +321,15 @@ engine_state::~engine_state() {
   if (device) clReleaseDevice(device);
 }
 stream_state::~stream_state() {
-  if (queue) clReleaseCommandQueue(queue);
-}
-
-counters& stats_counters() {
-  static counters* const c = new counters();
-  return *c;
+  if (!queue) return;
+  try {
+    // The core frees the stream's workspace after the work queued so far.
+    if (resources.holds_memory()) resources.set_final_event(record_marker(queue));
+  } catch (const opencl_error&) {
+    // No marker: the workspace is freed now (OpenCL keeps a released buffer
+    // until the commands that use it are done).
+  }
+  clReleaseCommandQueue(queue);
 }
 
 device_info query_device(cl_device_id device) {
@@ -384,26 +385,23 @@ cl_device_id default_device() {
 }
 
 engine make_engine() {
-  const cl_device_id chosen = default_device();
   // One engine (one context) per device for the whole process: context
   // creation costs seconds on some drivers, and cached kernels belong to
   // the context that built them.
-  static std::mutex mu;
-  static auto* const engines = new std::map<cl_device_id, engine>();
-  std::lock_guard lock(mu);
-  auto it = engines->find(chosen);
-  if (it != engines->end()) return it->second;
-  cl_int err = CL_SUCCESS;
-  cl_context context = clCreateContext(nullptr, 1, &chosen, nullptr, nullptr, &err);
-  check(err, "clCreateContext(" + device_string(chosen, CL_DEVICE_NAME) + ")");
-  try {
-    engine e = make_engine(chosen, context);
-    clReleaseContext(context);  // the engine holds its own reference
-    return engines->emplace(chosen, std::move(e)).first->second;
-  } catch (...) {
-    clReleaseContext(context);
-    throw;
-  }
+  const cl_device_id chosen = default_device();
+  return gpu::engine_per_device(chosen, [&] {
+    cl_int err = CL_SUCCESS;
+    cl_context context = clCreateContext(nullptr, 1, &chosen, nullptr, nullptr, &err);
+    check(err, "clCreateContext(" + device_string(chosen, CL_DEVICE_NAME) + ")");
+    try {
+      engine e = make_engine(chosen, context);
+      clReleaseContext(context);  // the engine holds its own reference
+      return e;
+    } catch (...) {
+      clReleaseContext(context);
+      throw;
+    }
+  });
 }
 
 std::string get_engine_cache_blob_id(cl_device_id device) {
@@ -413,7 +411,7 @@ std::string get_engine_cache_blob_id(cl_device_id device) {
 byte_vector get_engine_cache_blob(const engine& e) {
   const engine_state& s = state_of(e);
   const std::string payload = encode_info(s.info);
-  return serialize_blob(s.identity, kEngineBlobKey,
+  return serialize_blob(s.facts.identity, kEngineBlobKey,
                         byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
 }
 
@@ -438,13 +436,13 @@ engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte
   }
 }
 
-cl_device_id native_device(const engine& e) { return state_of(e).device; }
-cl_context native_context(const engine& e) { return state_of(e).context; }
-const device_info& info(const engine& e) { return state_of(e).info; }
 cl_command_queue native_queue(const stream& s) {
   state_of(s.get_engine());
   return s.native<stream_state>().queue;
 }
+const device_info& info(const engine& e) { return state_of(e).info; }
+cl_device_id native_device(const engine& e) { return state_of(e).device; }
+cl_context native_context(const engine& e) { return state_of(e).context; }
 
 cl_mem make_buffer(const engine& e, std::size_t bytes, const void* host) {
   const engine_state& s = state_of(e);
@@ -473,12 +471,6 @@ std::vector<std::string> list_devices() {
   return out;
 }
 
-backend_stats stats() {
-  const counters& c = stats_counters();
-  const kernel_path_stats k = kernel_stats(cache_owner_id);
-  return {c.probe_builds.load(), k.from_source,          k.from_binary, k.rejected,       k.stored,
-          c.weights_packed.load(), c.weights_released.load(), k.build_ns, k.load_ns, c.pack_ns.load(),
-          k.first_launch_ns};
-}
+backend_stats stats() { return gpu::stats(cache_owner_id); }
 
 }  // namespace unicache::opencl

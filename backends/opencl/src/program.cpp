@@ -1,5 +1,5 @@
 // The OpenCL side of the kernel path: building generated OpenCL C, creating
-// programs from binaries, reading binaries back, launching.
+// programs from binaries, reading binaries back, enqueueing.
 #include <string>
 #include <vector>
 
@@ -40,13 +40,15 @@ program::~program() {
   clReleaseProgram(program_);
 }
 
-void program::enqueue(const stream& s, cl_uint dims, const std::size_t* global, const std::size_t* local) const {
-  check(clEnqueueNDRangeKernel(s.native<stream_state>().queue, kernel_, dims, nullptr, global, local, 0, nullptr,
-                               nullptr),
+void program::enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims) const {
+  std::lock_guard lock(launch_mu_);
+  for (int i = 0; i < args.count(); ++i) {
+    const cl_int r = clSetKernelArg(kernel_, static_cast<cl_uint>(i), args.size(i), args.value(i));
+    if (r != CL_SUCCESS) check(r, "clSetKernelArg " + std::to_string(i));
+  }
+  check(clEnqueueNDRangeKernel(queue, kernel_, 3, nullptr, dims.global.data(), dims.local.data(), 0, nullptr, nullptr),
         "clEnqueueNDRangeKernel");
 }
-
-void program::finish(const stream& s) const { check(clFinish(s.native<stream_state>().queue), "clFinish"); }
 
 byte_vector program::binary() const {
   std::size_t size = 0;
@@ -65,8 +67,8 @@ std::size_t program::binary_size() const {
   return size;
 }
 
-std::unique_ptr<device_program> builder::build(const kernel_source& src) const {
-  cl_program p = build_from_source(state_, src.source, src.options);
+std::unique_ptr<device_program> build_program(const engine& e, const kernel_source& src) {
+  cl_program p = build_from_source(state_of(e), src.source, src.options);
   cl_int err = CL_SUCCESS;
   cl_kernel k = clCreateKernel(p, src.kernel_name.c_str(), &err);
   if (err != CL_SUCCESS) {
@@ -90,17 +92,18 @@ void throw_if_out_of_resources(cl_int err, const std::string& what) {
 
 // Refused at creation, build or kernel creation: nullptr, and the core
 // rebuilds from source. Out of resources: opencl_error.
-std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_span binary) const {
+std::unique_ptr<device_program> load_program(const engine& e, const kernel_source& src, byte_span binary) {
+  const engine_state& state = state_of(e);
   const unsigned char* data = binary.data();
   const std::size_t size = binary.size();
   cl_int binary_status = CL_SUCCESS, err = CL_SUCCESS;
-  cl_program p = clCreateProgramWithBinary(state_.context, 1, &state_.device, &size, &data, &binary_status, &err);
+  cl_program p = clCreateProgramWithBinary(state.context, 1, &state.device, &size, &data, &binary_status, &err);
   if (err != CL_SUCCESS || binary_status != CL_SUCCESS) {
     if (p) clReleaseProgram(p);
     throw_if_out_of_resources(err, "clCreateProgramWithBinary(" + src.kernel_name + ")");
     return nullptr;
   }
-  err = clBuildProgram(p, 1, &state_.device, nullptr, nullptr, nullptr);
+  err = clBuildProgram(p, 1, &state.device, nullptr, nullptr, nullptr);
   if (err != CL_SUCCESS) {
     clReleaseProgram(p);
     throw_if_out_of_resources(err, "clBuildProgram(" + src.kernel_name + ", a stored binary)");
@@ -113,11 +116,6 @@ std::unique_ptr<device_program> builder::load(const kernel_source& src, byte_spa
     return nullptr;
   }
   return std::make_unique<program>(p, k);
-}
-
-std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
-                                          const std::vector<kernel_binary>& preloaded) {
-  return get_kernel(cache_owner_id, e.scope(), builder(e.native<engine_state>()), src, preloaded);
 }
 
 }  // namespace unicache::opencl::detail

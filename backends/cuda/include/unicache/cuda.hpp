@@ -9,8 +9,8 @@
 //   unicache::stream strm = unicache::make_stream(eng);
 //   CUdeviceptr x = unicache::cuda::make_buffer(eng, bytes, host_x);
 //   unicache::compiled_partition cp = unicache::compile(partition, {{batch, 768}, {768, 3072}}, eng);
-//   cp.execute(strm, {{cp.inputs()[0], x}, ...}, {{cp.outputs()[0], y}});
-//   unicache::cuda::read_buffer(strm, y, host_y, bytes);
+//   cp.execute(strm, {{cp.inputs()[0], x}, ...}, {{cp.outputs()[0], y}});  // enqueued
+//   unicache::cuda::read_buffer(strm, y, host_y, bytes);  // in stream order: waits for the copy
 //
 // Nothing of CUDA is needed to build or link this backend: the driver
 // (libcuda.so.1) and NVRTC (libnvrtc.so of any major version) are loaded at
@@ -45,7 +45,17 @@
 // Thread safety: engines, compiled partitions and the functions below may be
 // used from any thread (each call makes the engine's context current for
 // its duration and restores the caller's); a stream is used by one thread at
-// a time. execute() returns when the stream has finished the work.
+// a time.
+//
+// Execution is asynchronous: execute() enqueues the partition's kernels on
+// the stream (a stream over a caller's CUstream too, e.g. torch's current
+// stream) and returns; stream::wait() (cuStreamSynchronize) is the caller's
+// one wait per request. Nothing in execute() waits for the device, except
+// the constant check's read of a weight's sampled blocks (constant_check in
+// config.hpp; none with constant_check::none). Packed weights, split-K
+// workspaces and kernel modules that queued work still uses are freed only
+// after that work is done (see gpu.hpp). A kernel that fails on the device
+// is reported by stream::wait(), or by the next execute() on the stream.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +65,7 @@
 
 #include "unicache/backend.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/gpu.hpp"
 #include "unicache/store.hpp"
 
 // The driver API's handle types, declared as cuda.h declares them (an
@@ -72,13 +83,10 @@ inline constexpr owner_id cache_owner_id = 0x0C0D0001;
 
 // A CUDA or NVRTC call failed, or the backend is unavailable. `result()` is
 // the CUresult (0 when the error is not a driver result, e.g. NVRTC's).
-class cuda_error : public error {
+class cuda_error : public gpu::api_error {
  public:
-  cuda_error(const std::string& what, int result) : error(what), result_(result) {}
-  int result() const noexcept { return result_; }
-
- private:
-  int result_;
+  using api_error::api_error;
+  int result() const noexcept { return code(); }
 };
 
 // Whether the driver loads and reports a device, and NVRTC loads (the device
@@ -131,7 +139,9 @@ void release_cached(const engine& e);
 engine make_engine();
 
 // A stream over `s`, which the caller owns (it must belong to the engine's
-// context). unicache::make_stream(e) makes a stream the engine owns.
+// context, and outlive the returned stream and its copies). Work is
+// enqueued on `s` in order with the caller's own. unicache::make_stream(e)
+// makes a stream the engine owns.
 stream make_stream(const engine& e, CUstream s);
 
 // --- Engine cache blob -------------------------------------------------------
@@ -152,7 +162,8 @@ CUstream native_stream(const stream& s);
 const device_info& info(const engine& e);
 
 // Device memory of `bytes` in the engine's context, filled from `host` if
-// given. The caller owns it (free_buffer). Throws cuda_error.
+// given. The caller owns it (free_buffer, once the work that uses it is
+// finished: stream::wait()). Throws cuda_error.
 CUdeviceptr make_buffer(const engine& e, std::size_t bytes, const void* host = nullptr);
 void free_buffer(const engine& e, CUdeviceptr buffer) noexcept;
 // Copies on the stream that return when the copy is done.
@@ -164,19 +175,8 @@ std::vector<std::string> list_devices();
 
 // --- Counters -------------------------------------------------------------------
 
-struct backend_stats {
-  std::uint64_t programs_from_source = 0;  // NVRTC compiles
-  std::uint64_t programs_from_binary = 0;  // modules loaded from a stored or blob binary
-  std::uint64_t binaries_rejected = 0;     // stored binaries the driver refused (then rebuilt)
-  std::uint64_t binaries_stored = 0;       // binaries written to the persistent store
-  std::uint64_t weights_packed = 0;        // constant weights packed on a device
-  std::uint64_t weights_released = 0;      // packed weights whose device memory was freed
-  std::uint64_t out_of_memory_retries = 0; // allocations retried after evicting constant tensors
-  std::uint64_t build_ns = 0;              // NVRTC and module load of built kernels
-  std::uint64_t load_ns = 0;               // loading stored/blob binaries (store read included)
-  std::uint64_t pack_ns = 0;               // packing constant weights (a first launch excluded)
-  std::uint64_t first_launch_ns = 0;       // each kernel's first launch
-};
+// Process-wide counters of this backend (the GPU core's, see gpu.hpp).
+using backend_stats = gpu::backend_stats;
 backend_stats stats();
 
 }  // namespace unicache::cuda

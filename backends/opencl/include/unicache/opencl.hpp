@@ -37,6 +37,14 @@
 // opencl_error with the status nested.
 // Thread safety: engines, compiled partitions and the functions below may be
 // used from any thread; a stream is used by one thread at a time.
+//
+// Execution is asynchronous: execute() enqueues the partition's kernels on
+// the stream's command queue, flushes it, and returns; stream::wait()
+// (clFinish) is the caller's one wait per request, and the blocking
+// read_buffer below waits in queue order. Nothing in execute() waits,
+// except the constant check's read of a weight's sampled blocks. A kernel
+// that fails on the device is reported by stream::wait() or the next
+// execute() on the stream.
 #pragma once
 
 #ifndef CL_TARGET_OPENCL_VERSION
@@ -51,14 +59,10 @@
 
 #include "unicache/backend.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/gpu.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::opencl {
-
-// The owner id of this backend's cache entries (kernels, packed weights):
-// what its backend::cache_owner() returns.
-inline constexpr owner_id cache_owner_id = 0x0C1E0001;
-[[deprecated("use cache_owner_id")]] inline constexpr owner_id backend_id_value = cache_owner_id;
 
 // An OpenCL call failed, or a kernel did not build (the message then holds
 // the build log). `status()` is the OpenCL status (CL_SUCCESS when the error
@@ -66,14 +70,16 @@ inline constexpr owner_id cache_owner_id = 0x0C1E0001;
 // buffer helpers throw it as it is; inside compile() it reaches the caller
 // nested in a compile_error, inside execute() nested in an execute_error
 // (std::rethrow_if_nested gets it back).
-class opencl_error : public error {
+class opencl_error : public gpu::api_error {
  public:
-  opencl_error(const std::string& what, cl_int status) : error(what), status_(status) {}
-  cl_int status() const noexcept { return status_; }
-
- private:
-  cl_int status_;
+  using api_error::api_error;
+  cl_int status() const noexcept { return code(); }
 };
+
+// The owner id of this backend's cache entries (kernels, packed weights):
+// what its backend::cache_owner() returns.
+inline constexpr owner_id cache_owner_id = 0x0C1E0001;
+[[deprecated("use cache_owner_id")]] inline constexpr owner_id backend_id_value = cache_owner_id;
 
 // What engine creation learned about a device: queried facts, and what only
 // a compiled kernel can tell (the probe). This is what an engine cache blob
@@ -134,6 +140,9 @@ byte_vector get_engine_cache_blob(const engine& e);
 // older format) or corrupt (truncated, checksum).
 engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte_span blob);
 
+// Every device of every platform, one line each: "P:D platform / device (GPU|CPU)".
+std::vector<std::string> list_devices();
+
 // --- Native handles and buffers -----------------------------------------------
 
 cl_device_id native_device(const engine& e);
@@ -148,26 +157,10 @@ cl_mem make_buffer(const engine& e, std::size_t bytes, const void* host = nullpt
 void read_buffer(const stream& s, cl_mem buffer, void* host, std::size_t bytes);
 void write_buffer(const stream& s, cl_mem buffer, const void* host, std::size_t bytes);
 
-// Every device of every platform, one line each: "P:D platform / device (GPU|CPU)".
-std::vector<std::string> list_devices();
-
 // --- Counters -------------------------------------------------------------------
 
-// Process-wide counters of this backend, for tests, benchmarks and the demo.
-struct backend_stats {
-  std::uint64_t probe_builds = 0;        // probe kernels built at engine creation
-  std::uint64_t programs_from_source = 0;  // clBuildProgram from generated source
-  std::uint64_t programs_from_binary = 0;  // created from a stored or blob binary
-  std::uint64_t binaries_rejected = 0;   // stored binaries the driver refused (then rebuilt)
-  std::uint64_t binaries_stored = 0;     // binaries written to the persistent store
-  std::uint64_t weights_packed = 0;      // constant weights packed on a device
-  std::uint64_t weights_released = 0;    // packed weights whose cl_mem was released
-  std::uint64_t build_ns = 0;            // time in clBuildProgram from source
-  std::uint64_t load_ns = 0;             // time loading stored/blob binaries (store read included)
-  std::uint64_t pack_ns = 0;             // time packing constant weights (a first launch excluded)
-  std::uint64_t first_launch_ns = 0;     // each program's first launch: the driver's last compile
-                                         // step (PoCL's work-group function) plus one execution
-};
+// Process-wide counters of this backend (the GPU core's, see gpu.hpp).
+using backend_stats = gpu::backend_stats;
 backend_stats stats();
 
 }  // namespace unicache::opencl

@@ -1,0 +1,51 @@
+// The base of the GPU core's compiled kernels: the programs a kernel
+// launches, enqueued on the caller's stream, and the events of the streams
+// that ran it, so that its programs outlive the work queued with them.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "device_memory.hpp"
+#include "lifetime.hpp"
+#include "unicache/gpu.hpp"
+
+namespace unicache::gpu::detail {
+
+class device_kernel : public compiled_kernel {
+ public:
+  ~device_kernel() override;
+  device_kernel(const device_kernel&) = delete;
+  device_kernel& operator=(const device_kernel&) = delete;
+
+  std::vector<kernel_binary> binaries() const override;
+
+ protected:
+  explicit device_kernel(const device& d) : device_(d) {}
+
+  // The kernel path's kernel for `src` on `e`, kept for this kernel's life
+  // (and after, until the work that launched it is done).
+  const kernel* add_program(const engine& e, const kernel_source& src, const std::vector<kernel_binary>& preloaded);
+  // Before an execution's launches: an earlier asynchronous failure on the stream is reported.
+  void begin(const stream& s) const { stream_access::check_last(device_, s); }
+  // Enqueues `k` (nothing for an empty launch).
+  void launch(const kernel& k, const stream& s, const kernel_args& args, const launch_dims& dims) const {
+    if (!dims.empty()) device_.launch(k, s, args, dims);
+  }
+  // After an execution's launches: one event, noted on this kernel and on
+  // `used` (device memory of the core the launches read).
+  void end(const stream& s, device_memory* used = nullptr) const;
+
+  const device& device_;
+
+ private:
+  std::vector<std::shared_ptr<const kernel>> programs_;
+  mutable use_list uses_;
+};
+
+// The launch of `global` work-items in groups of `local`, checked against
+// the device's limits (a compile error names `what`).
+launch_dims checked_dims(const device& d, const std::array<std::size_t, 3>& global,
+                         const std::array<std::size_t, 3>& local, const char* what);
+
+}  // namespace unicache::gpu::detail

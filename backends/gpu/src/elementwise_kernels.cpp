@@ -1,0 +1,66 @@
+// The GPU core's binary, eltwise and softmax kernels.
+#include "elementwise_kernels.hpp"
+
+#include <limits>
+#include <string>
+
+#include "unicache/compiler.hpp"
+
+namespace unicache::gpu::detail {
+
+binary_kernel::binary_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                             const std::vector<logical_tensor>& out, const engine& e,
+                             const std::vector<kernel_binary>& preloaded)
+    : device_kernel(d), problem_(in, out) {
+  const int wg = d.facts(e).vector_work_group;
+  launch_ = checked_dims(d, {kernels::round_up(kernels::elements(problem_.out), wg), 1, 1},
+                         {static_cast<std::size_t>(wg), 1, 1}, "Add/Multiply");
+  program_ = add_program(e, kernels::binary_source(d.dialect(), p.ops().front().kind, wg), preloaded);
+}
+
+void binary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const {
+  begin(s);
+  kernel_args args;
+  args.add(inputs[0].data).add(inputs[1].data).add(outputs[0].data);
+  args.add(std::int64_t{kernels::elements(problem_.out)});
+  for (int dim = 1; dim < 4; ++dim) args.add(std::int32_t(problem_.out[dim]));
+  for (long st : problem_.a_strides) args.add(std::int64_t{st});
+  for (long st : problem_.b_strides) args.add(std::int64_t{st});
+  launch(*program_, s, args, launch_);
+  end(s);
+}
+
+unary_kernel::unary_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                           const engine& e, const std::vector<kernel_binary>& preloaded)
+    : device_kernel(d), shape_(in[0].shape), softmax_(p.ops().front().kind == op_kind::softmax) {
+  const int wg = d.facts(e).vector_work_group;
+  const std::int64_t n = kernels::elements(shape_);
+  const std::int64_t cols = shape_.empty() ? 1 : shape_.back();
+  const auto local = static_cast<std::size_t>(wg);
+  if (softmax_ && cols > std::numeric_limits<int>::max()) {
+    throw compile_error(std::string(d.name()) + ": Softmax over " + std::to_string(cols) +
+                        " columns (at most 2147483647)");
+  }
+  launch_ = softmax_ && cols > 0
+                ? checked_dims(d, {static_cast<std::size_t>(n / cols) * local, 1, 1}, {local, 1, 1}, "Softmax")
+                : checked_dims(d, {kernels::round_up(n, wg), 1, 1}, {local, 1, 1}, "the eltwise op");
+  program_ = add_program(e,
+                         softmax_ ? kernels::softmax_source(d.dialect(), wg)
+                                  : kernels::eltwise_source(d.dialect(), p.ops().front().kind, wg),
+                         preloaded);
+}
+
+void unary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const {
+  begin(s);
+  kernel_args args;
+  args.add(inputs[0].data).add(outputs[0].data);
+  if (softmax_) {
+    args.add(std::int32_t(shape_.empty() ? 1 : shape_.back()));
+  } else {
+    args.add(std::int64_t{kernels::elements(shape_)});
+  }
+  launch(*program_, s, args, launch_);  // nothing for an empty tensor
+  end(s);
+}
+
+}  // namespace unicache::gpu::detail

@@ -1,0 +1,39 @@
+// The GPU core's elementwise kernels: Add / Multiply with broadcasting, and
+// ReLU, GELU, Sigmoid, Tanh and Softmax over the last axis.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "device_kernel.hpp"
+
+namespace unicache::gpu::detail {
+
+// Add / Multiply with numpy broadcasting, up to rank 4.
+class binary_kernel final : public device_kernel {
+ public:
+  binary_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                const std::vector<logical_tensor>& out, const engine& e, const std::vector<kernel_binary>& preloaded);
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+
+ private:
+  kernels::binary_problem problem_;
+  launch_dims launch_;
+  const kernel* program_ = nullptr;
+};
+
+// ReLU, GELU, Sigmoid, Tanh, and Softmax over the last axis.
+class unary_kernel final : public device_kernel {
+ public:
+  unary_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in, const engine& e,
+               const std::vector<kernel_binary>& preloaded);
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+
+ private:
+  std::vector<std::int64_t> shape_;
+  bool softmax_;
+  launch_dims launch_;
+  const kernel* program_ = nullptr;
+};
+
+}  // namespace unicache::gpu::detail

@@ -1,0 +1,164 @@
+// The GPU core's GEMM kernel, its packed weights and its split-K.
+#include "gemm_kernel.hpp"
+
+#include <map>
+#include <string>
+
+#include "unicache/constant_registry.hpp"
+
+namespace unicache::gpu::detail {
+
+// A packed weight on the device, and the event after its packing (on the
+// stream that packed it): another stream waits for it on the device.
+struct gemm_kernel::packed_weight {
+  packed_weight(const device& d, const engine& e, std::size_t bytes) : memory(d, e, bytes, "packed weight") {
+    memory.count_release_in(&counters_of(d.cache_owner()).weights_released);
+  }
+  device_memory memory;
+  std::shared_ptr<const event> packing;
+  std::uint64_t packed_on = 0;  // the packing stream's serial
+  mutable std::atomic<bool> packing_done{false};
+};
+
+namespace {
+
+using weight_registry = constant_registry<gemm_kernel::packed_weight>;
+
+// One registry per GPU backend (its cache owner id names its packed weights).
+weight_registry& weights(owner_id owner) {
+  static std::mutex mu;
+  static auto* const all = new std::map<owner_id, weight_registry*>();
+  std::lock_guard lock(mu);
+  weight_registry*& r = (*all)[owner];
+  if (!r) r = new weight_registry(constant_tensor_cache(), owner);
+  return *r;
+}
+
+// Reads a constant's sampled blocks for the contents check.
+struct device_reader {
+  const device& d;
+  const stream& s;
+  const tensor& t;
+  void operator()(std::size_t first, std::size_t block, std::size_t stride, std::size_t count,
+                  unsigned char* out) const {
+    d.read_blocks(s, t.data, first, block, stride, count, out);
+  }
+};
+
+void add_posts(kernel_args& args, const kernels::gemm_problem& g, const std::vector<buffer>& posts) {
+  for (std::size_t i = 0; i < g.posts.size(); ++i) {
+    const kernels::gemm_problem::post& post = g.posts[i];
+    args.add(posts[i]).add(std::int64_t{post.batch_stride}).add(std::int64_t{post.row_stride});
+    args.add(std::int64_t{post.column_stride});
+  }
+}
+
+}  // namespace
+
+gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                         const std::vector<logical_tensor>& out, const engine& e,
+                         const std::vector<kernel_binary>& preloaded)
+    : gemm_kernel(d, p, in, out, e, preloaded, d.facts(e).gemm, false) {}
+
+gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                         const std::vector<logical_tensor>& out, const engine& e,
+                         const std::vector<kernel_binary>& preloaded, const kernels::gemm_tiles& tiles, bool any_rows)
+    : device_kernel(d),
+      // A class's kernel (any_rows) takes its sizes as arguments whatever the
+      // mode is when it is built in the background.
+      problem_(p, in, out, tiles, any_rows ? kernel_shapes::adaptive : current_kernel_shapes()),
+      any_rows_(any_rows),
+      launch_(checked_dims(d, problem_.global(), problem_.local(), "the GEMM")) {
+  const kernels::dialect dialect = d.dialect();
+  const int vector_work_group = d.facts(e).vector_work_group;
+  gemm_ = add_program(e, kernels::gemm_source(dialect, problem_.config), preloaded);
+  if (problem_.config.packed_b) {
+    pack_launch_ = checked_dims(d, problem_.pack_global(vector_work_group),
+                                {static_cast<std::size_t>(vector_work_group), 1, 1}, "packing the weight");
+    pack_ = add_program(e, kernels::pack_source(dialect, problem_.config.transpose_b, vector_work_group), preloaded);
+    slot_ = weights(d.cache_owner()).make_slot();
+  }
+  if (problem_.config.tiles.split_k > 1) {
+    reduce_work_group_ = vector_work_group;
+    reduce_ = add_program(e, kernels::gemm_reduce_source(dialect, problem_.config, reduce_work_group_), preloaded);
+  }
+}
+
+void gemm_kernel::execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const {
+  begin(s);
+  std::shared_ptr<packed_weight> weight;
+  buffer b = inputs[1].data;
+  if (pack_) {
+    weight = packed(s, inputs[1]);
+    b = weight->memory.get();
+  }
+  std::vector<buffer> posts;
+  for (const kernels::gemm_problem::post& post : problem_.posts) posts.push_back(inputs[post.input].data);
+  // M is C's rows (A's are K when A is transposed).
+  const std::vector<std::int64_t>& c = outputs[0].desc.shape;
+  run_gemm(s, inputs[0].data, b, outputs[0].data, posts, any_rows_ ? c[c.size() - 2] : 0);
+  end(s, weight ? &weight->memory : nullptr);
+}
+
+void gemm_kernel::run_gemm(const stream& s, buffer a, buffer b, buffer c, const std::vector<buffer>& posts,
+                           long rows) const {
+  const kernels::gemm_problem g = rows ? problem_.with_rows(rows) : problem_;
+  const launch_dims dims = rows ? checked_dims(device_, g.global(), g.local(), "the GEMM") : launch_;
+  // Split-K: the parts go to the stream's workspace (the stream's GEMMs run
+  // in turn), then gemm_reduce writes C.
+  buffer out = c;
+  if (reduce_) {
+    out = stream_access::workspace(device_, s,
+                                   static_cast<std::size_t>(g.config.tiles.split_k * g.m * g.n) * sizeof(float));
+  }
+  kernel_args args;
+  args.add(a).add(b).add(out);
+  args.add(std::int32_t(g.m)).add(std::int32_t(g.n)).add(std::int32_t(g.k));
+  args.add(std::int64_t{g.lda}).add(std::int64_t{pack_ ? g.packed_n : g.ldb}).add(std::int64_t{g.n});
+  args.add(std::int64_t{g.sa}).add(std::int64_t{pack_ ? 0 : g.sb}).add(std::int64_t{g.m * g.n});
+  add_posts(args, g, posts);
+  launch(*gemm_, s, args, dims);
+  if (!reduce_) return;
+  kernel_args reduce_args;
+  reduce_args.add(out).add(c).add(std::int32_t(g.m)).add(std::int32_t(g.n)).add(std::int64_t{g.n});
+  add_posts(reduce_args, g, posts);
+  const auto wg = static_cast<std::size_t>(reduce_work_group_);
+  launch(*reduce_, s, reduce_args,
+         checked_dims(device_, {kernels::round_up(g.m * g.n, reduce_work_group_), 1, 1}, {wg, 1, 1},
+                      "the split-K sum"));
+}
+
+std::shared_ptr<gemm_kernel::packed_weight> gemm_kernel::packed(const stream& s, const tensor& t) const {
+  const kernels::gemm_problem& g = problem_;
+  const engine& e = s.get_engine();
+  const std::size_t bytes = g.packed_bytes();
+  const std::size_t source_bytes = static_cast<std::size_t>(kernels::elements(t.desc.shape)) * sizeof(float);
+  const std::uint64_t serial = device_.resources(s).serial();
+  counters& n = counters_of(device_.cache_owner());
+  auto slot = std::static_pointer_cast<weight_registry::slot>(slot_);
+  std::shared_ptr<packed_weight> w = weights(device_.cache_owner()).get(
+      slot, e.scope(), {t.data, t.version, source_bytes}, g.packed_layout(), bytes, device_reader{device_, s, t}, [&] {
+        const time_without_first_launches timer;  // the pack kernel's first launch counts as first_launch_ns
+        auto packed = std::make_shared<packed_weight>(device_, e, bytes);
+        kernel_args args;
+        args.add(t.data).add(packed->memory.get()).add(std::int32_t(g.k)).add(std::int32_t(g.n));
+        args.add(std::int64_t{g.ldb}).add(std::int32_t(g.packed_k)).add(std::int32_t(g.packed_n));
+        launch(*pack_, s, args, pack_launch_);
+        packed->packing = device_.record(s);
+        packed->packed_on = serial;
+        n.weights_packed.fetch_add(1, std::memory_order_relaxed);
+        n.pack_ns.fetch_add(timer.ns(), std::memory_order_relaxed);
+        return packed;
+      });
+  // Packed on another stream: this one waits for the packing, on the device.
+  if (w->packed_on != serial && !w->packing_done.load(std::memory_order_acquire)) {
+    if (w->packing->query() == event::state::pending) {
+      device_.wait_for(s, *w->packing);
+    } else {
+      w->packing_done.store(true, std::memory_order_release);
+    }
+  }
+  return w;
+}
+
+}  // namespace unicache::gpu::detail
