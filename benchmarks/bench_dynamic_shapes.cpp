@@ -257,6 +257,7 @@ int child_unicache(const options& o) {
         trace_items.push_back({weight, static_cast<std::uint64_t>(l.steps[i].k * l.steps[i].n * 4)});
       }
     }
+    dev->strm().wait();  // one wait per request, as a server waits before answering
     latency.push_back(ms_since(t_request));
     if (r == 0) first_overhead_ms = (dev->counters() - before).total_ms();
     if (!o.quiet) progress(r + 1, trace.size());

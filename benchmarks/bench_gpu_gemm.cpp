@@ -60,7 +60,11 @@ void BM_gemm(benchmark::State& state) {
     const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
     const std::vector<tensor> out{{cp.outputs()[0], cb}};
     cp.execute(strm, in, out);  // builds, packs a constant B, warms up
-    for (auto _ : state) cp.execute(strm, in, out);
+    strm.wait();
+    for (auto _ : state) {
+      cp.execute(strm, in, out);
+      strm.wait();
+    }
     state.counters["GFLOP"] =
         benchmark::Counter(2.0 * static_cast<double>(n) * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
     state.SetLabel(Backend::device_name(eng));
@@ -91,7 +95,11 @@ void BM_constant_check(benchmark::State& state) {
     const std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], bb}};
     const std::vector<tensor> out{{cp.outputs()[0], cb}};
     cp.execute(strm, in, out);  // builds and packs
-    for (auto _ : state) cp.execute(strm, in, out);
+    strm.wait();
+    for (auto _ : state) {
+      cp.execute(strm, in, out);
+      strm.wait();
+    }
     state.SetLabel(std::string(to_string(mode)) + " " + Backend::device_name(eng));
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());

@@ -5,8 +5,14 @@ baseline its GPU modes are compared against in docs/benchmarks.md.
 Replays a trace written by `bench_dynamic_shapes --shapes-out FILE` (the rows
 M of each request): per request, the BERT layer's six matmuls with bias (Q, K,
 V and output projections H x H, FFN H -> F with GELU(erf), F -> H), fp32 with
-TF32 off, each one synchronized as bench_dynamic_shapes' executions are.
-Latency per request is host wall time, like bench_dynamic_shapes'.
+TF32 off. Latency per request is host wall time, like bench_dynamic_shapes'.
+
+Two runs of the trace, one after the other:
+- queued (the headline, p50_ms...): every op queued on torch's current stream
+  and one torch.cuda.synchronize() per request, as PyTorch serves a request
+  and as bench_dynamic_shapes waits (once per request);
+- sync_each (p50_ms_sync_each...): a synchronize after every matmul, the
+  figure earlier versions of this script reported.
 
     python3 scripts/torch_dynamic_shapes.py FILE [--hidden 768] [--ffn 3072] [--json OUT]
 """
@@ -34,29 +40,32 @@ def main() -> None:
                 torch.rand(n, device="cuda", generator=gen) * 0.1 - 0.05) for k, n, _, _ in steps]
     x_all = torch.rand(max(rows), h, device="cuda", generator=gen)
     torch.cuda.synchronize()
-    latency = []
-    for m in rows:
-        start = time.perf_counter()
-        x = x_all[:m]
-        outs = []
-        for (k, n, source, gelu), (w, b) in zip(steps, weights):
-            y = torch.addmm(b, x if source < 0 else outs[source], w)
-            if gelu:
-                y = torch.nn.functional.gelu(y)
+
+    def replay(sync_each: bool) -> list:
+        latency = []
+        for m in rows:
+            start = time.perf_counter()
+            x = x_all[:m]
+            outs = []
+            for (k, n, source, gelu), (w, b) in zip(steps, weights):
+                y = torch.addmm(b, x if source < 0 else outs[source], w)
+                if gelu:
+                    y = torch.nn.functional.gelu(y)
+                if sync_each:
+                    torch.cuda.synchronize()
+                outs.append(y)
             torch.cuda.synchronize()
-            outs.append(y)
-        latency.append((time.perf_counter() - start) * 1e3)
-    ordered = sorted(latency)
-    result = {
+            latency.append((time.perf_counter() - start) * 1e3)
+        return latency
+
+    def summary(latency: list, suffix: str) -> dict:
+        result = {
         "benchmark": "torch_dynamic_shapes",
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "requests": len(rows),
-        "first_request_ms": latency[0],
-        "p50_ms": ordered[len(ordered) // 2],
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "mean_ms": sum(latency) / len(latency),
-        "max_ms": ordered[-1],
+        **summary(queued, ""),
+        **summary(sync_each, "_sync_each"),
     }
     print(json.dumps(result))
     if args.json:

@@ -54,7 +54,8 @@ class opencl_device final : public gpu::device {
   void launch(const kernel& k, const stream& s, const gpu::kernel_args& args,
               const gpu::launch_dims& dims) const override {
     const cl_command_queue queue = queue_of(s);
-    k.launch([&] { k.program<program>().enqueue(queue, args, dims); });
+    const bool settle = k.store_pending();
+    k.launch([&] { k.program<program>().enqueue(queue, args, dims, settle); });
   }
 
   std::shared_ptr<const gpu::event> record(const stream& s) const override { return record_marker(queue_of(s)); }

@@ -65,8 +65,12 @@ class program final : public device_program {
   program& operator=(const program&) = delete;
 
   // Sets the arguments and enqueues on the queue, under one lock (cl_kernel
-  // arguments are shared state); never waits.
-  void enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims) const;
+  // arguments are shared state). Waits for this launch alone when `settle`:
+  // the first launch of a kernel built from source, whose binary is then
+  // read back for the store (PoCL finishes compiling at the first launch,
+  // and reading a program's binaries while its kernel runs is not safe on
+  // every PoCL); never otherwise.
+  void enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims, bool settle) const;
   // The device binary as the driver has it now (after the first launch, on
   // PoCL, with the compiled work-group function).
   byte_vector binary() const override;

@@ -40,14 +40,23 @@ program::~program() {
   clReleaseProgram(program_);
 }
 
-void program::enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims) const {
-  std::lock_guard lock(launch_mu_);
-  for (int i = 0; i < args.count(); ++i) {
-    const cl_int r = clSetKernelArg(kernel_, static_cast<cl_uint>(i), args.size(i), args.value(i));
-    if (r != CL_SUCCESS) check(r, "clSetKernelArg " + std::to_string(i));
+void program::enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims,
+                      bool settle) const {
+  cl_event launched = nullptr;
+  {
+    std::lock_guard lock(launch_mu_);
+    for (int i = 0; i < args.count(); ++i) {
+      const cl_int r = clSetKernelArg(kernel_, static_cast<cl_uint>(i), args.size(i), args.value(i));
+      if (r != CL_SUCCESS) check(r, "clSetKernelArg " + std::to_string(i));
+    }
+    check(clEnqueueNDRangeKernel(queue, kernel_, 3, nullptr, dims.global.data(), dims.local.data(), 0, nullptr,
+                                 settle ? &launched : nullptr),
+          "clEnqueueNDRangeKernel");
   }
-  check(clEnqueueNDRangeKernel(queue, kernel_, 3, nullptr, dims.global.data(), dims.local.data(), 0, nullptr, nullptr),
-        "clEnqueueNDRangeKernel");
+  if (!settle) return;
+  const cl_int r = clWaitForEvents(1, &launched);
+  clReleaseEvent(launched);
+  check(r, "clWaitForEvents(a kernel's first launch)");
 }
 
 byte_vector program::binary() const {
