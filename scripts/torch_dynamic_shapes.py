@@ -59,7 +59,18 @@ def main() -> None:
         return latency
 
     def summary(latency: list, suffix: str) -> dict:
-        result = {
+        ordered = sorted(latency)
+        return {
+            "first_request_ms" + suffix: latency[0],
+            "p50_ms" + suffix: ordered[len(ordered) // 2],
+            "p99_ms" + suffix: ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+            "mean_ms" + suffix: sum(latency) / len(latency),
+            "max_ms" + suffix: ordered[-1],
+        }
+
+    queued = replay(sync_each=False)
+    sync_each = replay(sync_each=True)
+    result = {
         "benchmark": "torch_dynamic_shapes",
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,

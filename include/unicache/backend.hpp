@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -69,6 +70,22 @@ class compiled_kernel {
   virtual bool built_for_its_shapes() const { return false; }
 };
 
+// The device time of work enqueued on a stream, for a backend whose
+// execute() returns before the device is done: begun (backend::start_timer)
+// before the work, stopped after it, and read once the device has finished
+// it. Adaptive mode's cost model times executions with it. Never waits.
+class device_timer {
+ public:
+  virtual ~device_timer() = default;
+  // Marks the end of the timed work (enqueued on `s` since the start).
+  virtual void stop(stream& s) = 0;
+  // Whether the device has finished (or failed) the timed work.
+  virtual bool done() const = 0;
+  // The device time from start to stop, once done; nullopt before, or when
+  // the device cannot tell (the work failed).
+  virtual std::optional<std::uint64_t> elapsed_ns() const = 0;
+};
+
 // A shape class (kernel_shapes::adaptive): the shapes one specialized kernel
 // of a backend serves, e.g. every M from 257 to 512 with N = 768, K = 768.
 struct shape_class {
@@ -107,6 +124,10 @@ class backend {
   // nested) for a failure of that work. The default does nothing: a backend whose execute() finishes its
   // work before returning (oneDNN on the CPU) has nothing to wait for.
   virtual void wait(stream& s);
+  // A timer of the device time of work about to be enqueued on `s`, or
+  // nullptr (the default) when the host's clock around execute() measures
+  // it: a backend whose execute() finishes its work before returning.
+  virtual std::unique_ptr<device_timer> start_timer(stream& s);
   // What the engine's binaries are valid for: blobs made on one identity are
   // refused on another.
   virtual device_identity identity(const engine& e) const = 0;

@@ -176,6 +176,62 @@ bool drop_variant(class_table& f, class_state& c, specialized_variant* v, const 
   return true;
 }
 
+// One timed execution of the class's specialized kernel `kernel` (variant
+// `v`). After kJudgeAfter timed executions, one check: a specialized kernel
+// that runs slower than the generic one did is dropped for good, and what it
+// saved or lost teaches the backend's expected saving.
+void account_specialized(const class_ref& t, specialized_variant* v, const compiled_kernel* kernel, std::uint64_t ns,
+                         const engine& e) {
+  class_state& c = *t.cls;
+  counters& n = stats_counters();
+  const std::uint64_t mean = c.generic_mean_ns.load(std::memory_order_relaxed);
+  if (mean) n.saved_ns.fetch_add(static_cast<std::int64_t>(mean) - static_cast<std::int64_t>(ns), std::memory_order_relaxed);
+  const std::uint64_t use = c.variant_uses.fetch_add(1, std::memory_order_relaxed);
+  if (use == 0 || mean == 0) return;  // the first carries one-time work
+  const std::uint64_t total = c.variant_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
+  if (use != kJudgeAfter) return;
+  class_table& f = *t.family;
+  const double variant_mean = static_cast<double>(total) / kJudgeAfter;
+  const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
+  f.cost->judged.fetch_add(1, std::memory_order_relaxed);
+  f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
+  if (saving < 0) drop_variant(f, c, v, kernel, class_status::slower, e);
+}
+
+// One timed generic execution of the class.
+void account_generic(class_state& c, std::uint64_t ns) {
+  c.generic_timed.fetch_add(1, std::memory_order_relaxed);
+  c.generic_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+void add_pending_timing(class_state& c, class_state::pending_timing p) {
+  mutex_lock lock(&c.timing_mu);
+  if (c.pending_timings.size() < class_state::kMaxPendingTimings) c.pending_timings.push_back(std::move(p));
+}
+
+// Accounts the device timings of the class that are done, oldest first;
+// never waits.
+void read_timings(const class_ref& t, const engine& e) {
+  class_state& c = *t.cls;
+  std::vector<class_state::pending_timing> done;
+  {
+    mutex_lock lock(&c.timing_mu);
+    while (!c.pending_timings.empty() && c.pending_timings.front().timer->done()) {
+      done.push_back(std::move(c.pending_timings.front()));
+      c.pending_timings.pop_front();
+    }
+  }
+  for (class_state::pending_timing& p : done) {
+    const std::optional<std::uint64_t> ns = p.timer->elapsed_ns();
+    if (!ns) continue;  // the work failed: no time
+    if (p.kernel) {
+      account_specialized(t, p.variant, p.kernel.get(), *ns, e);
+    } else {
+      account_generic(c, *ns);
+    }
+  }
+}
+
 }  // namespace
 
 specialized_run run_specialized(const class_ref& t, stream& s, const std::vector<tensor>& inputs,
@@ -197,6 +253,10 @@ specialized_run run_specialized(const class_ref& t, stream& s, const std::vector
     }
     kernel = v->kernel.value();
   }
+  // Timed while it is judged: on the device where execute() returns before
+  // the device is done, else by the host's clock.
+  const bool judged = c.variant_uses.load(std::memory_order_relaxed) <= kJudgeAfter;
+  std::unique_ptr<device_timer> timer = judged ? s.get_engine().get_backend()->start_timer(s) : nullptr;
   const auto start = clock_type::now();
   try {
     kernel->execute(s, inputs, outputs);
@@ -204,24 +264,15 @@ specialized_run run_specialized(const class_ref& t, stream& s, const std::vector
     *failure = {v, std::move(kernel), std::current_exception()};
     return specialized_run::failed;
   }
-  const std::uint64_t ns = ns_since(start);
-  counters& n = stats_counters();
-  n.specialized_executions.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t mean = c.generic_mean_ns.load(std::memory_order_relaxed);
-  if (mean) n.saved_ns.fetch_add(static_cast<std::int64_t>(mean) - static_cast<std::int64_t>(ns), std::memory_order_relaxed);
-  // After kJudgeAfter timed executions, one check: a specialized kernel that
-  // runs slower than the generic one did is dropped for good, and what it
-  // saved or lost teaches the backend's expected saving.
-  const std::uint64_t use = c.variant_uses.fetch_add(1, std::memory_order_relaxed);
-  if (use == 0 || mean == 0) return specialized_run::ran;
-  const std::uint64_t total = c.variant_ns.fetch_add(ns, std::memory_order_relaxed) + ns;
-  if (use != kJudgeAfter) return specialized_run::ran;
-  class_table& f = *t.family;
-  const double variant_mean = static_cast<double>(total) / kJudgeAfter;
-  const double saving = std::clamp(1.0 - variant_mean / static_cast<double>(mean), -1.0, 1.0);
-  f.cost->judged.fetch_add(1, std::memory_order_relaxed);
-  f.cost->saving_permille.fetch_add(static_cast<std::int64_t>(saving * 1000), std::memory_order_relaxed);
-  if (saving < 0) drop_variant(f, c, v, kernel.get(), class_status::slower, s.get_engine());
+  stats_counters().specialized_executions.fetch_add(1, std::memory_order_relaxed);
+  if (!judged) return specialized_run::ran;
+  if (timer) {
+    timer->stop(s);
+    add_pending_timing(c, {std::move(timer), v, std::move(kernel)});
+    read_timings(t, s.get_engine());
+  } else {
+    account_specialized(t, v, kernel.get(), ns_since(start), s.get_engine());
+  }
   return specialized_run::ran;
 }
 
@@ -243,15 +294,27 @@ void drop_failed(const class_ref& t, const specialized_failure& failure, const e
 }
 
 
-void record_generic(const class_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
+bool wants_generic_timing(const class_ref& t) {
+  // Cold: the time decides when to specialize; queued: the mean a finished
+  // specialized kernel is compared with.
+  const class_status status = t.cls->status.load(std::memory_order_relaxed);
+  return status == class_status::cold || status == class_status::queued;
+}
+
+void record_generic(const class_ref& t, execution_time time, const stream& s, const std::vector<logical_tensor>& in,
                     const std::vector<logical_tensor>& out) {
   class_state& c = *t.cls;
   stats_counters().generic_executions.fetch_add(1, std::memory_order_relaxed);
   // A class's first execution carries one-time work (a driver's or JIT's
   // first launch, packing a weight): it is counted, not timed.
   const bool first = c.generic_uses.fetch_add(1, std::memory_order_relaxed) == 0;
-  if (!first) c.generic_timed.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t total = c.generic_ns.fetch_add(first ? 0 : ns, std::memory_order_relaxed) + (first ? 0 : ns);
+  if (time.device) {
+    if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr});
+    read_timings(t, s.get_engine());
+  } else if (!first && time.host_ns) {
+    account_generic(c, *time.host_ns);
+  }
+  const std::uint64_t total = c.generic_ns.load(std::memory_order_relaxed);
   if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
   const specialize_settings settings = current_specialize_settings();
   if (settings.threads == 0 || !hot(*t.family, c, total, settings)) return;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,10 +74,21 @@ specialized_run run_specialized(const class_ref& t, stream& s, const std::vector
 // fault was not the specialized kernel's.
 void drop_failed(const class_ref& t, const specialized_failure& failure, const engine& e, bool answered);
 
-// Counts one generic execution of `ns` for the class and, when the class
-// turns hot, queues its specialization for the shapes `in` -> `out` on the
-// stream's engine. Never blocks on a build.
-void record_generic(const class_ref& t, std::uint64_t ns, const stream& s, const std::vector<logical_tensor>& in,
+// What one generic execution took: the host's clock around execute(), or a
+// device timer (backend::start_timer) read once the device is done.
+struct execution_time {
+  std::optional<std::uint64_t> host_ns;
+  std::unique_ptr<device_timer> device;
+};
+// Whether a generic execution of the class is timed now (cold: its time
+// decides when it is specialized; queued: its mean is what the specialized
+// kernel is compared with).
+bool wants_generic_timing(const class_ref& t);
+// Counts one generic execution for the class (its time, once known: a
+// device timer is read at a later call, when the device is done) and, when
+// the class turns hot, queues its specialization for the shapes `in` ->
+// `out` on the stream's engine. Never blocks on a build or the device.
+void record_generic(const class_ref& t, execution_time time, const stream& s, const std::vector<logical_tensor>& in,
                     const std::vector<logical_tensor>& out);
 
 }  // namespace unicache::detail

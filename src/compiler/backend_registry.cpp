@@ -36,6 +36,8 @@ std::string backend::kernel_configuration(const partition& /*p*/,
 
 void backend::wait(stream& /*s*/) {}
 
+std::unique_ptr<device_timer> backend::start_timer(stream& /*s*/) { return nullptr; }
+
 void stream::wait() {
   if (backend* b = engine_.get_backend()) b->wait(*this);
 }

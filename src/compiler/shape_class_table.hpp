@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -41,6 +42,17 @@ struct class_state {
   // The mean generic time when the class was specialized: what a specialized
   // execution is compared with.
   std::atomic<std::uint64_t> generic_mean_ns{0};
+  // Executions timed on the device (a backend whose execute() returns before
+  // the device is done) whose time is not read yet, oldest first: generic
+  // ones (no variant) and the specialized kernel's (which it holds).
+  struct pending_timing {
+    std::unique_ptr<device_timer> timer;
+    specialized_variant* variant = nullptr;  // compared, never dereferenced
+    std::shared_ptr<const compiled_kernel> kernel;
+  };
+  static constexpr std::size_t kMaxPendingTimings = 64;  // beyond: executions go untimed
+  mutex timing_mu;
+  std::deque<pending_timing> pending_timings ABSL_GUARDED_BY(timing_mu);
 
   ~class_state() { delete variant.load(std::memory_order_relaxed); }  // unreachable: no reader
 };

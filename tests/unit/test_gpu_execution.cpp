@@ -111,6 +111,30 @@ TYPED_TEST(GpuExecution, ExecuteReturnsBeforeTheDeviceIsDoneAndWaitIsWhereItEnds
   EXPECT_EQ(c.first_wrong(this->read(this->s1, out, static_cast<std::size_t>(c.m * c.n))), -1);
 }
 
+// What adaptive mode's cost model times generic and specialized executions
+// with: the device's own clock, read once the work is done, never a wait.
+TYPED_TEST(GpuExecution, ADeviceTimerGivesTheDeviceTimeOnceTheWorkIsDone) {
+  const gemm_case c = this->long_gemm();
+  graph g = matmul_graph(c.k, c.n, tensor_property::variable);
+  compiled_partition cp = compile(g.partitions()[0], {{c.m, c.k}, {c.k, c.n}}, this->eng);
+  buffers<TypeParam> b(this->eng);
+  void* a = b.upload(c.ones());
+  void* w = b.upload(c.weight());
+  void* out = b.make(static_cast<std::size_t>(c.m * c.n) * sizeof(float));
+  cp.execute(this->s1, {{cp.inputs()[0], a}, {cp.inputs()[1], w}}, {{cp.outputs()[0], out}});  // first launch
+  std::unique_ptr<device_timer> timer = this->eng.get_backend()->start_timer(this->s1);
+  ASSERT_NE(timer, nullptr) << "a GPU backend's execute() returns before the device is done: it must time on the device";
+  for (int i = 0; i < 4; ++i) cp.execute(this->s1, {{cp.inputs()[0], a}, {cp.inputs()[1], w}}, {{cp.outputs()[0], out}});
+  timer->stop(this->s1);
+  EXPECT_FALSE(timer->done()) << "the GEMMs were done when the last execute() returned";
+  EXPECT_FALSE(timer->elapsed_ns().has_value());
+  this->s1.wait();
+  EXPECT_TRUE(timer->done());
+  const std::optional<std::uint64_t> ns = timer->elapsed_ns();
+  ASSERT_TRUE(ns.has_value());
+  EXPECT_GT(*ns, 0u);
+}
+
 TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatWork) {
   const gemm_case c = this->long_gemm();
   graph g = matmul_graph(c.k, c.n, tensor_property::constant);

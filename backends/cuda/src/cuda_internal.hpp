@@ -50,12 +50,13 @@ struct engine_state {
   // adaptive mode picks others per class (docs/benchmarks.md).
   gpu::engine_facts facts{{}, {64, 128, 16, 8, 8}, 256};
 
-  // Events for recording, pooled: an execution records one.
-  CUevent take_event() const;
-  void give_back_event(CUevent e) const;
+  // Events for recording, pooled: an execution records one. Timed ones
+  // (which can tell elapsed time) apart: they cost more to record.
+  CUevent take_event(bool timed) const;
+  void give_back_event(CUevent e, bool timed) const;
   static constexpr std::size_t kPooledEvents = 256;
   mutable std::mutex events_mu;
-  mutable std::vector<CUevent> free_events;
+  mutable std::vector<CUevent> free_events[2];  // [timed]
 
   ~engine_state();
 };
@@ -111,7 +112,7 @@ std::unique_ptr<device_program> build_program(const engine& e, const kernel_sour
 std::unique_ptr<device_program> load_program(const engine& e, const kernel_source& src, byte_span binary);
 
 // An event at the stream's current end.
-std::shared_ptr<const gpu::event> record_event(const stream_state& s);
+std::shared_ptr<const gpu::event> record_event(const stream_state& s, bool timed);
 
 inline CUdeviceptr pointer_of(const void* data) { return reinterpret_cast<CUdeviceptr>(data); }
 

@@ -1,6 +1,7 @@
 // The CUDA implementation of the GPU core's device interface: memory,
 // streams, events and launches through the driver API.
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "cuda_internal.hpp"
@@ -12,8 +13,9 @@ namespace {
 // lets go (no driver call on that path).
 class cuda_event final : public gpu::event {
  public:
-  cuda_event(std::shared_ptr<const engine_state> engine, CUevent e) : engine_(std::move(engine)), event_(e) {}
-  ~cuda_event() override { engine_->give_back_event(event_); }
+  cuda_event(std::shared_ptr<const engine_state> engine, CUevent e, bool timed)
+      : engine_(std::move(engine)), event_(e), timed_(timed) {}
+  ~cuda_event() override { engine_->give_back_event(event_, timed_); }
   cuda_event(const cuda_event&) = delete;
   cuda_event& operator=(const cuda_event&) = delete;
 
@@ -23,11 +25,19 @@ class cuda_event final : public gpu::event {
     return r == CUDA_ERROR_NOT_READY ? state::pending : state::failed;
   }
   void synchronize() const override { api().cuEventSynchronize(event_); }
+  std::optional<std::uint64_t> ns_since(const gpu::event& start) const override {
+    float ms = 0;
+    if (!timed_ || api().cuEventElapsedTime(&ms, static_cast<const cuda_event&>(start).get(), event_) != CUDA_SUCCESS) {
+      return std::nullopt;
+    }
+    return static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
+  }
   CUevent get() const { return event_; }
 
  private:
   std::shared_ptr<const engine_state> engine_;
   CUevent event_;
+  bool timed_;
 };
 
 class cuda_device final : public gpu::device {
@@ -125,7 +135,12 @@ class cuda_device final : public gpu::device {
     });
   }
 
-  std::shared_ptr<const gpu::event> record(const stream& s) const override { return record_event(s.native<stream_state>()); }
+  std::shared_ptr<const gpu::event> record(const stream& s) const override {
+    return record_event(s.native<stream_state>(), false);
+  }
+  std::shared_ptr<const gpu::event> record_timed(const stream& s) const override {
+    return record_event(s.native<stream_state>(), true);
+  }
 
   void wait_for(const stream& s, const gpu::event& e) const override {
     const stream_state& st = s.native<stream_state>();
@@ -143,33 +158,35 @@ class cuda_device final : public gpu::device {
 
 }  // namespace
 
-std::shared_ptr<const gpu::event> record_event(const stream_state& st) {
+std::shared_ptr<const gpu::event> record_event(const stream_state& st, bool timed) {
   context_guard guard(st.context);
-  CUevent e = st.engine->take_event();
-  auto recorded = std::make_shared<const cuda_event>(st.engine, e);
+  CUevent e = st.engine->take_event(timed);
+  auto recorded = std::make_shared<const cuda_event>(st.engine, e, timed);
   check(api().cuEventRecord(e, st.stream), "cuEventRecord");
   return recorded;
 }
 
-CUevent engine_state::take_event() const {
+CUevent engine_state::take_event(bool timed) const {
   {
     std::lock_guard lock(events_mu);
-    if (!free_events.empty()) {
-      CUevent e = free_events.back();
-      free_events.pop_back();
+    std::vector<CUevent>& pool = free_events[timed];
+    if (!pool.empty()) {
+      CUevent e = pool.back();
+      pool.pop_back();
       return e;
     }
   }
   CUevent e = nullptr;
-  check(api().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  check(api().cuEventCreate(&e, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   return e;
 }
 
-void engine_state::give_back_event(CUevent e) const {
+void engine_state::give_back_event(CUevent e, bool timed) const {
   {
     std::lock_guard lock(events_mu);
-    if (free_events.size() < kPooledEvents) {
-      free_events.push_back(e);
+    std::vector<CUevent>& pool = free_events[timed];
+    if (pool.size() < kPooledEvents) {
+      pool.push_back(e);
       return;
     }
   }

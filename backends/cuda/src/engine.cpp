@@ -183,10 +183,12 @@ context_guard::~context_guard() {
 }
 
 engine_state::~engine_state() {
-  if (!free_events.empty()) {
+  if (!free_events[0].empty() || !free_events[1].empty()) {
     try {
       context_guard guard(context);
-      for (CUevent e : free_events) api().cuEventDestroy(e);
+      for (const std::vector<CUevent>& pool : free_events) {
+        for (CUevent e : pool) api().cuEventDestroy(e);
+      }
     } catch (...) {
       // The context (or the driver, at exit) is gone, and its events with it.
     }
@@ -197,7 +199,7 @@ engine_state::~engine_state() {
 stream_state::~stream_state() {
   try {
     // The core frees the stream's workspace after the work queued so far.
-    if (resources.holds_memory() && engine) resources.set_final_event(record_event(*this));
+    if (resources.holds_memory() && engine) resources.set_final_event(record_event(*this, false));
     if (!owned || !stream) return;
     context_guard guard(context);
     api().cuStreamDestroy(stream);

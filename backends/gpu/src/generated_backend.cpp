@@ -72,6 +72,22 @@ class tuning_scratch {
   buffer memory_;
 };
 
+// The device time between two timed events of a stream.
+class event_timer final : public device_timer {
+ public:
+  event_timer(const device& d, std::shared_ptr<const event> start) : device_(d), start_(std::move(start)) {}
+  void stop(stream& s) override { stop_ = device_.record_timed(s); }
+  bool done() const override { return !stop_ || stop_->query() != event::state::pending; }
+  std::optional<std::uint64_t> elapsed_ns() const override {
+    if (!stop_ || stop_->query() != event::state::complete) return std::nullopt;
+    return stop_->ns_since(*start_);
+  }
+
+ private:
+  const device& device_;
+  std::shared_ptr<const event> start_, stop_;
+};
+
 class generated_backend final : public backend {
  public:
   explicit generated_backend(std::unique_ptr<device> d) : device_(std::move(d)) {}
@@ -106,6 +122,12 @@ class generated_backend final : public backend {
       std::throw_with_nested(execute_error(err.what()));
     }
     deferred_release::instance().collect();
+  }
+
+  std::unique_ptr<device_timer> start_timer(stream& s) override {
+    std::shared_ptr<const event> start = device_->record_timed(s);
+    if (!start) return nullptr;
+    return std::make_unique<event_timer>(*device_, std::move(start));
   }
 
   device_identity identity(const engine& e) const override { return device_->facts(e).identity; }

@@ -1,5 +1,6 @@
 // The OpenCL implementation of the GPU core's device interface: buffers,
 // command queues, markers and kernel launches.
+#include <optional>
 #include <string>
 
 #include "opencl_internal.hpp"
@@ -12,7 +13,7 @@ cl_command_queue queue_of(const stream& s) { return s.native<stream_state>().que
 
 class marker final : public gpu::event {
  public:
-  explicit marker(cl_event e) : event_(e) {}
+  marker(cl_event e, bool timed) : event_(e), timed_(timed) {}
   ~marker() override { clReleaseEvent(event_); }
   marker(const marker&) = delete;
   marker& operator=(const marker&) = delete;
@@ -26,10 +27,23 @@ class marker final : public gpu::event {
     return status == CL_COMPLETE ? state::complete : state::pending;
   }
   void synchronize() const override { clWaitForEvents(1, &event_); }
+  // The queue's profiling clock at both markers.
+  std::optional<std::uint64_t> ns_since(const gpu::event& start) const override {
+    const auto& from = static_cast<const marker&>(start);
+    cl_ulong begin = 0, end = 0;
+    if (!timed_ || !from.timed_ ||
+        clGetEventProfilingInfo(from.event_, CL_PROFILING_COMMAND_END, sizeof begin, &begin, nullptr) != CL_SUCCESS ||
+        clGetEventProfilingInfo(event_, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr) != CL_SUCCESS ||
+        end < begin) {
+      return std::nullopt;
+    }
+    return end - begin;
+  }
   cl_event get() const { return event_; }
 
  private:
   cl_event event_;
+  bool timed_;
 };
 
 bool out_of_memory(cl_int err) {
@@ -44,7 +58,13 @@ class opencl_device final : public gpu::device {
     const engine_state& es = state_of(e);
     auto s = std::make_shared<stream_state>();
     cl_int err = CL_SUCCESS;
-    s->queue = clCreateCommandQueue(es.context, es.device, 0, &err);
+    // Profiling: adaptive mode times executions on the queue's clock.
+    s->queue = clCreateCommandQueue(es.context, es.device, CL_QUEUE_PROFILING_ENABLE, &err);
+    if (err == CL_INVALID_QUEUE_PROPERTIES || err == CL_INVALID_VALUE) {
+      s->queue = clCreateCommandQueue(es.context, es.device, 0, &err);
+    } else {
+      s->profiling = err == CL_SUCCESS;
+    }
     check(err, "clCreateCommandQueue");
     return stream(e, std::move(s));
   }
@@ -58,7 +78,11 @@ class opencl_device final : public gpu::device {
     k.launch([&] { k.program<program>().enqueue(queue, args, dims, settle); });
   }
 
-  std::shared_ptr<const gpu::event> record(const stream& s) const override { return record_marker(queue_of(s)); }
+  std::shared_ptr<const gpu::event> record(const stream& s) const override { return record_marker(queue_of(s), false); }
+  std::shared_ptr<const gpu::event> record_timed(const stream& s) const override {
+    if (!s.native<stream_state>().profiling) return nullptr;
+    return record_marker(queue_of(s), true);
+  }
 
   void wait_for(const stream& s, const gpu::event& e) const override {
     const cl_event waited = static_cast<const marker&>(e).get();
@@ -113,10 +137,10 @@ class opencl_device final : public gpu::device {
 
 }  // namespace
 
-std::shared_ptr<const gpu::event> record_marker(cl_command_queue queue) {
+std::shared_ptr<const gpu::event> record_marker(cl_command_queue queue, bool timed) {
   cl_event e = nullptr;
   check(clEnqueueMarkerWithWaitList(queue, 0, nullptr, &e), "clEnqueueMarkerWithWaitList");
-  auto recorded = std::make_shared<const marker>(e);
+  auto recorded = std::make_shared<const marker>(e, timed);
   check(clFlush(queue), "clFlush");
   return recorded;
 }

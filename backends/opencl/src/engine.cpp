@@ -324,7 +324,7 @@ stream_state::~stream_state() {
   if (!queue) return;
   try {
     // The core frees the stream's workspace after the work queued so far.
-    if (resources.holds_memory()) resources.set_final_event(record_marker(queue));
+    if (resources.holds_memory()) resources.set_final_event(record_marker(queue, false));
   } catch (const opencl_error&) {
     // No marker: the workspace is freed now (OpenCL keeps a released buffer
     // until the commands that use it are done).

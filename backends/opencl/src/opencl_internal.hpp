@@ -36,6 +36,7 @@ struct engine_state {
 
 struct stream_state {
   cl_command_queue queue = nullptr;
+  bool profiling = false;  // CL_QUEUE_PROFILING_ENABLE: markers tell device time
   gpu::stream_resources resources;
   ~stream_state();  // after an event that ends the stream's use of its resources
 };
@@ -49,7 +50,7 @@ device_info query_device(cl_device_id device);
 device_identity identity_of(const device_info& info);
 // A marker at the end of the queue, flushed so that it (and the work before
 // it) reaches the device without a wait.
-std::shared_ptr<const gpu::event> record_marker(cl_command_queue queue);
+std::shared_ptr<const gpu::event> record_marker(cl_command_queue queue, bool timed);
 // The device interface of the GPU core over OpenCL.
 std::unique_ptr<gpu::device> make_device();
 

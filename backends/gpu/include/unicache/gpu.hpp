@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,10 @@ class event {
   // Waits on the host until it is no longer pending (used only where the
   // host must: the bounded deferred-release list, out of memory).
   virtual void synchronize() const = 0;
+  // Device time from `start` (an earlier event of the same stream, both
+  // recorded with device::record_timed) to this one, once both are
+  // complete; nullopt otherwise.
+  virtual std::optional<std::uint64_t> ns_since(const event& /*start*/) const { return std::nullopt; }
 };
 
 // What the core keeps per stream, inside the API's stream state: a serial
@@ -213,6 +218,10 @@ class device {
   virtual void launch(const kernel& k, const stream& s, const kernel_args& args, const launch_dims& dims) const = 0;
   // An event at the stream's current end.
   virtual std::shared_ptr<const event> record(const stream& s) const = 0;
+  // The same, able to tell the device time between two of them (event::
+  // ns_since): what adaptive mode's cost model times executions with.
+  // nullptr where the stream cannot time its work.
+  virtual std::shared_ptr<const event> record_timed(const stream& s) const = 0;
   // Makes the stream's later work wait, on the device, for `e` (of another
   // stream of the same context).
   virtual void wait_for(const stream& s, const event& e) const = 0;
