@@ -198,10 +198,10 @@ void account_specialized(const class_ref& t, specialized_variant* v, const compi
   if (saving < 0) drop_variant(f, c, v, kernel, class_status::slower, e);
 }
 
-// One timed generic execution of the class.
-void account_generic(class_state& c, std::uint64_t ns) {
-  c.generic_timed.fetch_add(1, std::memory_order_relaxed);
-  c.generic_ns.fetch_add(ns, std::memory_order_relaxed);
+// One timed generic execution of the class, standing for `weight` of them.
+void account_generic(class_state& c, std::uint64_t ns, std::uint64_t weight) {
+  c.generic_timed.fetch_add(weight, std::memory_order_relaxed);
+  c.generic_ns.fetch_add(ns * weight, std::memory_order_relaxed);
 }
 
 void add_pending_timing(class_state& c, class_state::pending_timing p) {
@@ -227,7 +227,7 @@ void read_timings(const class_ref& t, const engine& e) {
     if (p.kernel) {
       account_specialized(t, p.variant, p.kernel.get(), *ns, e);
     } else {
-      account_generic(c, *ns);
+      account_generic(c, *ns, p.weight);
     }
   }
 }
@@ -294,11 +294,27 @@ void drop_failed(const class_ref& t, const specialized_failure& failure, const e
 }
 
 
-bool wants_generic_timing(const class_ref& t) {
-  // Cold: the time decides when to specialize; queued: the mean a finished
-  // specialized kernel is compared with.
-  const class_status status = t.cls->status.load(std::memory_order_relaxed);
-  return status == class_status::cold || status == class_status::queued;
+std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s, bool* host_clock) {
+  *host_clock = false;
+  class_state& c = *t.cls;
+  // Cold: the time decides when to specialize; queued: its mean is what the
+  // specialized kernel is compared with. Otherwise nothing is timed.
+  const class_status status = c.status.load(std::memory_order_relaxed);
+  if (status != class_status::cold && status != class_status::queued) return nullptr;
+  switch (c.generic_timing.load(std::memory_order_relaxed)) {
+    case class_state::timing::host:
+      *host_clock = true;
+      return nullptr;
+    case class_state::timing::device:
+      if (c.generic_timing_turn.fetch_add(1, std::memory_order_relaxed) % kDeviceTimingEvery != 0) return nullptr;
+      break;
+    case class_state::timing::unknown:
+      break;
+  }
+  std::unique_ptr<device_timer> timer = s.get_engine().get_backend()->start_timer(s);
+  c.generic_timing.store(timer ? class_state::timing::device : class_state::timing::host, std::memory_order_relaxed);
+  *host_clock = !timer;
+  return timer;
 }
 
 void record_generic(const class_ref& t, execution_time time, const stream& s, const std::vector<logical_tensor>& in,
@@ -309,11 +325,11 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   // first launch, packing a weight): it is counted, not timed.
   const bool first = c.generic_uses.fetch_add(1, std::memory_order_relaxed) == 0;
   if (time.device) {
-    if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr});
-    read_timings(t, s.get_engine());
+    if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr, kDeviceTimingEvery});
   } else if (!first && time.host_ns) {
-    account_generic(c, *time.host_ns);
+    account_generic(c, *time.host_ns, 1);
   }
+  read_timings(t, s.get_engine());
   const std::uint64_t total = c.generic_ns.load(std::memory_order_relaxed);
   if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
   const specialize_settings settings = current_specialize_settings();

@@ -80,10 +80,12 @@ struct execution_time {
   std::optional<std::uint64_t> host_ns;
   std::unique_ptr<device_timer> device;
 };
-// Whether a generic execution of the class is timed now (cold: its time
-// decides when it is specialized; queued: its mean is what the specialized
-// kernel is compared with).
-bool wants_generic_timing(const class_ref& t);
+// How this generic execution of the class is timed: by the returned device
+// timer (started on `s`; one execution in kDeviceTimingEvery while the class
+// is cold or queued, where the backend times on the device), by the host's
+// clock around execute() (*host_clock: a backend without device timers), or
+// not at all (nullptr, *host_clock false).
+std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s, bool* host_clock);
 // Counts one generic execution for the class (its time, once known: a
 // device timer is read at a later call, when the device is done) and, when
 // the class turns hot, queues its specialization for the shapes `in` ->

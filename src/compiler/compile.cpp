@@ -322,13 +322,13 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
     // Timed while the class is cold: on the device where execute() returns
     // before the device is done, else by the host's clock.
     detail::execution_time took;
-    const bool timed = detail::wants_generic_timing(state_->shape_class);
-    if (timed) took.device = e.get_backend()->start_timer(s);
+    bool host_clock = false;
+    took.device = detail::start_generic_timer(state_->shape_class, s, &host_clock);
     const auto start = std::chrono::steady_clock::now();
     state_->kernel->execute(s, inputs, outputs);
     if (took.device) {
       took.device->stop(s);
-    } else if (timed) {
+    } else if (host_clock) {
       took.host_ns = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     }

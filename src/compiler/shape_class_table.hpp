@@ -49,7 +49,13 @@ struct class_state {
     std::unique_ptr<device_timer> timer;
     specialized_variant* variant = nullptr;  // compared, never dereferenced
     std::shared_ptr<const compiled_kernel> kernel;
+    std::uint64_t weight = 1;  // the generic executions it stands for (one in kDeviceTimingEvery is timed)
   };
+  // How the backend times this class's generic executions: not known yet,
+  // on the device (sampled), or by the host's clock (every one).
+  enum class timing : std::uint8_t { unknown, device, host };
+  std::atomic<timing> generic_timing{timing::unknown};
+  std::atomic<std::uint64_t> generic_timing_turn{0};
   static constexpr std::size_t kMaxPendingTimings = 64;  // beyond: executions go untimed
   mutex timing_mu;
   std::deque<pending_timing> pending_timings ABSL_GUARDED_BY(timing_mu);
@@ -68,6 +74,10 @@ struct build_cost {
   std::atomic<std::uint64_t> judged{0};
   std::atomic<std::int64_t> saving_permille{0};
 };
+
+// A cold class's generic executions timed on the device: one in this many
+// (two timed events cost microseconds per execution), each standing for all.
+constexpr std::uint64_t kDeviceTimingEvery = 8;
 
 // Specialized executions timed before a specialized kernel is compared with
 // the generic one it replaced (its first is not timed).
