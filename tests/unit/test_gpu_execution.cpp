@@ -61,6 +61,29 @@ graph matmul_graph(std::int64_t k, std::int64_t n, tensor_property weight) {
   return g;
 }
 
+// C = A x B of a gemm_case on one backend: compiled, with device buffers.
+template <class Backend>
+struct gemm_run {
+  gemm_run(const engine& e, const gemm_case& c, tensor_property weight)
+      : shape(c), g(matmul_graph(c.k, c.n, weight)), cp(compile(g.partitions()[0], {{c.m, c.k}, {c.k, c.n}}, e)),
+        b(e), a(b.upload(c.ones())), w(b.upload(c.weight())),
+        out(b.make(static_cast<std::size_t>(c.m * c.n) * sizeof(float))) {}
+  void execute(stream& s, std::uint64_t weight_version = 0) {
+    cp.execute(s, {{cp.inputs()[0], a}, {cp.inputs()[1], w, weight_version}}, {{cp.outputs()[0], out}});
+  }
+  // The first wrong element of C (read on `s`, after its work), or -1.
+  std::int64_t first_wrong(const stream& s) {
+    std::vector<float> c(static_cast<std::size_t>(shape.m * shape.n));
+    Backend::read_buffer(s, Backend::from_data(out), c.data(), c.size() * sizeof(float));
+    return shape.first_wrong(c);
+  }
+  gemm_case shape;
+  graph g;
+  compiled_partition cp;
+  buffers<Backend> b;
+  void *a, *w, *out;
+};
+
 template <class Backend>
 class GpuExecution : public ::testing::Test {
  protected:
@@ -74,11 +97,6 @@ class GpuExecution : public ::testing::Test {
   // a GPU does a few hundred GFLOP in tens of ms, PoCL on a CPU a few GFLOP.
   gemm_case long_gemm() const {
     return eng.kind() == engine_kind::gpu ? gemm_case{8192, 4096, 4096} : gemm_case{1024, 512, 512};
-  }
-  std::vector<float> read(const stream& s, void* data, std::size_t floats) {
-    std::vector<float> out(floats);
-    Backend::read_buffer(s, Backend::from_data(data), out.data(), floats * sizeof(float));
-    return out;
   }
 
   engine eng;
@@ -95,36 +113,23 @@ using backends = ::testing::Types<cuda_backend>;
 TYPED_TEST_SUITE(GpuExecution, backends);
 
 TYPED_TEST(GpuExecution, ExecuteReturnsBeforeTheDeviceIsDoneAndWaitIsWhereItEnds) {
-  const gemm_case c = this->long_gemm();
-  graph g = matmul_graph(c.k, c.n, tensor_property::variable);
-  compiled_partition cp = compile(g.partitions()[0], {{c.m, c.k}, {c.k, c.n}}, this->eng);
-  buffers<TypeParam> b(this->eng);
-  void* a = b.upload(c.ones());
-  void* w = b.upload(c.weight());
-  void* out = b.make(static_cast<std::size_t>(c.m * c.n) * sizeof(float));
-  for (int i = 0; i < 4; ++i) cp.execute(this->s1, {{cp.inputs()[0], a}, {cp.inputs()[1], w}}, {{cp.outputs()[0], out}});
+  gemm_run<TypeParam> run(this->eng, this->long_gemm(), tensor_property::variable);
+  for (int i = 0; i < 4; ++i) run.execute(this->s1);
   const std::shared_ptr<const gpu::event> end = end_of(this->s1);
-  EXPECT_EQ(end->query(), gpu::event::state::pending)
-      << "four " << c.m << "x" << c.k << "x" << c.n << " GEMMs were done when the last execute() returned";
+  EXPECT_EQ(end->query(), gpu::event::state::pending) << "four GEMMs were done when the last execute() returned";
   this->s1.wait();
   EXPECT_EQ(end->query(), gpu::event::state::complete);
-  EXPECT_EQ(c.first_wrong(this->read(this->s1, out, static_cast<std::size_t>(c.m * c.n))), -1);
+  EXPECT_EQ(run.first_wrong(this->s1), -1);
 }
 
 // What adaptive mode's cost model times generic and specialized executions
 // with: the device's own clock, read once the work is done, never a wait.
 TYPED_TEST(GpuExecution, ADeviceTimerGivesTheDeviceTimeOnceTheWorkIsDone) {
-  const gemm_case c = this->long_gemm();
-  graph g = matmul_graph(c.k, c.n, tensor_property::variable);
-  compiled_partition cp = compile(g.partitions()[0], {{c.m, c.k}, {c.k, c.n}}, this->eng);
-  buffers<TypeParam> b(this->eng);
-  void* a = b.upload(c.ones());
-  void* w = b.upload(c.weight());
-  void* out = b.make(static_cast<std::size_t>(c.m * c.n) * sizeof(float));
-  cp.execute(this->s1, {{cp.inputs()[0], a}, {cp.inputs()[1], w}}, {{cp.outputs()[0], out}});  // first launch
+  gemm_run<TypeParam> run(this->eng, this->long_gemm(), tensor_property::variable);
+  run.execute(this->s1);  // the first launch
   std::unique_ptr<device_timer> timer = this->eng.get_backend()->start_timer(this->s1);
   ASSERT_NE(timer, nullptr) << "a GPU backend's execute() returns before the device is done: it must time on the device";
-  for (int i = 0; i < 4; ++i) cp.execute(this->s1, {{cp.inputs()[0], a}, {cp.inputs()[1], w}}, {{cp.outputs()[0], out}});
+  for (int i = 0; i < 4; ++i) run.execute(this->s1);
   timer->stop(this->s1);
   EXPECT_FALSE(timer->done()) << "the GEMMs were done when the last execute() returned";
   EXPECT_FALSE(timer->elapsed_ns().has_value());
@@ -137,8 +142,7 @@ TYPED_TEST(GpuExecution, ADeviceTimerGivesTheDeviceTimeOnceTheWorkIsDone) {
 
 TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatWork) {
   const gemm_case c = this->long_gemm();
-  graph g = matmul_graph(c.k, c.n, tensor_property::constant);
-  compiled_partition cp = compile(g.partitions()[0], {{c.m, c.k}, {c.k, c.n}}, this->eng);
+  gemm_run<TypeParam> run(this->eng, c, tensor_property::constant);
   // What overwrites reused memory: ReLU of large values into fresh buffers,
   // on another stream, while the GEMMs still run.
   const std::int64_t garbage_floats = c.k * c.n + 4096;
@@ -150,15 +154,10 @@ TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatW
   }
   compiled_partition overwrite = compile(relu.partitions()[0], {{garbage_floats}}, this->eng);
   buffers<TypeParam> b(this->eng);
-  void* a = b.upload(c.ones());
-  void* w = b.upload(c.weight());
   void* garbage = b.upload(std::vector<float>(static_cast<std::size_t>(garbage_floats), 1e30f));
-  void* out = b.make(static_cast<std::size_t>(c.m * c.n) * sizeof(float));
   const gpu::backend_stats before = gpu::stats(this->eng.get_backend()->cache_owner());
 
-  for (int i = 0; i < 4; ++i) {
-    cp.execute(this->s1, {{cp.inputs()[0], a}, {cp.inputs()[1], w, 1}}, {{cp.outputs()[0], out}});
-  }
+  for (int i = 0; i < 4; ++i) run.execute(this->s1, 1);
   ASSERT_TRUE(busy(this->s1)) << "the GEMMs were done before the eviction: make the case larger";
   constant_tensor_cache().evict_scope(this->eng.scope());
   const gpu::backend_stats evicted = gpu::stats(this->eng.get_backend()->cache_owner());
@@ -173,33 +172,25 @@ TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatW
   this->s1.wait();
   EXPECT_EQ(gpu::stats(this->eng.get_backend()->cache_owner()).weights_released, before.weights_released + 1)
       << "released once the stream's work is done";
-  EXPECT_EQ(c.first_wrong(this->read(this->s1, out, static_cast<std::size_t>(c.m * c.n))), -1);
+  EXPECT_EQ(run.first_wrong(this->s1), -1);
 }
 
 TYPED_TEST(GpuExecution, AWeightPackedOnOneStreamIsReadOnAnotherOnlyAfterThePacking) {
   const gemm_case c = this->long_gemm();
-  graph g = matmul_graph(c.k, c.n, tensor_property::constant);
   constant_tensor_cache().evict_scope(this->eng.scope());  // the weight is packed here, on s1
-  compiled_partition big = compile(g.partitions()[0], {{c.m, c.k}, {c.k, c.n}}, this->eng);
-  const gemm_case small{8, c.k, c.n};
-  compiled_partition few_rows = compile(g.partitions()[0], {{small.m, c.k}, {c.k, c.n}}, this->eng);
-  buffers<TypeParam> b(this->eng);
-  void* a = b.upload(c.ones());
-  void* w = b.upload(c.weight());
-  void* out = b.make(static_cast<std::size_t>(c.m * c.n) * sizeof(float));
-  void* small_out = b.make(static_cast<std::size_t>(small.m * small.n) * sizeof(float));
+  gemm_run<TypeParam> slow(this->eng, c, tensor_property::variable);
+  gemm_run<TypeParam> big(this->eng, c, tensor_property::constant);
+  gemm_run<TypeParam> few_rows(this->eng, gemm_case{8, c.k, c.n}, tensor_property::constant);  // the same weight
   // A long GEMM first, so that s1's packing (after it) is still queued when
   // s2 finds the packed weight in the cache.
-  compiled_partition unpacked = compile(matmul_graph(c.k, c.n, tensor_property::variable).partitions()[0],
-                                        {{c.m, c.k}, {c.k, c.n}}, this->eng);
-  unpacked.execute(this->s1, {{unpacked.inputs()[0], a}, {unpacked.inputs()[1], w}}, {{unpacked.outputs()[0], out}});
-  big.execute(this->s1, {{big.inputs()[0], a}, {big.inputs()[1], w, 2}}, {{big.outputs()[0], out}});
-  few_rows.execute(this->s2, {{few_rows.inputs()[0], a}, {few_rows.inputs()[1], w, 2}},
-                   {{few_rows.outputs()[0], small_out}});
+  slow.execute(this->s1);
+  big.execute(this->s1, 2);
+  few_rows.execute(this->s2, 2);
   this->s2.wait();
-  EXPECT_EQ(small.first_wrong(this->read(this->s2, small_out, static_cast<std::size_t>(small.m * small.n))), -1);
+  EXPECT_EQ(few_rows.first_wrong(this->s2), -1);
   this->s1.wait();
-  EXPECT_EQ(c.first_wrong(this->read(this->s1, out, static_cast<std::size_t>(c.m * c.n))), -1);
+  EXPECT_EQ(big.first_wrong(this->s1), -1);
+  EXPECT_EQ(slow.first_wrong(this->s1), -1);
 }
 
 }  // namespace
