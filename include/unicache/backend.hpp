@@ -51,7 +51,8 @@ struct kernel_binary {
 // What a backend compiled for one partition and concrete shapes. execute()
 // may be called concurrently from several threads (with different tensors).
 // On a device with queues (a GPU), execute() enqueues its work on the
-// stream and returns; backend::wait() is where the caller waits.
+// stream and returns; the caller waits with stream::wait() (which calls the
+// backend's wait()).
 class compiled_kernel {
  public:
   virtual ~compiled_kernel() = default;
@@ -293,7 +294,8 @@ class engine {
 // request, as with a CUDA stream or oneDNN's stream::wait()). Inputs must
 // stay alive and unchanged, and outputs unread, until then. An asynchronous
 // failure of enqueued work is thrown by wait(), or by the next execute() on
-// the stream (as execute_error, with the backend's error nested).
+// the stream (as stream_error, an execute_error, with the backend's error
+// nested where it has one).
 class stream {
  public:
   stream() = default;

@@ -43,18 +43,30 @@ class execute_error : public error {
   using error::error;
 };
 
+// Work enqueued on the stream earlier (by an execute() that returned) failed
+// on the device: reported by the next execute() on the stream or by
+// stream::wait(), once. Not a failure of the execution that reports it.
+class stream_error : public execute_error {
+ public:
+  using execute_error::execute_error;
+};
+
 class compiled_partition {
  public:
   compiled_partition() = default;
   // Concrete input and (inferred) output tensors, in the partition's order.
   const std::vector<logical_tensor>& inputs() const;
   const std::vector<logical_tensor>& outputs() const;
-  // Runs the partition. The tensors must match inputs()/outputs() in count
-  // and shape, and the stream must be of an engine with the backend and
-  // scope (device and context) it was compiled for (else execute_error).
-  // Thread-safe: concurrent executions of one
-  // compiled partition are allowed, each with its own stream. Throws
-  // execute_error if the device fails to run it (or the partition is empty).
+  // Runs the partition: on the CPU it returns finished; on a GPU it
+  // enqueues on the stream and returns, and stream::wait() is where the
+  // caller waits (inputs stay alive and unchanged, outputs unread, until
+  // then). The tensors must match inputs()/outputs() in count and shape, and
+  // the stream must be of an engine with the backend and scope (device and
+  // context) it was compiled for (else execute_error). Thread-safe:
+  // concurrent executions of one compiled partition are allowed, each with
+  // its own stream. Throws execute_error if the work cannot be run or
+  // enqueued (or the partition is empty), and stream_error if work enqueued
+  // earlier on the stream failed on the device.
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const;
 
   // Cache blobs, for applications that keep compiled kernels in their own

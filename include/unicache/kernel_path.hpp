@@ -168,10 +168,6 @@ class kernel {
     after_first_launch(start);
   }
   byte_vector binary() const { return program_->binary(); }
-  // Whether the kernel's binary is still to be read back for the store
-  // (built from source, not launched yet): a backend whose driver finishes
-  // compiling at the first launch lets that launch complete first.
-  bool store_pending() const { return store_pending_.load(std::memory_order_relaxed); }
   // What the kernel cache counts for it: the device binary, its key and
   // name, and the object itself (the driver's own bookkeeping is not
   // visible to us and not counted).

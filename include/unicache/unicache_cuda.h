@@ -36,7 +36,10 @@ UNICACHE_API unicache_status_t unicache_cuda_available(int* available, char* rea
 UNICACHE_API unicache_status_t unicache_cuda_engine_create_default(unicache_engine_t* engine);
 UNICACHE_API unicache_status_t unicache_cuda_engine_create(int ordinal, unicache_engine_t* engine);
 UNICACHE_API unicache_status_t unicache_cuda_engine_create_in_context(CUcontext context, unicache_engine_t* engine);
-/* Frees every kernel and weight cached for the engine's context. */
+/* Frees every kernel and weight cached for the engine's context, after the
+ * work that still used them (it waits for that work). Call it before
+ * destroying a context of your own, after destroying the engine's streams
+ * and compiled partitions. */
 UNICACHE_API unicache_status_t unicache_cuda_release_cached(unicache_engine_t engine);
 /* A stream over the caller's CUstream (of the engine's context; NULL is
  * CUDA's legacy default stream). */
@@ -55,7 +58,9 @@ UNICACHE_API unicache_status_t unicache_cuda_engine_get_context(unicache_engine_
 UNICACHE_API unicache_status_t unicache_cuda_stream_get_stream(unicache_stream_t stream, CUstream* cu_stream);
 
 /* Device memory, for callers without CUDA bindings: owned by the caller,
- * freed with unicache_cuda_buffer_free; copies that return when done. */
+ * freed with unicache_cuda_buffer_free once unicache_stream_wait has
+ * returned on every stream whose work used it; copies on the stream (after
+ * its enqueued work) that return when done. */
 UNICACHE_API unicache_status_t unicache_cuda_buffer_create(unicache_engine_t engine, size_t bytes, const void* host,
                                                            CUdeviceptr* buffer);
 UNICACHE_API unicache_status_t unicache_cuda_buffer_free(unicache_engine_t engine, CUdeviceptr buffer);

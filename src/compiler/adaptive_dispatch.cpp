@@ -225,6 +225,13 @@ void read_timings(const class_ref& t, const engine& e) {
     const std::optional<std::uint64_t> ns = p.timer->elapsed_ns();
     if (!ns) continue;  // the work failed: no time
     if (p.kernel) {
+      bool current = false;
+      {
+        epoch_guard guard;  // the variant read is not freed meanwhile
+        const specialized_variant* v = c.variant.load(std::memory_order_acquire);
+        current = v == p.variant && v->kernel.get() == p.kernel.get();
+      }
+      if (!current) continue;  // a replaced kernel's time says nothing of the one judged now
       account_specialized(t, p.variant, p.kernel.get(), *ns, e);
     } else {
       account_generic(c, *ns, p.weight);
@@ -260,6 +267,8 @@ specialized_run run_specialized(const class_ref& t, stream& s, const std::vector
   const auto start = clock_type::now();
   try {
     kernel->execute(s, inputs, outputs);
+  } catch (const stream_error&) {
+    throw;  // earlier work on the stream failed: not this kernel's fault
   } catch (...) {
     *failure = {v, std::move(kernel), std::current_exception()};
     return specialized_run::failed;

@@ -175,6 +175,23 @@ TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatW
   EXPECT_EQ(run.first_wrong(this->s1), -1);
 }
 
+// A program's binary is read back while launches of it are queued (no wait
+// between execute() and get_cache_blob()): the read waits for them, and the
+// blob serves a compile elsewhere (PoCL 5 aborts when binaries are read
+// under a running kernel).
+TYPED_TEST(GpuExecution, ACacheBlobTakenWhileItsKernelsAreQueuedIsWhole) {
+  gemm_run<TypeParam> run(this->eng, this->long_gemm(), tensor_property::variable);
+  for (int i = 0; i < 2; ++i) run.execute(this->s1);
+  const byte_vector blob = run.cp.get_cache_blob();
+  ASSERT_FALSE(blob.empty());
+  compiled_partition again =
+      compile_from_cache_blob(run.g.partitions()[0], {{run.shape.m, run.shape.k}, {run.shape.k, run.shape.n}},
+                              this->eng, blob);
+  run.execute(this->s1);
+  this->s1.wait();
+  EXPECT_EQ(run.first_wrong(this->s1), -1);
+}
+
 TYPED_TEST(GpuExecution, AWeightPackedOnOneStreamIsReadOnAnotherOnlyAfterThePacking) {
   const gemm_case c = this->long_gemm();
   constant_tensor_cache().evict_scope(this->eng.scope());  // the weight is packed here, on s1

@@ -54,6 +54,10 @@ struct engine_state {
   // (which can tell elapsed time) apart: they cost more to record.
   CUevent take_event(bool timed) const;
   void give_back_event(CUevent e, bool timed) const;
+  // release_cached: destroys the pooled events while the context exists;
+  // events given back later are dropped without a driver call.
+  void release_events() const;
+  mutable bool context_released = false;  // guarded by events_mu
   static constexpr std::size_t kPooledEvents = 256;
   mutable std::mutex events_mu;
   mutable std::vector<CUevent> free_events[2];  // [timed]

@@ -161,10 +161,28 @@ class cuda_device final : public gpu::device {
 std::shared_ptr<const gpu::event> record_event(const stream_state& st, bool timed) {
   context_guard guard(st.context);
   CUevent e = st.engine->take_event(timed);
-  auto recorded = std::make_shared<const cuda_event>(st.engine, e, timed);
+  std::shared_ptr<const cuda_event> recorded;
+  try {
+    recorded = std::make_shared<const cuda_event>(st.engine, e, timed);
+  } catch (...) {
+    st.engine->give_back_event(e, timed);
+    throw;
+  }
   check(api().cuEventRecord(e, st.stream), "cuEventRecord");
   return recorded;
 }
+
+namespace {
+// Room for one more pooled event without throwing (a destructor gives events back).
+bool try_reserve(std::vector<CUevent>& pool) noexcept {
+  try {
+    pool.reserve(engine_state::kPooledEvents);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+}  // namespace
 
 CUevent engine_state::take_event(bool timed) const {
   {
@@ -184,8 +202,9 @@ CUevent engine_state::take_event(bool timed) const {
 void engine_state::give_back_event(CUevent e, bool timed) const {
   {
     std::lock_guard lock(events_mu);
+    if (context_released) return;  // the caller destroys the context, and the event with it
     std::vector<CUevent>& pool = free_events[timed];
-    if (pool.size() < kPooledEvents) {
+    if (pool.size() < pool.capacity() || (pool.size() < kPooledEvents && try_reserve(pool))) {
       pool.push_back(e);
       return;
     }

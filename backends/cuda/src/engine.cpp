@@ -182,8 +182,26 @@ context_guard::~context_guard() {
   api().cuCtxPopCurrent(&popped);
 }
 
+void engine_state::release_events() const {
+  std::vector<CUevent> pooled;
+  {
+    std::lock_guard lock(events_mu);
+    context_released = true;
+    for (std::vector<CUevent>& pool : free_events) {
+      pooled.insert(pooled.end(), pool.begin(), pool.end());
+      pool.clear();
+    }
+  }
+  try {
+    context_guard guard(context);
+    for (CUevent e : pooled) api().cuEventDestroy(e);
+  } catch (...) {
+    // The context is gone already, and its events with it.
+  }
+}
+
 engine_state::~engine_state() {
-  if (!free_events[0].empty() || !free_events[1].empty()) {
+  if (!context_released && (!free_events[0].empty() || !free_events[1].empty())) {
     try {
       context_guard guard(context);
       for (const std::vector<CUevent>& pool : free_events) {
@@ -198,9 +216,14 @@ engine_state::~engine_state() {
 
 stream_state::~stream_state() {
   try {
-    // The core frees the stream's workspace after the work queued so far.
+    // The core frees the stream's workspace after the work queued so far
+    // (without this event, after the stream's last execution).
     if (resources.holds_memory() && engine) resources.set_final_event(record_event(*this, false));
-    if (!owned || !stream) return;
+  } catch (...) {
+    // No event: the core falls back to the last execution's.
+  }
+  if (!owned || !stream) return;
+  try {
     context_guard guard(context);
     api().cuStreamDestroy(stream);
   } catch (...) {
@@ -274,9 +297,14 @@ engine make_engine() {
 }
 
 void release_cached(const engine& e) {
-  state_of(e);
+  const engine_state& s = state_of(e);
   kernel_cache().evict_scope(e.scope());
   constant_tensor_cache().evict_scope(e.scope());
+  // What queued work still used is freed once that work is done: now, while
+  // the context exists. Then the engine's pooled events go, and events still
+  // held later are dropped without a driver call (the context frees them).
+  gpu::finish_deferred_releases();
+  s.release_events();
 }
 
 stream make_stream(const engine& e, CUstream s) {

@@ -5,8 +5,17 @@ namespace unicache::gpu::detail {
 
 device_kernel::~device_kernel() {
   // The programs stay loaded until the work that launched them is done.
-  deferred_release::instance().release_after(
-      uses_.take(), [programs = std::move(programs_)] {}, &counters_of(device_.cache_owner()).deferred_releases);
+  std::shared_ptr<std::vector<std::shared_ptr<const kernel>>> held;
+  event_list uses;
+  try {
+    held = std::make_shared<std::vector<std::shared_ptr<const kernel>>>(std::move(programs_));
+    uses = uses_.take();
+    deferred_release::instance().release_after(uses, [held] {}, &counters_of(device_.cache_owner()).deferred_releases);
+  } catch (...) {
+    // No host memory to keep them for later: wait for the work; they go after.
+    uses_.synchronize();
+    for (const auto& e : uses) e->synchronize();
+  }
 }
 
 std::vector<kernel_binary> device_kernel::binaries() const {
@@ -26,7 +35,21 @@ void device_kernel::end(const stream& s, device_memory* used) const {
   const std::uint64_t serial = device_.resources(s).serial();
   uses_.note(serial, done);
   if (used) used->note_use(serial, done);
-  stream_access::set_last(device_, s, std::move(done));
+  stream_access::note_execution(device_, s, std::move(done));
+  deferred_release::instance().collect();  // cheap when nothing is pending
+}
+
+device_kernel::execution::~execution() {
+  if (finished_) return;
+  try {
+    kernel_.end(stream_, used_);
+  } catch (...) {
+    try {
+      kernel_.device_.wait(stream_);  // no event: the work must be over before anything it reads can go
+    } catch (...) {
+      // The stream failed too: its work is over either way.
+    }
+  }
 }
 
 launch_dims checked_dims(const device& d, const std::array<std::size_t, 3>& global,

@@ -26,8 +26,9 @@ class device_kernel : public compiled_kernel {
   // The kernel path's kernel for `src` on `e`, kept for this kernel's life
   // (and after, until the work that launched it is done).
   const kernel* add_program(const engine& e, const kernel_source& src, const std::vector<kernel_binary>& preloaded);
-  // Before an execution's launches: an earlier asynchronous failure on the stream is reported.
-  void begin(const stream& s) const { stream_access::check_last(device_, s); }
+  // Before an execution's launches: an earlier asynchronous failure on the
+  // stream is reported (stream_error).
+  void begin(const stream& s) const { stream_access::report_failure(device_, s); }
   // Enqueues `k` (nothing for an empty launch).
   void launch(const kernel& k, const stream& s, const kernel_args& args, const launch_dims& dims) const {
     if (!dims.empty()) device_.launch(k, s, args, dims);
@@ -35,6 +36,29 @@ class device_kernel : public compiled_kernel {
   // After an execution's launches: one event, noted on this kernel and on
   // `used` (device memory of the core the launches read).
   void end(const stream& s, device_memory* used = nullptr) const;
+
+  // An execution in progress: whatever it enqueued before an exception is
+  // still noted as a use (or, if even that fails, waited for), so nothing it
+  // reads is freed under it.
+  class execution {
+   public:
+    execution(const device_kernel& k, const stream& s) : kernel_(k), stream_(s) { k.begin(s); }
+    ~execution();
+    execution(const execution&) = delete;
+    execution& operator=(const execution&) = delete;
+    void uses(device_memory* m) { used_ = m; }
+    // The launches are enqueued: records the event (errors reach the caller).
+    void finish() {
+      finished_ = true;
+      kernel_.end(stream_, used_);
+    }
+
+   private:
+    const device_kernel& kernel_;
+    const stream& stream_;
+    device_memory* used_ = nullptr;
+    bool finished_ = false;
+  };
 
   const device& device_;
 

@@ -35,13 +35,22 @@ buffer allocate(const device& d, const engine& e, std::size_t bytes, const char*
 device_memory::~device_memory() {
   if (!memory_) return;
   const device* d = &device_;
-  deferred_release::instance().release_after(
-      uses_.take(),
-      [d, e = engine_, m = memory_, counter = released_] {
-        d->free(e, m);
-        if (counter) counter->fetch_add(1, std::memory_order_relaxed);
-      },
-      &counters_of(d->cache_owner()).deferred_releases);
+  event_list uses;
+  try {
+    uses = uses_.take();
+    std::function<void()> release = [d, e = engine_, m = memory_, counter = released_] {
+      d->free(e, m);
+      if (counter) counter->fetch_add(1, std::memory_order_relaxed);
+    };
+    deferred_release::instance().release_after(uses, std::move(release),
+                                               &counters_of(d->cache_owner()).deferred_releases);
+  } catch (...) {
+    // No host memory to keep it for later: wait for the work, then free.
+    uses_.synchronize();
+    for (const auto& e : uses) e->synchronize();
+    d->free(engine_, memory_);
+    if (released_) released_->fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 buffer stream_access::workspace(const device& d, const stream& s, std::size_t bytes) {
@@ -63,21 +72,41 @@ buffer stream_access::workspace(const device& d, const stream& s, std::size_t by
   return r.workspace_;
 }
 
-void stream_access::check_last(const device& d, const stream& s) {
+namespace {
+// Drops the executions known to be over; a failed one sets `failed`. The
+// caller holds the stream's lock.
+void settle(std::vector<std::shared_ptr<const event>>& unchecked, bool& failed) {
+  std::erase_if(unchecked, [&](const std::shared_ptr<const event>& e) {
+    const event::state st = e->query();
+    if (st == event::state::failed) failed = true;
+    return st != event::state::pending;
+  });
+}
+}  // namespace
+
+void stream_access::report_failure(const device& d, const stream& s) {
   stream_resources& r = d.resources(s);
-  std::shared_ptr<const event> last;
   {
     std::lock_guard lock(r.mu_);
-    if (!r.last_ || r.last_->query() != event::state::failed) return;
-    last = std::move(r.last_);
+    if (r.unchecked_.empty() && !r.failed_) return;
+    settle(r.unchecked_, r.failed_);
+    if (!r.failed_) return;
+    r.failed_ = false;
   }
-  d.wait(s);  // the API's error, where it has one
-  throw execute_error(std::string(d.name()) + ": work enqueued earlier on this stream failed on the device");
+  const std::string what = std::string(d.name()) + ": work enqueued earlier on this stream failed on the device";
+  try {
+    d.wait(s);  // the API's own error, where it has one
+  } catch (const error& err) {
+    std::throw_with_nested(stream_error(what + ": " + err.what()));
+  }
+  throw stream_error(what);
 }
 
-void stream_access::set_last(const device& d, const stream& s, std::shared_ptr<const event> e) {
+void stream_access::note_execution(const device& d, const stream& s, std::shared_ptr<const event> e) {
   stream_resources& r = d.resources(s);
   std::lock_guard lock(r.mu_);
+  settle(r.unchecked_, r.failed_);
+  r.unchecked_.push_back(e);
   r.last_ = std::move(e);
 }
 
@@ -92,7 +121,7 @@ stream_resources::stream_resources() : serial_(next_stream_serial.fetch_add(1, s
 stream_resources::~stream_resources() {
   if (!workspace_) return;
   detail::event_list after;
-  if (final_) after.push_back(std::move(final_));
+  if (final_ || last_) after.push_back(final_ ? std::move(final_) : std::move(last_));
   detail::deferred_release::instance().release_after(
       std::move(after), [d = device_, e = engine_, m = workspace_] { d->free(e, m); },
       &detail::counters_of(device_->cache_owner()).deferred_releases);

@@ -53,10 +53,11 @@ class stream_access {
   // The stream's split-K workspace, at least `bytes` (grown as needed; the
   // old one is released after the work queued so far).
   static buffer workspace(const device& d, const stream& s, std::size_t bytes);
-  // Throws the failure of the stream's last recorded work, if it failed
-  // (once), so that an asynchronous error reaches the next execute.
-  static void check_last(const device& d, const stream& s);
-  static void set_last(const device& d, const stream& s, std::shared_ptr<const event> e);
+  // Throws stream_error, once, if work of an earlier execution on the
+  // stream failed on the device: at the next execute, and at wait().
+  static void report_failure(const device& d, const stream& s);
+  // The event at the end of an execution's work on the stream.
+  static void note_execution(const device& d, const stream& s, std::shared_ptr<const event> e);
 };
 
 }  // namespace unicache::gpu::detail

@@ -19,7 +19,7 @@ binary_kernel::binary_kernel(const device& d, const partition& p, const std::vec
 }
 
 void binary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const {
-  begin(s);
+  execution run(*this, s);
   kernel_args args;
   args.add(inputs[0].data).add(inputs[1].data).add(outputs[0].data);
   args.add(std::int64_t{kernels::elements(problem_.out)});
@@ -27,7 +27,7 @@ void binary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
   for (long st : problem_.a_strides) args.add(std::int64_t{st});
   for (long st : problem_.b_strides) args.add(std::int64_t{st});
   launch(*program_, s, args, launch_);
-  end(s);
+  run.finish();
 }
 
 unary_kernel::unary_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
@@ -51,7 +51,7 @@ unary_kernel::unary_kernel(const device& d, const partition& p, const std::vecto
 }
 
 void unary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const {
-  begin(s);
+  execution run(*this, s);
   kernel_args args;
   args.add(inputs[0].data).add(outputs[0].data);
   if (softmax_) {
@@ -60,7 +60,7 @@ void unary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const s
     args.add(std::int64_t{kernels::elements(shape_)});
   }
   launch(*program_, s, args, launch_);  // nothing for an empty tensor
-  end(s);
+  run.finish();
 }
 
 }  // namespace unicache::gpu::detail

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "unicache/compiler.hpp"
 #include "unicache/constant_registry.hpp"
 
 namespace unicache::gpu::detail {
@@ -85,19 +86,20 @@ gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<
 }
 
 void gemm_kernel::execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const {
-  begin(s);
+  execution run(*this, s);
   std::shared_ptr<packed_weight> weight;
   buffer b = inputs[1].data;
   if (pack_) {
     weight = packed(s, inputs[1]);
     b = weight->memory.get();
+    run.uses(&weight->memory);
   }
   std::vector<buffer> posts;
   for (const kernels::gemm_problem::post& post : problem_.posts) posts.push_back(inputs[post.input].data);
   // M is C's rows (A's are K when A is transposed).
   const std::vector<std::int64_t>& c = outputs[0].desc.shape;
   run_gemm(s, inputs[0].data, b, outputs[0].data, posts, any_rows_ ? c[c.size() - 2] : 0);
-  end(s, weight ? &weight->memory : nullptr);
+  run.finish();
 }
 
 void gemm_kernel::run_gemm(const stream& s, buffer a, buffer b, buffer c, const std::vector<buffer>& posts,
@@ -144,7 +146,13 @@ std::shared_ptr<gemm_kernel::packed_weight> gemm_kernel::packed(const stream& s,
         args.add(t.data).add(packed->memory.get()).add(std::int32_t(g.k)).add(std::int32_t(g.n));
         args.add(std::int64_t{g.ldb}).add(std::int32_t(g.packed_k)).add(std::int32_t(g.packed_n));
         launch(*pack_, s, args, pack_launch_);
-        packed->packing = device_.record(s);
+        try {
+          packed->packing = device_.record(s);
+        } catch (...) {
+          device_.wait(s);  // no event for the packing: it must be over before the memory can go
+          throw;
+        }
+        packed->memory.note_use(serial, packed->packing);
         packed->packed_on = serial;
         n.weights_packed.fetch_add(1, std::memory_order_relaxed);
         n.pack_ns.fetch_add(timer.ns(), std::memory_order_relaxed);
@@ -152,10 +160,11 @@ std::shared_ptr<gemm_kernel::packed_weight> gemm_kernel::packed(const stream& s,
       });
   // Packed on another stream: this one waits for the packing, on the device.
   if (w->packed_on != serial && !w->packing_done.load(std::memory_order_acquire)) {
-    if (w->packing->query() == event::state::pending) {
-      device_.wait_for(s, *w->packing);
-    } else {
-      w->packing_done.store(true, std::memory_order_release);
+    switch (w->packing->query()) {
+      case event::state::pending: device_.wait_for(s, *w->packing); break;
+      case event::state::complete: w->packing_done.store(true, std::memory_order_release); break;
+      case event::state::failed:
+        throw stream_error(std::string(device_.name()) + ": packing this weight failed on the stream that packed it");
     }
   }
   return w;

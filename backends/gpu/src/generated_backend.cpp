@@ -19,7 +19,6 @@ kernel_args& kernel_args::put(const void* v, std::size_t n) {
   slots_[count_] = 0;
   std::memcpy(&slots_[count_], v, n);
   sizes_[count_] = static_cast<std::uint8_t>(n);
-  pointers_[count_] = &slots_[count_];
   ++count_;
   return *this;
 }
@@ -54,7 +53,13 @@ class tuning_scratch {
         memory_(d.allocate(engine_, bytes_, "tuning scratch", /*last_try=*/true)) {
     try {
       d.fill_zero(s, memory_, bytes_);
+      d.wait(s);  // settled before the next buffer's allocation may throw
     } catch (...) {
+      try {
+        d.wait(s);
+      } catch (...) {
+        // The stream failed: its work is over either way.
+      }
       d.free(engine_, memory_);
       throw;
     }
@@ -112,16 +117,19 @@ class generated_backend final : public backend {
 
   stream make_stream(const engine& e) override { return device_->make_stream(e); }
 
-  // A failure of the stream's work is an execute_error, with the API's error nested.
+  // A failure of the stream's work is a stream_error, with the API's error
+  // nested where the API reports one (OpenCL's clFinish does not: the
+  // failed executions' events do).
   void wait(stream& s) override {
     try {
       device_->wait(s);
     } catch (const execute_error&) {
       throw;
     } catch (const error& err) {
-      std::throw_with_nested(execute_error(err.what()));
+      std::throw_with_nested(stream_error(err.what()));
     }
     deferred_release::instance().collect();
+    stream_access::report_failure(*device_, s);
   }
 
   std::unique_ptr<device_timer> start_timer(stream& s) override {
@@ -170,6 +178,18 @@ class generated_backend final : public backend {
       post_buffers.push_back(std::make_unique<tuning_scratch>(d, own, kernels::elements(in[post.input].shape)));
       posts.push_back(post_buffers.back()->get());
     }
+    // However tuning ends, the scratch goes only after the stream's work.
+    struct wait_at_exit {
+      const device& d;
+      const stream& s;
+      ~wait_at_exit() {
+        try {
+          d.wait(s);
+        } catch (...) {
+          // The stream failed: its work is over either way.
+        }
+      }
+    } settle_scratch{d, own};
     d.wait(own);
     return kernel_with(kernels::tune_gemm(name(), f.identity, g, candidates, [&](const kernels::gemm_tiles& t) {
       return [k = kernel_with(t), &d, &own, &a, &b, &c, &posts, &g] {
@@ -218,6 +238,8 @@ std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& 
   d.facts(e);  // an engine of the device's API
   return get_kernel(d.cache_owner(), e.scope(), detail::device_builder(d, e), src, preloaded);
 }
+
+void finish_deferred_releases() { detail::deferred_release::instance().drain(0); }
 
 buffer allocate(const engine& e, std::size_t bytes, const char* what) {
   return detail::allocate(device_of_engine(e, what), e, bytes, what);

@@ -8,14 +8,16 @@ namespace unicache::gpu::detail {
 
 void use_list::note(std::uint64_t stream_serial, std::shared_ptr<const event> e) {
   std::lock_guard lock(mu_);
+  // Entries of other streams whose work is over go (they pin an event each).
+  std::erase_if(uses_, [&](const auto& use) {
+    return use.first != stream_serial && use.second->query() != event::state::pending;
+  });
   for (auto& [serial, latest] : uses_) {
     if (serial == stream_serial) {
       latest = std::move(e);
       return;
     }
   }
-  // A stream not seen before: the entries of streams whose work is over go first.
-  std::erase_if(uses_, [](const auto& use) { return use.second->query() != event::state::pending; });
   uses_.emplace_back(stream_serial, std::move(e));
 }
 
@@ -26,6 +28,11 @@ event_list use_list::take() {
   for (auto& use : uses_) out.push_back(std::move(use.second));
   uses_.clear();
   return out;
+}
+
+void use_list::synchronize() noexcept {
+  std::lock_guard lock(mu_);
+  for (const auto& use : uses_) use.second->synchronize();
 }
 
 deferred_release& deferred_release::instance() {
@@ -39,15 +46,25 @@ bool deferred_release::done(const event_list& events) {
 }
 
 void deferred_release::release_after(event_list after, std::function<void()> release,
-                                     std::atomic<std::uint64_t>* deferred) {
+                                     std::atomic<std::uint64_t>* deferred) noexcept {
   if (done(after)) {
     release();
     return;
   }
-  if (deferred) deferred->fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(mu_);
-  pending_.push_back({std::move(after), std::move(release)});
-  count_.store(pending_.size(), std::memory_order_relaxed);
+  try {
+    {
+      std::lock_guard lock(mu_);
+      pending_.push_back({std::move(after), std::move(release)});
+      count_.store(pending_.size(), std::memory_order_relaxed);
+    }
+    if (deferred) deferred->fetch_add(1, std::memory_order_relaxed);
+  } catch (...) {
+    // No memory to keep it for later: wait for the work now, then release.
+    for (const auto& e : after) e->synchronize();
+    if (release) release();
+    return;
+  }
+  if (count_.load(std::memory_order_relaxed) > kCollectAbove) collect();
 }
 
 void deferred_release::collect() {

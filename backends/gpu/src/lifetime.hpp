@@ -24,7 +24,11 @@ class use_list {
  public:
   void note(std::uint64_t stream_serial, std::shared_ptr<const event> e);
   // The events to wait for before the object may go (the list is emptied).
+  // Throws only std::bad_alloc, leaving the list as it was.
   event_list take();
+  // Waits on the host for every event in the list (a destructor's fallback
+  // without host memory to defer its release).
+  void synchronize() noexcept;
 
  private:
   std::mutex mu_;
@@ -35,18 +39,22 @@ class use_list {
 // release never waits for a device where it is asked for (an eviction
 // callback, a destructor).
 //
-// Bounded: past kMaxPending entries, the next allocation (allocate_with_retry)
-// waits on the host for the oldest ones. Out of memory, it waits for all.
+// Collected at every core allocation, at every end of an execution when
+// entries are pending, at wait(), and when a release finds more than
+// kCollectAbove pending. Bounded: past kMaxPending entries, the next
+// allocation waits on the host for the oldest ones; out of memory, for all.
 class deferred_release {
  public:
   static deferred_release& instance();
   static constexpr std::size_t kMaxPending = 1024;
+  static constexpr std::size_t kCollectAbove = 64;
 
   // Runs `release` now if every event of `after` has completed (or failed:
   // the work is over either way), else keeps it for later. `deferred` is
-  // counted when it is kept.
-  void release_after(event_list after, std::function<void()> release, std::atomic<std::uint64_t>* deferred)
-     ;
+  // counted when it is kept. Never throws (destructors call it): without
+  // host memory to keep it, it waits for the events and releases.
+  void release_after(event_list after, std::function<void()> release,
+                     std::atomic<std::uint64_t>* deferred) noexcept;
   // Runs the releases whose events have completed; never waits. Cheap when
   // nothing is pending.
   void collect();

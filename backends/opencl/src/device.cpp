@@ -74,14 +74,14 @@ class opencl_device final : public gpu::device {
   void launch(const kernel& k, const stream& s, const gpu::kernel_args& args,
               const gpu::launch_dims& dims) const override {
     const cl_command_queue queue = queue_of(s);
-    const bool settle = k.store_pending();
-    k.launch([&] { k.program<program>().enqueue(queue, args, dims, settle); });
+    k.launch([&] { k.program<program>().enqueue(queue, args, dims); });
   }
 
   std::shared_ptr<const gpu::event> record(const stream& s) const override { return record_marker(queue_of(s), false); }
+  // Without profiling (a queue that refused it) the markers tell no time:
+  // executions go untimed rather than timed by the enqueue.
   std::shared_ptr<const gpu::event> record_timed(const stream& s) const override {
-    if (!s.native<stream_state>().profiling) return nullptr;
-    return record_marker(queue_of(s), true);
+    return record_marker(queue_of(s), s.native<stream_state>().profiling);
   }
 
   void wait_for(const stream& s, const gpu::event& e) const override {

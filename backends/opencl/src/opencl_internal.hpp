@@ -60,20 +60,22 @@ std::unique_ptr<gpu::device> make_device();
 // kernel path.
 class program final : public device_program {
  public:
-  program(cl_program p, cl_kernel k) : program_(p), kernel_(k) {}
+  // `binary`: the bytes it was created from (a stored or blob binary), or
+  // empty for a program built from source (read back once, below).
+  program(cl_program p, cl_kernel k, byte_vector binary = {});
   ~program() override;
   program(const program&) = delete;
   program& operator=(const program&) = delete;
 
   // Sets the arguments and enqueues on the queue, under one lock (cl_kernel
-  // arguments are shared state). Waits for this launch alone when `settle`:
-  // the first launch of a kernel built from source, whose binary is then
-  // read back for the store (PoCL finishes compiling at the first launch,
-  // and reading a program's binaries while its kernel runs is not safe on
-  // every PoCL); never otherwise.
-  void enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims, bool settle) const;
-  // The device binary as the driver has it now (after the first launch, on
-  // PoCL, with the compiled work-group function).
+  // arguments are shared state); never waits.
+  void enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims) const;
+  // The device binary: the bytes it was loaded from, or, for one built from
+  // source, what the driver has after its launches so far (on PoCL, with the
+  // work-group function compiled at the first launch), read once and kept.
+  // That read waits for the program's last launch, with new launches held
+  // back (reading a program's binaries while its kernel runs is not safe on
+  // every PoCL): once per program built, when the kernel path stores it.
   byte_vector binary() const override;
   std::size_t binary_size() const override;
 
@@ -81,6 +83,8 @@ class program final : public device_program {
   cl_program program_;
   cl_kernel kernel_;
   mutable std::mutex launch_mu_;
+  mutable cl_event last_launch_ = nullptr;  // guarded by launch_mu_, until binary_ is read
+  mutable byte_vector binary_;              // guarded by launch_mu_
 };
 
 // The kernel path's build and load for a kernel of this engine. Build

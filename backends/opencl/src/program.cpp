@@ -35,31 +35,39 @@ cl_program build_from_source(const engine_state& s, const std::string& source, c
   return p;
 }
 
+program::program(cl_program p, cl_kernel k, byte_vector binary) : program_(p), kernel_(k), binary_(std::move(binary)) {}
+
 program::~program() {
+  if (last_launch_) clReleaseEvent(last_launch_);
   clReleaseKernel(kernel_);
   clReleaseProgram(program_);
 }
 
-void program::enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims,
-                      bool settle) const {
-  cl_event launched = nullptr;
-  {
-    std::lock_guard lock(launch_mu_);
-    for (int i = 0; i < args.count(); ++i) {
-      const cl_int r = clSetKernelArg(kernel_, static_cast<cl_uint>(i), args.size(i), args.value(i));
-      if (r != CL_SUCCESS) check(r, "clSetKernelArg " + std::to_string(i));
-    }
-    check(clEnqueueNDRangeKernel(queue, kernel_, 3, nullptr, dims.global.data(), dims.local.data(), 0, nullptr,
-                                 settle ? &launched : nullptr),
-          "clEnqueueNDRangeKernel");
+void program::enqueue(cl_command_queue queue, const gpu::kernel_args& args, const gpu::launch_dims& dims) const {
+  std::lock_guard lock(launch_mu_);
+  for (int i = 0; i < args.count(); ++i) {
+    const cl_int r = clSetKernelArg(kernel_, static_cast<cl_uint>(i), args.size(i), args.value(i));
+    if (r != CL_SUCCESS) check(r, "clSetKernelArg " + std::to_string(i));
   }
-  if (!settle) return;
-  const cl_int r = clWaitForEvents(1, &launched);
-  clReleaseEvent(launched);
-  check(r, "clWaitForEvents(a kernel's first launch)");
+  // Until the binary is read back, the last launch is kept: the read waits for it.
+  cl_event launched = nullptr;
+  check(clEnqueueNDRangeKernel(queue, kernel_, 3, nullptr, dims.global.data(), dims.local.data(), 0, nullptr,
+                               binary_.empty() ? &launched : nullptr),
+        "clEnqueueNDRangeKernel");
+  if (launched) {
+    if (last_launch_) clReleaseEvent(last_launch_);
+    last_launch_ = launched;
+  }
 }
 
 byte_vector program::binary() const {
+  std::lock_guard lock(launch_mu_);
+  if (!binary_.empty()) return binary_;
+  if (last_launch_) {
+    clWaitForEvents(1, &last_launch_);
+    clReleaseEvent(last_launch_);
+    last_launch_ = nullptr;
+  }
   std::size_t size = 0;
   if (clGetProgramInfo(program_, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS || size == 0) {
     return {};
@@ -67,10 +75,13 @@ byte_vector program::binary() const {
   byte_vector out(size);
   unsigned char* data = out.data();
   if (clGetProgramInfo(program_, CL_PROGRAM_BINARIES, sizeof data, &data, nullptr) != CL_SUCCESS) return {};
+  binary_ = out;
   return out;
 }
 
 std::size_t program::binary_size() const {
+  std::lock_guard lock(launch_mu_);
+  if (!binary_.empty()) return binary_.size();
   std::size_t size = 0;
   if (clGetProgramInfo(program_, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS) return 0;
   return size;
@@ -124,7 +135,7 @@ std::unique_ptr<device_program> load_program(const engine& e, const kernel_sourc
     throw_if_out_of_resources(err, "clCreateKernel(" + src.kernel_name + ")");
     return nullptr;
   }
-  return std::make_unique<program>(p, k);
+  return std::make_unique<program>(p, k, byte_vector(binary.begin(), binary.end()));
 }
 
 }  // namespace unicache::opencl::detail

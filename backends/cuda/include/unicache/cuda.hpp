@@ -52,7 +52,9 @@
 // stream) and returns; stream::wait() (cuStreamSynchronize) is the caller's
 // one wait per request. Nothing in execute() waits for the device, except
 // the constant check's read of a weight's sampled blocks (constant_check in
-// config.hpp; none with constant_check::none). Packed weights, split-K
+// config.hpp; none with constant_check::none), and an allocation that finds
+// more than 1,024 deferred releases or the device out of memory, which
+// first waits for the work of the oldest (or all) of them. Packed weights, split-K
 // workspaces and kernel modules that queued work still uses are freed only
 // after that work is done (see gpu.hpp). A kernel that fails on the device
 // is reported by stream::wait(), or by the next execute() on the stream.
@@ -128,8 +130,11 @@ engine make_engine(int ordinal);
 engine make_engine(CUcontext context);
 
 // Evicts every kernel, compiled partition and packed weight cached for the
-// engine's scope (its context) from the process-wide caches. For an engine
-// over a context the caller is about to destroy; harmless for any engine.
+// engine's scope (its context) from the process-wide caches, waits for the
+// work that still used any of them and frees them, and destroys the
+// engine's pooled events. For an engine over a context the caller is about
+// to destroy, after destroying the engine's streams and compiled partitions
+// (having waited for their work); harmless for any engine.
 void release_cached(const engine& e);
 // The process's engine on the device UNICACHE_CUDA_DEVICE names (an
 // ordinal, or a case-insensitive substring of the device's name), else
@@ -163,7 +168,7 @@ const device_info& info(const engine& e);
 
 // Device memory of `bytes` in the engine's context, filled from `host` if
 // given. The caller owns it (free_buffer, once the work that uses it is
-// finished: stream::wait()). Throws cuda_error.
+// finished: stream::wait() on every stream that used it). Throws cuda_error.
 CUdeviceptr make_buffer(const engine& e, std::size_t bytes, const void* host = nullptr);
 void free_buffer(const engine& e, CUdeviceptr buffer) noexcept;
 // Copies on the stream that return when the copy is done.

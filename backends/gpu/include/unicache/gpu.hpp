@@ -84,8 +84,11 @@ class kernel_args {
   // The i-th value's bytes and size (what clSetKernelArg takes).
   const void* value(int i) const { return &slots_[i]; }
   std::size_t size(int i) const { return sizes_[i]; }
-  // A pointer to each value (what cuLaunchKernel takes).
-  void** pointers() const { return pointers_; }
+  // A pointer to each value (what cuLaunchKernel takes), into this object.
+  void** pointers() const {
+    for (int i = 0; i < count_; ++i) pointers_[i] = const_cast<std::uint64_t*>(&slots_[i]);
+    return pointers_;
+  }
 
   static constexpr int max_count = 64;
 
@@ -125,12 +128,15 @@ class event {
 
 // What the core keeps per stream, inside the API's stream state: a serial
 // that no other stream of the process has, the split-K workspace the
-// stream's GEMMs share (they run in order), and the stream's last recorded
-// event (an asynchronous failure there is reported at the next execute).
+// stream's GEMMs share (they run in order), and the events of its recent
+// executions (a failure among them is reported once, at the next execute
+// or at wait()).
 class stream_resources {
  public:
   stream_resources();
-  ~stream_resources();  // the workspace is released after `final_event` (set_final_event)
+  // The workspace is released after the final event (set_final_event), else
+  // after the stream's last execution.
+  ~stream_resources();
   stream_resources(const stream_resources&) = delete;
   stream_resources& operator=(const stream_resources&) = delete;
 
@@ -153,6 +159,8 @@ class stream_resources {
   engine engine_;
   buffer workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  std::vector<std::shared_ptr<const event>> unchecked_;  // executions not known to have succeeded
+  bool failed_ = false;                                 // one of them failed, not reported yet
   std::shared_ptr<const event> last_, final_;
 };
 
@@ -205,7 +213,7 @@ class device {
   virtual void fill_zero(const stream& s, buffer b, std::size_t bytes) const = 0;
   // Copies `count` blocks of `block` bytes, the i-th at byte first + i *
   // stride of `src`, to `out`, in stream order, and returns when they are
-  // there: the constant check's read-back, the one wait outside wait().
+  // there: the constant check's read-back.
   virtual void read_blocks(const stream& s, buffer src, std::size_t first, std::size_t block, std::size_t stride,
                            std::size_t count, void* out) const = 0;
 
@@ -214,7 +222,8 @@ class device {
   virtual stream make_stream(const engine& e) const = 0;
   virtual stream_resources& resources(const stream& s) const = 0;
   // Enqueues `k` (a kernel of this API on the kernel path) on the stream,
-  // through k.launch(); never waits. `dims` is not empty.
+  // through k.launch(); never waits (reading a binary back for the store,
+  // after the first launch, may). `dims` is not empty.
   virtual void launch(const kernel& k, const stream& s, const kernel_args& args, const launch_dims& dims) const = 0;
   // An event at the stream's current end.
   virtual std::shared_ptr<const event> record(const stream& s) const = 0;
@@ -242,6 +251,12 @@ backend* register_device(std::unique_ptr<device> d);
 // The device a backend made by register_device runs on, or nullptr for any
 // other backend.
 const device* device_of(const backend* b);
+// Waits for the work of every deferred release (device memory or modules
+// that queued work still used when the caches let go of them) and runs
+// them: for an API's function that frees what an engine's context holds
+// before its caller destroys the context.
+void finish_deferred_releases();
+
 // The kernel path (kernel_path.hpp) for `src` on the engine's device: what
 // the core's kernels run, and what tests of an API's programs use.
 std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
@@ -276,7 +291,7 @@ struct backend_stats {
   std::uint64_t weights_packed = 0;        // constant weights packed on a device
   std::uint64_t weights_released = 0;      // packed weights whose device memory was freed
   std::uint64_t out_of_memory_retries = 0; // allocations retried after releasing packed weights
-  std::uint64_t deferred_releases = 0;     // device memory freed later, after the work that used it
+  std::uint64_t deferred_releases = 0;     // device memory or kernels released later, after the work that used them
   std::uint64_t build_ns = 0;              // building kernels from source
   std::uint64_t load_ns = 0;               // loading stored/blob binaries (store read included)
   std::uint64_t pack_ns = 0;               // enqueueing the packing of constant weights (a first launch excluded)

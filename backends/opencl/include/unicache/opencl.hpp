@@ -42,9 +42,13 @@
 // the stream's command queue, flushes it, and returns; stream::wait()
 // (clFinish) is the caller's one wait per request, and the blocking
 // read_buffer below waits in queue order. Nothing in execute() waits,
-// except the constant check's read of a weight's sampled blocks. A kernel
+// except the constant check's read of a weight's sampled blocks, an
+// allocation that finds more than 1,024 deferred releases or the device out
+// of memory (it first waits for the work of the oldest, or all, of them),
+// and the first execution of a kernel built from source in this process:
+// its binary is read back for the store once its launch is done. A kernel
 // that fails on the device is reported by stream::wait() or the next
-// execute() on the stream.
+// execute() on the stream (stream_error).
 #pragma once
 
 #ifndef CL_TARGET_OPENCL_VERSION
