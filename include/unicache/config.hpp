@@ -175,7 +175,12 @@ enum class constant_check : std::uint8_t {
   // weight when it is smaller) compared with the one taken at packing; a
   // mismatch fingerprints and packs again. Catches a different tensor at the
   // same address; an in-place edit that touches no sampled block is missed:
-  // bump tensor::version for those.
+  // bump tensor::version for those. On a GPU stream the engine made (only
+  // unicache enqueues there), the sampled blocks are read without waiting
+  // for the stream's queued work: a constant input must not be written by
+  // work still queued on that stream (a partition's output fed to a later
+  // partition as a constant). On a caller's own stream (cuda::make_stream
+  // over a CUstream) they are read in stream order, which waits.
   sampled,
   // The full fingerprint at every execution: exact, costs reading the whole
   // weight each time.

@@ -25,7 +25,10 @@
 //
 // Device memory is read through a reader the backend supplies (a callable
 // like host_memory_reader, e.g. one clEnqueueReadBufferRect of the sampled
-// blocks).
+// blocks). A reader with a member read_samples(first, block, stride, count,
+// out) reads the per-execution sampled blocks with it instead (the GPU core
+// reads them without waiting for work queued on the stream), and the whole
+// constant, for its fingerprint, with operator().
 //
 // Thread safety: every member may be called concurrently; get() on one slot
 // from several threads packs at most once per key (the cache's single flight).
@@ -186,7 +189,15 @@ class constant_registry {
     } else {
       const sample_layout layout = sample_layout_for(src.bytes);
       unsigned char samples[max_sample_bytes];
-      if (layout.count > 0) read(layout.first, layout.block, layout.stride, layout.count, samples);
+      if (layout.count > 0) {
+        // A reader may read the sampled blocks its own way (read_samples):
+        // a GPU's reads them without waiting for the stream's queued work.
+        if constexpr (requires { read.read_samples(layout.first, layout.block, layout.stride, layout.count, samples); }) {
+          read.read_samples(layout.first, layout.block, layout.stride, layout.count, samples);
+        } else {
+          read(layout.first, layout.block, layout.stride, layout.count, samples);
+        }
+      }
       return sample_hash(samples, layout.bytes());
     }
   }

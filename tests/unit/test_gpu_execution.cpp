@@ -122,6 +122,25 @@ TYPED_TEST(GpuExecution, ExecuteReturnsBeforeTheDeviceIsDoneAndWaitIsWhereItEnds
   EXPECT_EQ(run.first_wrong(this->s1), -1);
 }
 
+// The default constant check reads 1 KB of a packed weight's source at every
+// execution; on a stream the engine made it does so without waiting for the
+// GEMMs queued before it.
+TYPED_TEST(GpuExecution, TheConstantCheckDoesNotWaitForTheStreamsQueuedWork) {
+  const constant_check before = current_constant_check();
+  set_constant_check(constant_check::sampled);
+  gemm_run<TypeParam> slow(this->eng, this->long_gemm(), tensor_property::variable);
+  gemm_run<TypeParam> weighted(this->eng, gemm_case{8, 512, 512}, tensor_property::constant);
+  weighted.execute(this->s1);  // packs (the fingerprint's read waits, once)
+  this->s1.wait();
+  for (int i = 0; i < 4; ++i) slow.execute(this->s1);
+  weighted.execute(this->s1);  // the check's read: not after the four GEMMs
+  const std::shared_ptr<const gpu::event> end = end_of(this->s1);
+  EXPECT_EQ(end->query(), gpu::event::state::pending) << "the check waited for the queued GEMMs";
+  this->s1.wait();
+  EXPECT_EQ(weighted.first_wrong(this->s1), -1);
+  set_constant_check(before);
+}
+
 // What adaptive mode's cost model times generic and specialized executions
 // with: the device's own clock, read once the work is done, never a wait.
 TYPED_TEST(GpuExecution, ADeviceTimerGivesTheDeviceTimeOnceTheWorkIsDone) {
@@ -155,6 +174,7 @@ TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatW
   compiled_partition overwrite = compile(relu.partitions()[0], {{garbage_floats}}, this->eng);
   buffers<TypeParam> b(this->eng);
   void* garbage = b.upload(std::vector<float>(static_cast<std::size_t>(garbage_floats), 1e30f));
+  constant_tensor_cache().evict_scope(this->eng.scope());  // an earlier test's packing of equal contents goes
   const gpu::backend_stats before = gpu::stats(this->eng.get_backend()->cache_owner());
 
   for (int i = 0; i < 4; ++i) run.execute(this->s1, 1);

@@ -70,6 +70,8 @@ constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES =
 // CUevent_flags
 constexpr unsigned CU_EVENT_DEFAULT = 0;
 constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
+// CUstream_flags
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 
 constexpr CUmemorytype CU_MEMORYTYPE_HOST = 1;

@@ -58,6 +58,11 @@ struct engine_state {
   // events given back later are dropped without a driver call.
   void release_events() const;
   mutable bool context_released = false;  // guarded by events_mu
+
+  // The constant check's reads that wait for nothing of a stream's work
+  // (created on first use; non-blocking: not ordered with the legacy stream).
+  mutable std::mutex side_mu;
+  mutable CUstream side_stream = nullptr;  // guarded by side_mu
   static constexpr std::size_t kPooledEvents = 256;
   mutable std::mutex events_mu;
   mutable std::vector<CUevent> free_events[2];  // [timed]

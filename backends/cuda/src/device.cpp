@@ -88,9 +88,10 @@ class cuda_device final : public gpu::device {
     check(api().cuMemsetD8Async(pointer_of(b), 0, bytes, st.stream), "cuMemsetD8Async");
   }
 
-  // One strided copy on the stream, then the documented wait.
+  // One strided copy, then the documented wait: on the stream (after its
+  // queued work), or on the engine's side stream, which waits for nothing.
   void read_blocks(const stream& s, gpu::buffer src, std::size_t first, std::size_t block, std::size_t stride,
-                   std::size_t count, void* out) const override {
+                   std::size_t count, void* out, bool in_stream_order) const override {
     const stream_state& st = s.native<stream_state>();
     context_guard guard(st.context);
     CUDA_MEMCPY2D copy{};
@@ -102,8 +103,16 @@ class cuda_device final : public gpu::device {
     copy.dstPitch = block;
     copy.WidthInBytes = block;
     copy.Height = count;
-    check(api().cuMemcpy2DAsync(&copy, st.stream), "cuMemcpy2DAsync(constant check)");
-    check(api().cuStreamSynchronize(st.stream), "cuStreamSynchronize(constant check)");
+    if (in_stream_order) {
+      check(api().cuMemcpy2DAsync(&copy, st.stream), "cuMemcpy2DAsync(constant check)");
+      check(api().cuStreamSynchronize(st.stream), "cuStreamSynchronize(constant check)");
+      return;
+    }
+    const engine_state& es = *st.engine;
+    std::lock_guard lock(es.side_mu);
+    if (!es.side_stream) check(api().cuStreamCreate(&es.side_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate(side)");
+    check(api().cuMemcpy2DAsync(&copy, es.side_stream), "cuMemcpy2DAsync(constant check)");
+    check(api().cuStreamSynchronize(es.side_stream), "cuStreamSynchronize(constant check)");
   }
 
   stream make_stream(const engine& e) const override {
@@ -114,6 +123,7 @@ class cuda_device final : public gpu::device {
     s->engine = e.native_shared<const engine_state>();
     check(api().cuStreamCreate(&s->stream, 0), "cuStreamCreate");
     s->owned = true;
+    s->resources.set_only_unicache_work(true);
     return stream(e, std::move(s));
   }
 

@@ -183,6 +183,18 @@ context_guard::~context_guard() {
 }
 
 void engine_state::release_events() const {
+  {
+    std::lock_guard lock(side_mu);
+    if (side_stream) {
+      try {
+        context_guard guard(context);
+        api().cuStreamDestroy(side_stream);
+      } catch (...) {
+        // The context is gone already, and the stream with it.
+      }
+      side_stream = nullptr;
+    }
+  }
   std::vector<CUevent> pooled;
   {
     std::lock_guard lock(events_mu);
@@ -201,6 +213,14 @@ void engine_state::release_events() const {
 }
 
 engine_state::~engine_state() {
+  if (side_stream && !context_released) {
+    try {
+      context_guard guard(context);
+      api().cuStreamDestroy(side_stream);
+    } catch (...) {
+      // The context (or the driver, at exit) is gone, and the stream with it.
+    }
+  }
   if (!context_released && (!free_events[0].empty() || !free_events[1].empty())) {
     try {
       context_guard guard(context);

@@ -35,14 +35,21 @@ weight_registry& weights(owner_id owner) {
   return *r;
 }
 
-// Reads a constant's sampled blocks for the contents check.
+// Reads a constant for the contents check: whole (its fingerprint, when it
+// is packed) in stream order; its sampled blocks (every execution) without
+// waiting for the stream's queued work where only unicache enqueues to the
+// stream (its work never writes a constant input).
 struct device_reader {
   const device& d;
   const stream& s;
   const tensor& t;
   void operator()(std::size_t first, std::size_t block, std::size_t stride, std::size_t count,
                   unsigned char* out) const {
-    d.read_blocks(s, t.data, first, block, stride, count, out);
+    d.read_blocks(s, t.data, first, block, stride, count, out, true);
+  }
+  void read_samples(std::size_t first, std::size_t block, std::size_t stride, std::size_t count,
+                    unsigned char* out) const {
+    d.read_blocks(s, t.data, first, block, stride, count, out, !d.resources(s).only_unicache_work());
   }
 };
 

@@ -46,6 +46,19 @@ class marker final : public gpu::event {
   bool timed_;
 };
 
+void read_rect(cl_command_queue queue, cl_mem src, std::size_t first, std::size_t block, std::size_t stride,
+               std::size_t count, void* out) {
+  if (count == 1) {
+    check(clEnqueueReadBuffer(queue, src, CL_TRUE, first, block, out, 0, nullptr, nullptr),
+          "clEnqueueReadBuffer(constant check)");
+    return;
+  }
+  const std::size_t buffer_origin[3] = {first, 0, 0}, host_origin[3] = {0, 0, 0}, region[3] = {block, count, 1};
+  check(clEnqueueReadBufferRect(queue, src, CL_TRUE, buffer_origin, host_origin, region, stride, 0, block, 0, out, 0,
+                                nullptr, nullptr),
+        "clEnqueueReadBufferRect(constant check)");
+}
+
 bool out_of_memory(cl_int err) {
   return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY;
 }
@@ -66,6 +79,7 @@ class opencl_device final : public gpu::device {
       s->profiling = err == CL_SUCCESS;
     }
     check(err, "clCreateCommandQueue");
+    s->resources.set_only_unicache_work(true);  // no caller's queue is ever wrapped
     return stream(e, std::move(s));
   }
 
@@ -110,19 +124,23 @@ class opencl_device final : public gpu::device {
           "clEnqueueFillBuffer");
   }
 
-  // One blocking read (the sampled blocks are one rectangle): the documented wait.
+  // One blocking read (the sampled blocks are one rectangle): the
+  // documented wait, on the stream's queue (after its queued work) or on the
+  // engine's side queue, which waits for nothing.
   void read_blocks(const stream& s, gpu::buffer src, std::size_t first, std::size_t block, std::size_t stride,
-                   std::size_t count, void* out) const override {
-    const cl_command_queue queue = queue_of(s);
-    if (count == 1) {
-      check(clEnqueueReadBuffer(queue, mem_of(src), CL_TRUE, first, block, out, 0, nullptr, nullptr),
-            "clEnqueueReadBuffer(constant check)");
+                   std::size_t count, void* out, bool in_stream_order) const override {
+    if (in_stream_order) {
+      read_rect(queue_of(s), mem_of(src), first, block, stride, count, out);
       return;
     }
-    const std::size_t buffer_origin[3] = {first, 0, 0}, host_origin[3] = {0, 0, 0}, region[3] = {block, count, 1};
-    check(clEnqueueReadBufferRect(queue, mem_of(src), CL_TRUE, buffer_origin, host_origin, region, stride, 0, block, 0,
-                                  out, 0, nullptr, nullptr),
-          "clEnqueueReadBufferRect(constant check)");
+    const engine_state& es = state_of(s.get_engine());
+    std::lock_guard lock(es.side_mu);
+    if (!es.side_queue) {
+      cl_int err = CL_SUCCESS;
+      es.side_queue = clCreateCommandQueue(es.context, es.device, 0, &err);
+      check(err, "clCreateCommandQueue(side)");
+    }
+    read_rect(es.side_queue, mem_of(src), first, block, stride, count, out);
   }
 
   // The kernel path.

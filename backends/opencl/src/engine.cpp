@@ -317,6 +317,7 @@ void plan_for(const device_info& info, gpu::engine_facts& facts) {
 }
 
 engine_state::~engine_state() {
+  if (side_queue) clReleaseCommandQueue(side_queue);
   if (context) clReleaseContext(context);
   if (device) clReleaseDevice(device);
 }

@@ -31,6 +31,10 @@ struct engine_state {
   cl_context context = nullptr;
   device_info info;
   gpu::engine_facts facts;
+  // The constant check's reads that wait for nothing of a stream's work
+  // (created on first use).
+  mutable std::mutex side_mu;
+  mutable cl_command_queue side_queue = nullptr;  // guarded by side_mu
   ~engine_state();
 };
 

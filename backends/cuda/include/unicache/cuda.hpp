@@ -50,8 +50,10 @@
 // Execution is asynchronous: execute() enqueues the partition's kernels on
 // the stream (a stream over a caller's CUstream too, e.g. torch's current
 // stream) and returns; stream::wait() (cuStreamSynchronize) is the caller's
-// one wait per request. Nothing in execute() waits for the device, except
-// the constant check's read of a weight's sampled blocks (constant_check in
+// one wait per request. Nothing in execute() waits for the device's queued
+// work, except the constant check's read of a weight's sampled blocks on a
+// stream over a caller's CUstream (on a stream the engine made, the read
+// goes on a side stream and waits only for itself; constant_check in
 // config.hpp; none with constant_check::none), and an allocation that finds
 // more than 1,024 deferred releases or the device out of memory, which
 // first waits for the work of the oldest (or all) of them. Packed weights, split-K

@@ -150,10 +150,17 @@ class stream_resources {
   // For the API's stream destructor: the event after which nothing of the
   // stream uses the workspace (recorded while the stream still exists).
   void set_final_event(std::shared_ptr<const event> e);
+  // Whether only unicache enqueues work on the stream (one the engine made,
+  // not a caller's native stream): then the constant check reads a
+  // constant's sampled blocks without waiting for the stream's queued work,
+  // which never writes a constant input. Set by the API's make_stream.
+  void set_only_unicache_work(bool only) { only_unicache_work_ = only; }
+  bool only_unicache_work() const { return only_unicache_work_; }
 
  private:
   friend class detail::stream_access;
   std::uint64_t serial_;
+  bool only_unicache_work_ = false;
   std::mutex mu_;
   const class device* device_ = nullptr;  // the workspace's, set with it
   engine engine_;
@@ -212,10 +219,13 @@ class device {
   // Enqueues zeroing `bytes` of `b`.
   virtual void fill_zero(const stream& s, buffer b, std::size_t bytes) const = 0;
   // Copies `count` blocks of `block` bytes, the i-th at byte first + i *
-  // stride of `src`, to `out`, in stream order, and returns when they are
-  // there: the constant check's read-back.
+  // stride of `src`, to `out`, and returns when they are there: the
+  // constant check's read-back. `in_stream_order`: after the work queued on
+  // `s` (a wait for it); else at once, on a queue of the API's own that
+  // waits for nothing of `s`'s (a stream only unicache enqueues to, whose
+  // work never writes a constant input).
   virtual void read_blocks(const stream& s, buffer src, std::size_t first, std::size_t block, std::size_t stride,
-                           std::size_t count, void* out) const = 0;
+                           std::size_t count, void* out, bool in_stream_order) const = 0;
 
   // --- Execution ---------------------------------------------------------------
   // A stream of the engine the backend owns; its state holds a stream_resources.

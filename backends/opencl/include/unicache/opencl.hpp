@@ -41,8 +41,9 @@
 // Execution is asynchronous: execute() enqueues the partition's kernels on
 // the stream's command queue, flushes it, and returns; stream::wait()
 // (clFinish) is the caller's one wait per request, and the blocking
-// read_buffer below waits in queue order. Nothing in execute() waits,
-// except the constant check's read of a weight's sampled blocks, an
+// read_buffer below waits in queue order. Nothing in execute() waits for
+// the queue's work: the constant check reads a weight's sampled blocks on
+// a side queue of the engine's, waiting only for that read. Other waits: an
 // allocation that finds more than 1,024 deferred releases or the device out
 // of memory (it first waits for the work of the oldest, or all, of them),
 // and the first execution of a kernel built from source in this process:
