@@ -36,7 +36,7 @@ void device_kernel::end(const stream& s, device_memory* used) const {
   uses_.note(serial, done);
   if (used) used->note_use(serial, done);
   stream_access::note_execution(device_, s, std::move(done));
-  deferred_release::instance().collect();  // cheap when nothing is pending
+  deferred_release::instance().collect(8);  // a few of the oldest; nothing when none is pending
 }
 
 device_kernel::execution::~execution() {

@@ -64,17 +64,18 @@ void deferred_release::release_after(event_list after, std::function<void()> rel
     if (release) release();
     return;
   }
-  if (count_.load(std::memory_order_relaxed) > kCollectAbove) collect();
+  if (count_.load(std::memory_order_relaxed) > kCollectAbove) collect(kCollectAbove);
 }
 
-void deferred_release::collect() {
+void deferred_release::collect(std::size_t at_most) {
   if (count_.load(std::memory_order_relaxed) == 0) return;
   std::vector<entry> ready;
   {
     std::lock_guard lock(mu_);
-    auto split = std::stable_partition(pending_.begin(), pending_.end(), [](const entry& e) { return !done(e.after); });
-    std::move(split, pending_.end(), std::back_inserter(ready));
-    pending_.erase(split, pending_.end());
+    const auto last = pending_.begin() + static_cast<std::ptrdiff_t>(std::min(at_most, pending_.size()));
+    auto split = std::stable_partition(pending_.begin(), last, [](const entry& e) { return !done(e.after); });
+    std::move(split, last, std::back_inserter(ready));
+    pending_.erase(split, last);
     count_.store(pending_.size(), std::memory_order_relaxed);
   }
   for (entry& e : ready) e.release();  // outside the lock: a release may free a device object that releases more

@@ -39,9 +39,9 @@ class use_list {
 // release never waits for a device where it is asked for (an eviction
 // callback, a destructor).
 //
-// Collected at every core allocation, at every end of an execution when
-// entries are pending, at wait(), and when a release finds more than
-// kCollectAbove pending. Bounded: past kMaxPending entries, the next
+// Collected at every core allocation and wait(); in part (the oldest few) at
+// every end of an execution while entries are pending, and when a release
+// finds more than kCollectAbove pending. Bounded: past kMaxPending entries, the next
 // allocation waits on the host for the oldest ones; out of memory, for all.
 class deferred_release {
  public:
@@ -56,8 +56,10 @@ class deferred_release {
   void release_after(event_list after, std::function<void()> release,
                      std::atomic<std::uint64_t>* deferred) noexcept;
   // Runs the releases whose events have completed; never waits. Cheap when
-  // nothing is pending.
-  void collect();
+  // nothing is pending. `at_most`: looks at no more than that many of the
+  // oldest entries (what an execution's end does, so that a long list never
+  // costs an execution more than a few queries).
+  void collect(std::size_t at_most = static_cast<std::size_t>(-1));
   // Waits for the events of the oldest releases until at most `keep` are
   // pending, running each.
   void drain(std::size_t keep);
