@@ -338,7 +338,9 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   } else if (!first && time.host_ns) {
     account_generic(c, *time.host_ns, 1);
   }
-  read_timings(t, s.get_engine());
+  // Only a class timed on the device has timings to read: a host-timed one
+  // (the CPU) takes no lock here.
+  if (c.generic_timing.load(std::memory_order_relaxed) == class_state::timing::device) read_timings(t, s.get_engine());
   const std::uint64_t total = c.generic_ns.load(std::memory_order_relaxed);
   if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
   const specialize_settings settings = current_specialize_settings();

@@ -10,7 +10,6 @@ namespace unicache::gpu {
 
 namespace detail {
 
-
 counters& counters_of(owner_id owner) {
   static std::mutex mu;
   static auto* const all = new std::map<owner_id, counters>();  // never freed: releases count into it at exit

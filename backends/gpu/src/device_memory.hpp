@@ -27,13 +27,12 @@ buffer allocate(const device& d, const engine& e, std::size_t bytes, const char*
 class device_memory {
  public:
   device_memory(const device& d, engine e, std::size_t bytes, const char* what)
-      : device_(d), engine_(std::move(e)), memory_(allocate(d, engine_, bytes, what)), bytes_(bytes) {}
+      : device_(d), engine_(std::move(e)), memory_(allocate(d, engine_, bytes, what)) {}
   ~device_memory();
   device_memory(const device_memory&) = delete;
   device_memory& operator=(const device_memory&) = delete;
 
   buffer get() const { return memory_; }
-  std::size_t bytes() const { return bytes_; }
   void note_use(std::uint64_t stream_serial, std::shared_ptr<const event> e) { uses_.note(stream_serial, std::move(e)); }
   // Counted when the memory is freed (packed weights count their releases).
   void count_release_in(std::atomic<std::uint64_t>* counter) { released_ = counter; }
@@ -42,7 +41,6 @@ class device_memory {
   const device& device_;
   engine engine_;  // keeps the context (and so the memory's address) alive
   buffer memory_;
-  std::size_t bytes_;
   use_list uses_;
   std::atomic<std::uint64_t>* released_ = nullptr;
 };

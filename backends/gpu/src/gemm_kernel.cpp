@@ -76,7 +76,8 @@ gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<
       // mode is when it is built in the background.
       problem_(p, in, out, tiles, any_rows ? kernel_shapes::adaptive : current_kernel_shapes()),
       any_rows_(any_rows),
-      launch_(checked_dims(d, problem_.global(), problem_.local(), "the GEMM")) {
+      launch_(checked_dims(d, problem_.global(), problem_.local(), "the GEMM")),
+      counters_(&counters_of(d.cache_owner())) {
   const kernels::dialect dialect = d.dialect();
   const int vector_work_group = d.facts(e).vector_work_group;
   gemm_ = add_program(e, kernels::gemm_source(dialect, problem_.config), preloaded);
@@ -84,7 +85,8 @@ gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<
     pack_launch_ = checked_dims(d, problem_.pack_global(vector_work_group),
                                 {static_cast<std::size_t>(vector_work_group), 1, 1}, "packing the weight");
     pack_ = add_program(e, kernels::pack_source(dialect, problem_.config.transpose_b, vector_work_group), preloaded);
-    slot_ = weights(d.cache_owner()).make_slot();
+    weights_ = &weights(d.cache_owner());
+    slot_ = weights_->make_slot();
   }
   if (problem_.config.tiles.split_k > 1) {
     reduce_work_group_ = vector_work_group;
@@ -143,9 +145,9 @@ std::shared_ptr<gemm_kernel::packed_weight> gemm_kernel::packed(const stream& s,
   const std::size_t bytes = g.packed_bytes();
   const std::size_t source_bytes = static_cast<std::size_t>(kernels::elements(t.desc.shape)) * sizeof(float);
   const std::uint64_t serial = device_.resources(s).serial();
-  counters& n = counters_of(device_.cache_owner());
+  counters& n = *counters_;
   auto slot = std::static_pointer_cast<weight_registry::slot>(slot_);
-  std::shared_ptr<packed_weight> w = weights(device_.cache_owner()).get(
+  std::shared_ptr<packed_weight> w = weights_->get(
       slot, e.scope(), {t.data, t.version, source_bytes}, g.packed_layout(), bytes, device_reader{device_, s, t}, [&] {
         const time_without_first_launches timer;  // the pack kernel's first launch counts as first_launch_ns
         auto packed = std::make_shared<packed_weight>(device_, e, bytes);

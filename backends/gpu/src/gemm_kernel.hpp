@@ -8,6 +8,11 @@
 
 #include "device_kernel.hpp"
 
+namespace unicache {
+template <typename T>
+class constant_registry;
+}  // namespace unicache
+
 namespace unicache::gpu::detail {
 
 class gemm_kernel final : public device_kernel {
@@ -39,6 +44,10 @@ class gemm_kernel final : public device_kernel {
   const kernel* pack_ = nullptr;
   const kernel* reduce_ = nullptr;
   int reduce_work_group_ = 1;
+  // The backend's weight registry and counters, looked up once: an
+  // execution takes no process-wide lock to find them.
+  constant_registry<packed_weight>* weights_ = nullptr;
+  counters* counters_;
   std::shared_ptr<void> slot_;  // the packed weight's slot in the registry
 };
 

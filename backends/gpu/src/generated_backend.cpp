@@ -190,7 +190,6 @@ class generated_backend final : public backend {
         }
       }
     } settle_scratch{d, own};
-    d.wait(own);
     return kernel_with(kernels::tune_gemm(name(), f.identity, g, candidates, [&](const kernels::gemm_tiles& t) {
       return [k = kernel_with(t), &d, &own, &a, &b, &c, &posts, &g] {
         k->run_gemm(own, a.get(), b.get(), c.get(), posts, g.m);

@@ -5,7 +5,6 @@
 
 namespace unicache::gpu::detail {
 
-
 void use_list::note(std::uint64_t stream_serial, std::shared_ptr<const event> e) {
   std::lock_guard lock(mu_);
   // Entries of other streams whose work is over go (they pin an event each).
