@@ -1,8 +1,10 @@
 // bench_gpu_gemm: GFLOP/s of the generated GEMM (a MatMul partition, fp32,
-// device buffers, one execution per iteration including its wait) on the
+// device buffers, 1 or 10 executions per iteration and one wait) on the
 // default device of each GPU backend that is built and available (OpenCL:
 // UNICACHE_OPENCL_DEVICE, else the first GPU; CUDA: UNICACHE_CUDA_DEVICE,
-// else device 0), square sizes: BM_gemm/<backend>/n:N/constant_b:0|1.
+// else device 0), square sizes: BM_gemm/<backend>/n:N/constant_b:0|1/queued:1|10
+// (queued: executions enqueued per wait; 10 is how a server or torch runs
+// them, one synchronization for many kernels).
 // scripts/torch_matmul.py measures torch.matmul on the same GPU for the
 // comparison in docs/benchmarks.md.
 // BM_constant_check/<backend>/mode:M: one execution of a [32,768]x[768,3072]
@@ -40,6 +42,7 @@ void BM_gemm(benchmark::State& state) {
   try {
     const std::int64_t n = state.range(0);
     const bool constant_b = state.range(1) != 0;
+    const std::int64_t queued = state.range(2);  // executions enqueued per wait
     graph g;
     auto a = g.tensor({-1, n}), b = g.tensor({n, n}, constant_b ? tensor_property::constant : tensor_property::variable);
     auto c = g.tensor({-1, n});
@@ -62,11 +65,11 @@ void BM_gemm(benchmark::State& state) {
     cp.execute(strm, in, out);  // builds, packs a constant B, warms up
     strm.wait();
     for (auto _ : state) {
-      cp.execute(strm, in, out);
+      for (std::int64_t q = 0; q < queued; ++q) cp.execute(strm, in, out);
       strm.wait();
     }
-    state.counters["GFLOP"] =
-        benchmark::Counter(2.0 * static_cast<double>(n) * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP"] = benchmark::Counter(2.0 * static_cast<double>(n) * n * n * 1e-9 * static_cast<double>(queued),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
     state.SetLabel(Backend::device_name(eng));
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -111,8 +114,8 @@ template <class Backend>
 void register_benchmarks() {
   const std::string name = Backend::name;
   benchmark::RegisterBenchmark(("BM_gemm/" + name).c_str(), BM_gemm<Backend>)
-      ->ArgNames({"n", "constant_b"})
-      ->ArgsProduct({{256, 1024, 2048, 4096}, {0, 1}})
+      ->ArgNames({"n", "constant_b", "queued"})
+      ->ArgsProduct({{256, 1024, 2048, 4096}, {0, 1}, {1, 10}})
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("BM_constant_check/" + name).c_str(), BM_constant_check<Backend>)
@@ -146,10 +149,10 @@ void print_usage() {
       "usage: bench_gpu_gemm [--backend=opencl|cuda|all] [Google Benchmark options]\n"
       "\n"
       "GFLOP/s of the generated GEMM (a MatMul partition, fp32, device buffers,\n"
-      "one execution per iteration including its wait) on the default device of\n"
+      "1 or 10 executions per iteration and one wait) on the default device of\n"
       "each GPU backend built and available (UNICACHE_OPENCL_DEVICE and\n"
       "UNICACHE_CUDA_DEVICE pick others), square sizes: BM_gemm/<backend>/n:N/\n"
-      "constant_b:0|1; and BM_constant_check/<backend>/mode:M, what checking a\n"
+      "constant_b:0|1/queued:1|10; and BM_constant_check/<backend>/mode:M, what checking a\n"
       "constant weight's contents costs per execution.\n"
       "\n"
       "  --backend=B, --backend B  opencl, cuda, or all (the default: each\n"

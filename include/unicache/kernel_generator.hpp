@@ -49,8 +49,8 @@ struct gemm_tiles {
   int rm = 4, rn = 4;
   // Split-K: K's tiles shared out among this many parts (1 to 64), each
   // part's sums written to a workspace and added by gemm_reduce, which
-  // applies the post-op chain (for few rows and a long K, where M x N alone
-  // has too few tiles to fill the device).
+  // applies the post-op chain (where M x N alone has too few tiles to fill
+  // the device). Compiled in: each split is a kernel of its own.
   int split_k = 1;
   int local_x() const { return bn / rn; }
   int local_y() const { return bm / rm; }
@@ -65,8 +65,8 @@ std::string to_string(const gemm_tiles& t);
 //   args: A, B, C, int M, N, K, long lda, ldb, ldc, long batch strides sa, sb, sc,
 //         then per binary post-op: buffer, long batch, row and column strides.
 //   global: (ceil(N/bn) * local_x, ceil(M/bm) * local_y, batch * split_k), local (local_x, local_y, 1).
-// With tiles.split_k > 1, C is the workspace (split_k x M x N, ldc = N,
-// sc = M * N) and no post-op runs: gemm_reduce_source finishes.
+// With tiles.split_k > 1 (one matrix only), C is the workspace (split_k x M
+// x N, ldc = N, sc = M * N) and no post-op runs: gemm_reduce_source finishes.
 // With packed_b, B is the packed weight: K x N padded with zeros to
 // multiples of (bk, bn), row-major, leading dimension the padded N.
 struct gemm_config {
@@ -156,6 +156,15 @@ struct gemm_problem {
   std::array<std::size_t, 3> pack_global(int work_group) const;
 };
 
+// The split-K parts for the generic GEMM of `g` (its tiles) on a device of
+// `compute_units` (SMs, OpenCL compute units): 4 where M x N has too few
+// tiles to fill the device (at most 1.5 per compute unit, or 4 for a K of
+// 2048 or more, where each part has more work and the sum costs less in
+// comparison) and K is at least 512, else 1; 1 for a batch. Each split is a
+// kernel of its own, so a configuration has at most two. Measured on the
+// H100 over a BERT layer's matmuls (docs/benchmarks.md).
+int gemm_splits(const gemm_problem& g, int compute_units);
+
 // --- Adaptive GEMMs ----------------------------------------------------------------
 // What the GPU backends share for kernel_shapes::adaptive: a GEMM's shape
 // class is M's power-of-two range [2^(b-1), 2^b) with N and K (and the
@@ -167,8 +176,9 @@ struct gemm_problem {
 shape_class gemm_shape_class(const gemm_problem& g);
 // Tiles worth timing for `g`'s class: small-M tiles for a few rows (split-K
 // ones where K is long), larger ones for many, and always `generic` (the
-// backend's plan), so the choice is never worse than the generic kernel as
-// timed. Each is valid for gemm_source.
+// backend's plan) unsplit and split 4 ways (where K is at least 512), so
+// the choice is never worse than the generic kernel as timed. Each is
+// valid for gemm_source.
 std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic);
 // Device memory that timing `candidates` for `g` takes (scratch A, the
 // largest padded B, C, the post-op operands and the largest split-K

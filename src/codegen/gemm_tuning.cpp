@@ -21,7 +21,8 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   static const gemm_tiles small_m[] = {{16, 64, 16, 4, 4}, {32, 64, 16, 4, 4}, {32, 64, 16, 4, 8}, {32, 128, 16, 4, 8}};
   static const gemm_tiles medium_m[] = {{32, 64, 16, 4, 8}, {64, 64, 16, 4, 4}, {64, 64, 16, 8, 8},
                                         {32, 128, 16, 4, 8}, {64, 128, 16, 8, 8}};
-  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}, {128, 128, 8, 8, 8}};
+  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}, {128, 128, 8, 8, 8},
+                                       {128, 128, 16, 8, 8}};
   std::vector<gemm_tiles> out;
   auto add = [&](const gemm_tiles& t) {
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
@@ -35,16 +36,24 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   } else {
     for (const gemm_tiles& t : large_m) add(t);
   }
-  if (g.m < 256 && g.k >= 1024 && g.batch == 1) {
-    // Few rows, long K: narrow tiles with K shared out.
+  // K shared out: narrow tiles for few rows and a long K, and the generic
+  // tiles for any rows (as gemm_splits may choose them).
+  if (g.batch == 1) {
     for (int split : {2, 4, 8}) {
-      if (g.k / split < 256) break;
+      if (g.m >= 256 || g.k < 1024 || g.k / split < 256) break;
       gemm_tiles t = g.m < 32 ? gemm_tiles{16, 64, 16, 4, 4} : gemm_tiles{32, 64, 16, 4, 8};
       t.split_k = split;
       add(t);
     }
   }
-  add(generic);
+  gemm_tiles plain = generic;
+  plain.split_k = 1;
+  add(plain);
+  if (g.batch == 1 && g.k >= 512) {
+    gemm_tiles t = plain;
+    t.split_k = 4;
+    add(t);
+  }
   return out;
 }
 

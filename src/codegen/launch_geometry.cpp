@@ -95,6 +95,14 @@ std::array<std::size_t, 3> gemm_problem::global() const {
   return {round_up(n, t.bn) / t.rn, round_up(m, t.bm) / t.rm, static_cast<std::size_t>(batch * t.split_k)};
 }
 
+int gemm_splits(const gemm_problem& g, int compute_units) {
+  const gemm_tiles& t = g.config.tiles;
+  if (g.batch != 1 || compute_units < 1) return 1;
+  const long tiles = static_cast<long>(round_up(g.m, t.bm) / t.bm * (round_up(g.n, t.bn) / t.bn));
+  const long enough = g.k >= 2048 ? 4L * compute_units : 3L * compute_units / 2;
+  return tiles <= enough && g.k >= 512 ? 4 : 1;
+}
+
 std::array<std::size_t, 3> gemm_problem::local() const {
   return {static_cast<std::size_t>(config.tiles.local_x()), static_cast<std::size_t>(config.tiles.local_y()), 1};
 }

@@ -65,6 +65,7 @@ std::vector<kernel_source> every_kernel(dialect d) {
   out.push_back(kernels::gemm_source(d, fused));
   fused.fixed_mnk = std::array<long, 3>{1000, 129, 7};
   out.push_back(kernels::gemm_source(d, fused));
+  out.push_back(kernels::gemm_reduce_source(d, fused, 256));
   for (bool tb : {false, true}) out.push_back(kernels::pack_source(d, tb, 256));
   out.push_back(kernels::softmax_source(d, 256));
   for (op_kind k : {op_kind::relu, op_kind::gelu_erf, op_kind::gelu_tanh, op_kind::sigmoid, op_kind::tanh}) {
@@ -134,6 +135,28 @@ TEST(CudaCode, OneGeneratorWritesBothDialectsFromOneBody) {
     EXPECT_EQ(cu[i].source.substr(cu[i].source.rfind("DEVICE_FN float u_relu")),
               cl[i].source.substr(cl[i].source.rfind("DEVICE_FN float u_relu")));
   }
+}
+
+TEST(CudaCode, SplitKIsChosenWhereTheTilesCannotFillTheDevice) {
+  // A BERT layer's Linear on an H100 (132 SMs) with the generic 64x128 tiles.
+  const kernels::gemm_tiles plan{64, 128, 16, 8, 8};
+  auto splits = [&](std::int64_t m, std::int64_t k, std::int64_t n, int compute_units) {
+    graph g = mlp_graph(k, n, /*constant_weight=*/true);
+    g.finalize();
+    const partition& p = g.partitions()[0];
+    std::vector<logical_tensor> in = p.inputs();
+    in[0].shape = {m, k};
+    std::vector<logical_tensor> out = p.outputs();
+    out[0].shape = {m, n};
+    return kernels::gemm_splits(kernels::gemm_problem(p, in, out, plan, kernel_shapes::adaptive), compute_units);
+  };
+  EXPECT_EQ(splits(594, 768, 768, 132), 4) << "60 tiles on 132 SMs";
+  EXPECT_EQ(splits(594, 768, 3072, 132), 1) << "240 tiles";
+  EXPECT_EQ(splits(2870, 3072, 768, 132), 4) << "270 tiles, but a long K";
+  EXPECT_EQ(splits(4096, 4096, 4096, 132), 1) << "2048 tiles";
+  EXPECT_EQ(splits(594, 768, 768, 0), 1) << "compute units unknown";
+  EXPECT_EQ(splits(8, 512, 64, 132), 4);
+  EXPECT_EQ(splits(8, 300, 64, 132), 1) << "K below 512 is not shared out";
 }
 
 TEST(CudaCode, TilesTheGemmCannotUseAreACompileError) {

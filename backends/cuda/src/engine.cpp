@@ -88,6 +88,7 @@ engine wrap(CUcontext context, CUdevice device, bool primary) {
   s->primary = primary;
   s->info = query_device(device);
   s->facts.identity = identity_of(s->info);
+  s->facts.compute_units = s->info.multiprocessors;
   int ordinal = 0;
   const int n = device_count();
   for (int o = 0; o < n; ++o) {

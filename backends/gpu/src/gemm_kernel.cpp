@@ -53,6 +53,15 @@ struct device_reader {
   }
 };
 
+// The engine's generic tiles, split-K as the shapes ask (gemm_splits).
+kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                                  const std::vector<logical_tensor>& out, const engine& e) {
+  const engine_facts& facts = d.facts(e);
+  kernels::gemm_tiles t = facts.gemm;
+  t.split_k = kernels::gemm_splits(kernels::gemm_problem(p, in, out, t, current_kernel_shapes()), facts.compute_units);
+  return t;
+}
+
 void add_posts(kernel_args& args, const kernels::gemm_problem& g, const std::vector<buffer>& posts) {
   for (std::size_t i = 0; i < g.posts.size(); ++i) {
     const kernels::gemm_problem::post& post = g.posts[i];
@@ -66,7 +75,7 @@ void add_posts(kernel_args& args, const kernels::gemm_problem& g, const std::vec
 gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                          const std::vector<logical_tensor>& out, const engine& e,
                          const std::vector<kernel_binary>& preloaded)
-    : gemm_kernel(d, p, in, out, e, preloaded, d.facts(e).gemm, false) {}
+    : gemm_kernel(d, p, in, out, e, preloaded, generic_tiles(d, p, in, out, e), false) {}
 
 gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                          const std::vector<logical_tensor>& out, const engine& e,

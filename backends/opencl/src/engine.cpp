@@ -314,6 +314,7 @@ void plan_for(const device_info& info, gpu::engine_facts& facts) {
   int v = 1;
   while (v * 2 <= static_cast<int>(std::min<std::uint32_t>(wg, 256))) v *= 2;
   facts.vector_work_group = v;
+  facts.compute_units = static_cast<int>(std::min<std::uint32_t>(info.compute_units, 1U << 16));
 }
 
 engine_state::~engine_state() {

@@ -174,8 +174,9 @@ class stream_resources {
 // Facts about an engine that the core plans kernels with.
 struct engine_facts {
   device_identity identity;
-  kernels::gemm_tiles gemm;     // the generic GEMM's tiles
+  kernels::gemm_tiles gemm;     // the generic GEMM's tiles (its split-K: kernels::gemm_splits)
   int vector_work_group = 256;  // eltwise, binary, softmax, packing (a power of two)
+  int compute_units = 0;        // SMs, OpenCL compute units (0: unknown, no split-K)
 };
 
 // What a GPU API implements. Every member may throw the API's error type
