@@ -19,6 +19,7 @@ constexpr const char* kCudaOptions = "--fmad=true";
 
 constexpr const char* kOpenclPrelude = R"CLC(
 #define KERNEL(X, Y) __attribute__((reqd_work_group_size(X, Y, 1))) __kernel void
+#define KERNEL_BLOCKS(X, Y, B) KERNEL(X, Y)
 #define DEVICE_FN inline
 #define GLOBAL __global
 #define SHARED __local
@@ -48,6 +49,8 @@ constexpr const char* kOpenclPrelude = R"CLC(
 
 constexpr const char* kCudaPrelude = R"CUDA(
 #define KERNEL(X, Y) extern "C" __global__ void __launch_bounds__((X) * (Y))
+/* B blocks per SM at least: registers are budgeted for them. */
+#define KERNEL_BLOCKS(X, Y, B) extern "C" __global__ void __launch_bounds__((X) * (Y), B)
 #define DEVICE_FN __device__ __forceinline__
 #define GLOBAL
 #define SHARED __shared__
@@ -118,7 +121,11 @@ constexpr const char* kGemm = R"SRC(
 #define NT (TX * TY)
 #define A_LOADS (BM * BK / 4 / NT)
 #define B_LOADS (BK * BN / 4 / NT)
-KERNEL(TX, TY) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT B,
+/* Three work-groups of 128 per SM, two of 256 (CUDA): up to 170 or 128
+   registers each. Without it a split-K kernel took more and ran two or one
+   per SM, 5-25% slower on an H100. */
+#define MIN_GROUPS (NT >= 256 ? 2 : NT >= 128 ? 3 : 1)
+KERNEL_BLOCKS(TX, TY, MIN_GROUPS) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT B,
                     GLOBAL float* RESTRICT C, const int M_ARG, const int N_ARG, const int K_ARG,
                     const long lda, const long ldb, const long ldc,
                     const long sa, const long sb, const long sc POST_PARAMS) {
