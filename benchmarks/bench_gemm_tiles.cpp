@@ -56,19 +56,36 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 std::optional<shape> parse_shape(const std::string& s) {
   shape out{};
-  char tail = 0;
-  if (std::sscanf(s.c_str(), "%ldx%ldx%ld%c", &out.m, &out.n, &out.k, &tail) != 3) return std::nullopt;
+  int used = 0;
+  if (std::sscanf(s.c_str(), "%ldx%ldx%ld%n", &out.m, &out.n, &out.k, &used) != 3 ||
+      used != static_cast<int>(s.size())) {
+    return std::nullopt;
+  }
   if (out.m < 1 || out.n < 1 || out.k < 1 || out.m > (1L << 20) || out.n > (1L << 20) || out.k > (1L << 20)) {
     return std::nullopt;
   }
   return out;
 }
 
+// Tiles the kernel generator accepts (it throws compile_error for others).
 std::optional<k::gemm_tiles> parse_tiles(const std::string& s) {
   k::gemm_tiles t;
-  char tail = 0;
-  const int n = std::sscanf(s.c_str(), "%dx%dx%d/%dx%d/split%d%c", &t.bm, &t.bn, &t.bk, &t.rm, &t.rn, &t.split_k, &tail);
-  if (n != 5 && n != 6) return std::nullopt;
+  int used = 0;
+  if (std::sscanf(s.c_str(), "%dx%dx%d/%dx%d%n", &t.bm, &t.bn, &t.bk, &t.rm, &t.rn, &used) != 5) return std::nullopt;
+  if (used != static_cast<int>(s.size())) {
+    int more = 0;
+    if (std::sscanf(s.c_str() + used, "/split%d%n", &t.split_k, &more) != 1 ||
+        used + more != static_cast<int>(s.size())) {
+      return std::nullopt;
+    }
+  }
+  try {
+    k::gemm_config c;
+    c.tiles = t;
+    k::gemm_source(k::dialect::cuda_c, c);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
   return t;
 }
 
@@ -249,6 +266,10 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--backend") {
       backend = value();
+      if (backend != "cuda" && backend != "opencl") {
+        std::fprintf(stderr, "bench_gemm_tiles: --backend is cuda or opencl, not '%s'\n", backend.c_str());
+        return 2;
+      }
     } else if (arg == "--shapes") {
       for (const std::string& s : split(value(), ',')) {
         const std::optional<shape> sh = parse_shape(s);
@@ -262,13 +283,19 @@ int main(int argc, char** argv) {
       for (const std::string& s : split(value(), ',')) {
         const std::optional<k::gemm_tiles> t = parse_tiles(s);
         if (!t) {
-          std::fprintf(stderr, "bench_gemm_tiles: bad tiles '%s' (BMxBNxBK/RMxRN[/splitS])\n", s.c_str());
+          std::fprintf(stderr,
+                       "bench_gemm_tiles: bad tiles '%s' (BMxBNxBK/RMxRN[/splitS], as the kernel generator accepts "
+                       "them: RM and RN multiples of 4 dividing BM and BN, BK a multiple of 4, split 1 to 64)\n",
+                       s.c_str());
           return 2;
         }
         tiles.push_back(*t);
       }
     } else if (arg == "--reps") {
-      reps = std::atoi(value().c_str());
+      const std::string v = value();
+      char* end = nullptr;
+      const long r = std::strtol(v.c_str(), &end, 10);
+      reps = v.empty() || *end != '\0' ? 0 : static_cast<int>(std::clamp(r, 0L, 1000000L));
       if (reps < 1 || reps > 100000) {
         std::fprintf(stderr, "bench_gemm_tiles: --reps must be 1..100000\n");
         return 2;

@@ -16,7 +16,21 @@ if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
     print("usage:" + __doc__.split("\n\n")[1].rstrip() + "\n\n" + __doc__.split("\n\n")[0])
     sys.exit(0)
 
-import torch  # noqa: E402 (after --help, which needs no torch)
+
+def parse_linear(args):
+    """--linear's MxNxK list, or exit with the bad one named (before torch loads)."""
+    shapes = []
+    for s in ",".join(args).split(","):
+        parts = s.split("x") if s else []
+        if len(parts) != 3 or not all(p.isdigit() and 0 < int(p) <= 1 << 20 for p in parts):
+            sys.exit(f"torch_matmul.py: bad shape '{s}' (MxNxK, each 1..1048576)")
+        shapes.append(tuple(int(p) for p in parts))
+    return shapes
+
+
+LINEAR_SHAPES = parse_linear(sys.argv[2:]) if sys.argv[1:2] == ["--linear"] else []
+
+import torch  # noqa: E402 (after --help and the shapes, which need no torch)
 
 
 def measure(n: int, iterations: int = 20) -> float:
@@ -60,7 +74,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if sys.argv[1:2] == ["--linear"]:
-        shapes = [tuple(int(x) for x in s.split("x")) for s in ",".join(sys.argv[2:]).split(",") if s]
+        shapes = LINEAR_SHAPES
         result = {
             "benchmark": "torch.addmm fp32, TF32 off, device us",
             "device": torch.cuda.get_device_name(0),

@@ -1,6 +1,7 @@
 // Tuning a GEMM's shape class: the tiles worth timing, the device memory
 // timing them takes, and the choice as the persistent store keeps it.
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <string>
 
@@ -21,8 +22,7 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   static const gemm_tiles small_m[] = {{16, 64, 16, 4, 4}, {32, 64, 16, 4, 4}, {32, 64, 16, 4, 8}, {32, 128, 16, 4, 8}};
   static const gemm_tiles medium_m[] = {{32, 64, 16, 4, 8}, {64, 64, 16, 4, 4}, {64, 64, 16, 8, 8},
                                         {32, 128, 16, 4, 8}, {64, 128, 16, 8, 8}};
-  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}, {128, 128, 8, 8, 8},
-                                       {128, 128, 16, 8, 8}};
+  static const gemm_tiles large_m[] = {{64, 64, 16, 8, 8}, {64, 128, 16, 8, 8}, {128, 64, 16, 8, 8}, {128, 128, 8, 8, 8}};
   std::vector<gemm_tiles> out;
   auto add = [&](const gemm_tiles& t) {
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
@@ -49,7 +49,11 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   gemm_tiles plain = generic;
   plain.split_k = 1;
   add(plain);
-  if (g.batch == 1 && g.k >= 512) {
+  // Not for a class whose workspace would pass 64 MiB at its largest M
+  // (gemm_splits gives such shapes no split, and timing it would count
+  // against the tuning's memory).
+  const auto class_top = static_cast<std::size_t>(std::bit_ceil(static_cast<unsigned long>(g.m) + 1));
+  if (g.batch == 1 && g.k >= 512 && 4 * class_top * static_cast<std::size_t>(g.n) * sizeof(float) <= (64u << 20)) {
     gemm_tiles t = plain;
     t.split_k = 4;
     add(t);
@@ -82,7 +86,9 @@ std::size_t gemm_tuning_bytes(const gemm_problem& g, const std::vector<gemm_tile
 
 std::string gemm_tuning_key(std::string_view backend, const gemm_problem& g) {
   cache_key key;
-  key.add("gemm-tuning/1").add(backend).add(gemm_shape_class(g).key);
+  // /2: the kernels changed (split-K for the generic tiles, new stores):
+  // choices timed with the earlier ones are tuned again.
+  key.add("gemm-tuning/2").add(backend).add(gemm_shape_class(g).key);
   return std::string(key.bytes());
 }
 

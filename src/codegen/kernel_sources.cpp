@@ -121,10 +121,10 @@ constexpr const char* kGemm = R"SRC(
 #define NT (TX * TY)
 #define A_LOADS (BM * BK / 4 / NT)
 #define B_LOADS (BK * BN / 4 / NT)
-/* Three work-groups of 128 per SM, two of 256 (CUDA): up to 170 or 128
-   registers each. Without it a split-K kernel took more and ran two or one
+/* Three work-groups of 128 to 255 per SM, two of 256 (CUDA): up to 170 or
+   128 registers each (larger ones: no minimum). Without it a split-K kernel took more and ran two or one
    per SM, 5-25% slower on an H100. */
-#define MIN_GROUPS (NT >= 256 ? 2 : NT >= 128 ? 3 : 1)
+#define MIN_GROUPS (NT > 256 ? 1 : NT == 256 ? 2 : NT >= 128 ? 3 : 1)
 KERNEL_BLOCKS(TX, TY, MIN_GROUPS) gemm(GLOBAL const float* RESTRICT A, GLOBAL const float* RESTRICT B,
                     GLOBAL float* RESTRICT C, const int M_ARG, const int N_ARG, const int K_ARG,
                     const long lda, const long ldb, const long ldc,
@@ -155,7 +155,7 @@ KERNEL_BLOCKS(TX, TY, MIN_GROUPS) gemm(GLOBAL const float* RESTRICT A, GLOBAL co
      tiles of BK, so tile loads keep their bounds) into its own slice of the
      workspace C, M x N with ldc = N, and gemm_reduce adds the parts (a part
      past K writes zeros). The number of parts is compiled in: a runtime one
-     measured 10% slower with CUDA and 30-50% with NVIDIA's OpenCL. */
+     measured 10% slower with CUDA and 30-58% with NVIDIA's OpenCL. */
   const long batch = GROUP_Z / SPLIT_K;
   const int part = GROUP_Z % SPLIT_K;
   const int KCH = ((K + SPLIT_K - 1) / SPLIT_K + BK - 1) / BK * BK;
@@ -265,8 +265,8 @@ DEVICE_FN void store4(SHARED_PTR float* at, int stride, VEC4 v) {
   at[0] = v.x; at[stride] = v.y; at[2 * stride] = v.z; at[3 * stride] = v.w;
 }
 /* The shared tiles' rows: a tile stored transposed gets 4 more floats per row,
-   so that the 4 elements of a transposing store fall in different banks
-   (rows stay 16-byte aligned for the vector reads). */
+   which halves the bank conflicts of its scalar stores (2-way, not 4-way,
+   with BK 16; none with BK 8); rows stay 16-byte aligned for the vector reads. */
 #if TRANS_A
 #define AS_W BM
 #else
@@ -462,8 +462,9 @@ void post_chain(std::string& body, const std::vector<op_kind>& chain) {
 }
 
 void check_tiles(const gemm_tiles& t) {
-  const int threads = t.local_x() * t.local_y();
-  const bool ok = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.rm > 0 && t.rn > 0 && t.rm % 4 == 0 && t.rn % 4 == 0 &&
+  const bool positive = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.rm > 0 && t.rn > 0;
+  const int threads = positive ? t.local_x() * t.local_y() : 1;  // (no division by a zero register block)
+  const bool ok = positive && t.rm % 4 == 0 && t.rn % 4 == 0 &&
                   t.bm % t.rm == 0 && t.bn % t.rn == 0 && t.bk % 4 == 0 && (t.bm * t.bk) % (4 * threads) == 0 &&
                   (t.bk * t.bn) % (4 * threads) == 0 && t.split_k >= 1 && t.split_k <= 64;
   if (!ok) {

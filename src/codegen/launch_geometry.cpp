@@ -95,12 +95,16 @@ std::array<std::size_t, 3> gemm_problem::global() const {
   return {round_up(n, t.bn) / t.rn, round_up(m, t.bm) / t.rm, static_cast<std::size_t>(batch * t.split_k)};
 }
 
+int gemm_splits(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, const gemm_tiles& t,
+                int compute_units) {
+  if (batch != 1 || compute_units < 1 || k < 512 || m < 1 || n < 1 || t.bm < 1 || t.bn < 1) return 1;
+  const std::int64_t tiles = (m + t.bm - 1) / t.bm * ((n + t.bn - 1) / t.bn);
+  const std::int64_t enough = k >= 2048 ? std::int64_t{4} * compute_units : std::int64_t{3} * compute_units / 2;
+  return tiles <= enough ? 4 : 1;
+}
+
 int gemm_splits(const gemm_problem& g, int compute_units) {
-  const gemm_tiles& t = g.config.tiles;
-  if (g.batch != 1 || compute_units < 1) return 1;
-  const long tiles = static_cast<long>(round_up(g.m, t.bm) / t.bm * (round_up(g.n, t.bn) / t.bn));
-  const long enough = g.k >= 2048 ? 4L * compute_units : 3L * compute_units / 2;
-  return tiles <= enough && g.k >= 512 ? 4 : 1;
+  return gemm_splits(g.m, g.n, g.k, g.batch, g.config.tiles, compute_units);
 }
 
 std::array<std::size_t, 3> gemm_problem::local() const {

@@ -67,7 +67,8 @@ TYPED_TEST_P(BackendNumerics, MatMulWithOddShapesTransposesAndConstantWeights) {
   for (const mm_case c : {mm_case{1, 7, 129, false, false, true}, mm_case{7, 129, 1000, false, true, true},
                           mm_case{129, 1000, 7, true, false, false}, mm_case{1000, 1, 129, true, true, false},
                           mm_case{1000, 129, 1000, false, false, true}, mm_case{129, 7, 1, false, true, false},
-                          mm_case{1, 1, 1, false, false, false}, mm_case{130, 17, 257, true, true, true}}) {
+                          mm_case{1, 1, 1, false, false, false}, mm_case{130, 17, 257, true, true, true},
+                          mm_case{33, 128, 96, false, true, false}}) {  // an unpacked transposed B, N % 4 == 0
     SCOPED_TRACE(::testing::Message() << "M=" << c.m << " K=" << c.k << " N=" << c.n << " ta=" << c.ta
                                       << " tb=" << c.tb << " constant_b=" << c.constant_b);
     graph g;

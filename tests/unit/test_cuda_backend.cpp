@@ -421,6 +421,35 @@ TEST_F(gpu, ACompiledPartitionBlobRecreatesItWithoutCompiling) {
   EXPECT_EQ(cuda::stats().binaries_stored - after.binaries_stored, 0u) << "a blob's binaries are not stored";
 }
 
+TEST_F(gpu, ABlobOfASplitKShapeHoldsItsKernelsAndIsNotTheUnsplitShapesBlob) {
+  // Few rows and K = 768: the generic GEMM shares K out (its own kernel and
+  // the sum's); many rows: it does not. One blob per regime, each complete.
+  const std::int64_t k = 768, n = 768;
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  const partition& p = g.partitions()[0];
+  auto shapes = [&](std::int64_t m) { return std::vector<shape_t>{{m, k}, {k, n}, {n}}; };
+  const std::int64_t few = 6, more = 7, many = 64 * 4 * cuda::info(eng).multiprocessors;
+  EXPECT_EQ(get_cache_blob_id(p, shapes(few), eng), get_cache_blob_id(p, shapes(more), eng));
+  EXPECT_NE(get_cache_blob_id(p, shapes(few), eng), get_cache_blob_id(p, shapes(many), eng));
+  const auto x = random_data({few, k}, 63), w = random_data({k, n}, 64), b = random_data({n}, 65);
+  byte_vector blob;
+  {
+    compiled_partition cp = compile(p, shapes(few), eng);
+    run_compiled(eng, strm, cp, {&x, &w, &b});
+    blob = cp.get_cache_blob();
+  }
+  kernel_store::instance().clear();
+  forget_kernels();
+  const cuda::backend_stats before = cuda::stats();
+  compiled_partition cp = compile_from_cache_blob(p, shapes(more), eng, blob);
+  EXPECT_EQ(cuda::stats().programs_from_source - before.programs_from_source, 0u);
+  EXPECT_EQ(cuda::stats().programs_from_binary - before.programs_from_binary, 3u)
+      << "the split GEMM, the weight packer and the split-K sum";
+  const auto x7 = random_data({more, k}, 66);
+  expect_close(run_compiled(eng, strm, cp, {&x7, &w, &b}), mlp_reference(x7, w, b, more, k, n), matmul_atol(k), 1e-5,
+               "split-K from the blob");
+}
+
 TEST_F(gpu, AGemmOnPointersThatAreNot16ByteAlignedIsRightAndLeavesTheContextUsable) {
   const std::int64_t m = 64, k = 256, n = 128;
   graph g;

@@ -93,6 +93,24 @@ class event_timer final : public device_timer {
   std::shared_ptr<const event> start_, stop_;
 };
 
+// The split-K parts of a MatMul partition's generic GEMM at these input
+// shapes (gemm_kernel's choice, from the sizes alone); 1 for shapes the
+// GEMM cannot take (compile() says why).
+int generic_splits(const device& d, const partition& p, const std::vector<std::vector<std::int64_t>>& shapes,
+                   const engine& e) {
+  if (shapes.size() < 2 || p.ops().empty()) return 1;
+  const std::vector<std::int64_t>& a = shapes[0];
+  const std::vector<std::int64_t>& b = shapes[1];
+  if (a.size() < 2 || a.size() > 3 || b.size() < 2 || b.size() > 3) return 1;
+  const op& mm = p.ops().front();
+  const std::int64_t m = mm.transpose_a ? a.back() : a[a.size() - 2];
+  const std::int64_t k = mm.transpose_a ? a[a.size() - 2] : a.back();
+  const std::int64_t n = mm.transpose_b ? b[b.size() - 2] : b.back();
+  const std::int64_t batch = std::max(a.size() == 3 ? a[0] : 1, b.size() == 3 ? b[0] : 1);
+  const engine_facts& f = d.facts(e);
+  return kernels::gemm_splits(m, n, k, batch, f.gemm, f.compute_units);
+}
+
 class generated_backend final : public backend {
  public:
   explicit generated_backend(std::unique_ptr<device> d) : device_(std::move(d)) {}
@@ -199,10 +217,15 @@ class generated_backend final : public backend {
   }
 
   // Shape-agnostic kernels depend on the ranks only (sizes and strides are
-  // arguments); specialized ones on every size.
-  std::string kernel_configuration(const partition& /*p*/, const std::vector<std::vector<std::int64_t>>& input_shapes,
-                                   const engine& /*e*/) const override {
-    return shape_mode_configuration(current_kernel_shapes(), input_shapes);
+  // arguments), and a GEMM's on whether its K is shared out (each split is
+  // a kernel of its own); specialized ones on every size.
+  std::string kernel_configuration(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
+                                   const engine& e) const override {
+    std::string c = shape_mode_configuration(current_kernel_shapes(), input_shapes);
+    if (p.pattern() == partition::kind::fused_matmul && current_kernel_shapes() != kernel_shapes::specialized) {
+      if (const int splits = generic_splits(*device_, p, input_shapes, e); splits > 1) c += "/split" + std::to_string(splits);
+    }
+    return c;
   }
 
  private:

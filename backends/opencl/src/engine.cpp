@@ -303,7 +303,7 @@ void check(cl_int status, const std::string& what) {
 void plan_for(const device_info& info, gpu::engine_facts& facts) {
   const std::uint32_t wg = std::min(info.kernel_work_group_size, info.max_work_group_size);
   if (info.is_gpu && wg >= 256 && info.local_memory_bytes >= 32 * 1024) {
-    facts.gemm = {64, 128, 16, 8, 8};  // 16x8 work-items, 8x8 each: 64 FMAs per 4 vector loads; 24 KB of tiles
+    facts.gemm = {64, 128, 16, 8, 8};  // 16x8 work-items, 8x8 each: 64 FMAs per 4 vector loads; 25 KB of tiles
   } else if (wg >= 256) {
     facts.gemm = {64, 64, 16, 4, 4};  // 16x16 work-items
   } else if (wg >= 64) {
@@ -314,7 +314,9 @@ void plan_for(const device_info& info, gpu::engine_facts& facts) {
   int v = 1;
   while (v * 2 <= static_cast<int>(std::min<std::uint32_t>(wg, 256))) v *= 2;
   facts.vector_work_group = v;
-  facts.compute_units = static_cast<int>(std::min<std::uint32_t>(info.compute_units, 1U << 16));
+  // Split-K's rule is an SM count's (measured on NVIDIA GPUs); a CPU device
+  // (its cores) gets none.
+  facts.compute_units = info.is_gpu ? static_cast<int>(std::min<std::uint32_t>(info.compute_units, 1U << 16)) : 0;
 }
 
 engine_state::~engine_state() {
