@@ -180,9 +180,10 @@ int gemm_splits(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t bat
 shape_class gemm_shape_class(const gemm_problem& g);
 // Tiles worth timing for `g`'s class: small-M tiles for a few rows (split-K
 // ones where K is long), larger ones for many, and always `generic` (the
-// backend's plan) unsplit and split 4 ways (where K is at least 512), so
-// the choice is never worse than the generic kernel as timed. Each is
-// valid for gemm_source.
+// backend's plan) unsplit and split 4 ways (where K is at least 512 and
+// the workspace stays within 64 MiB at the class's largest M), so the
+// choice is never worse than the generic kernel as timed. Each is valid
+// for gemm_source.
 std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles& generic);
 // Device memory that timing `candidates` for `g` takes (scratch A, the
 // largest padded B, C, the post-op operands and the largest split-K
