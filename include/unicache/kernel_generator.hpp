@@ -120,6 +120,15 @@ std::size_t round_up(std::int64_t n, std::int64_t multiple);
 // Row-major strides of `shape`, 0 where a dim is 1 (a broadcast operand repeats).
 std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape);
 
+// A MatMul's sizes from its inputs' shapes (rank 2 or 3) and transposes:
+// what gemm_problem and a backend's kernel_configuration derive them from.
+// nullopt for another rank.
+struct matmul_sizes {
+  std::int64_t m, n, k, batch;
+};
+std::optional<matmul_sizes> matmul_sizes_of(const op& mm, const std::vector<std::int64_t>& a,
+                                            const std::vector<std::int64_t>& b);
+
 // A MatMul -> (Add|Multiply)* -> eltwise* partition as the GEMM kernel runs it.
 struct gemm_problem {
   gemm_config config;  // the kernel (tiles and shape mode applied)

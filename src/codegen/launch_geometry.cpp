@@ -30,6 +30,14 @@ std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape) {
   return out;
 }
 
+std::optional<matmul_sizes> matmul_sizes_of(const op& mm, const std::vector<std::int64_t>& a,
+                                            const std::vector<std::int64_t>& b) {
+  if (a.size() < 2 || a.size() > 3 || b.size() < 2 || b.size() > 3) return std::nullopt;
+  return matmul_sizes{mm.transpose_a ? a.back() : a[a.size() - 2], mm.transpose_b ? b[b.size() - 2] : b.back(),
+                      mm.transpose_a ? a[a.size() - 2] : a.back(),
+                      std::max(a.size() == 3 ? a[0] : 1, b.size() == 3 ? b[0] : 1)};
+}
+
 gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>& in,
                            const std::vector<logical_tensor>& out, const gemm_tiles& tiles, kernel_shapes mode) {
   const op& mm = p.ops().front();
@@ -37,15 +45,17 @@ gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>
   const std::vector<std::int64_t>& b = in[1].shape;
   const std::vector<std::int64_t>& c = out[0].shape;
   const std::size_t rank = c.size();
+  const std::optional<matmul_sizes> mm_sizes = matmul_sizes_of(mm, a, b);
+  if (!mm_sizes || rank < 2 || rank > 3) {
+    throw compile_error("MatMul of " + shape_to_string(a) + " and " + shape_to_string(b) + " into " +
+                        shape_to_string(c) + ": the GEMM takes ranks 2 and 3");
+  }
   m = c[rank - 2];
   n = c[rank - 1];
-  k = mm.transpose_a ? a[a.size() - 2] : a.back();
+  k = mm_sizes->k;
   // The GEMM computes the MatMul's own output: a post-op that broadcasts it
   // to a larger shape ([1, n] + [4, n]) is not something it can fuse.
-  const std::int64_t mm_m = mm.transpose_a ? a.back() : a[a.size() - 2];
-  const std::int64_t mm_n = mm.transpose_b ? b[b.size() - 2] : b.back();
-  const std::int64_t mm_batch = std::max(a.size() == 3 ? a[0] : 1, b.size() == 3 ? b[0] : 1);
-  if (mm_m != m || mm_n != n || (rank == 3 && mm_batch != c[0])) {
+  if (mm_sizes->m != m || mm_sizes->n != n || (rank == 3 && mm_sizes->batch != c[0])) {
     throw compile_error("a post-op broadcasts the MatMul's output to " + shape_to_string(c) +
                         ", a larger shape: not fusable into the GEMM");
   }

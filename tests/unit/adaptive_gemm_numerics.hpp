@@ -24,6 +24,18 @@
 
 namespace unicache::testing {
 
+// The GEMM of mlp_graph(k, n) (a constant weight) at M = m, with `tiles`.
+inline kernels::gemm_problem mlp_gemm_problem(std::int64_t m, std::int64_t k, std::int64_t n,
+                                              const kernels::gemm_tiles& tiles) {
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  const partition& p = g.partitions()[0];
+  std::vector<logical_tensor> in = p.inputs();
+  in[0].shape = {m, k};
+  std::vector<logical_tensor> out = p.outputs();
+  out[0].shape = {m, n};
+  return kernels::gemm_problem(p, in, out, tiles, kernel_shapes::adaptive);
+}
+
 template <typename Device>
 void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, const std::string& backend_name) {
   scoped_kernel_shapes mode(kernel_shapes::adaptive);
@@ -39,13 +51,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
   for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 67}, {7, 67}, {33, 67}, {1000, 67}, {20, 1100},
                              {100, 1100}}) {
     graph g = mlp_graph(k, n, /*constant_weight=*/true);
-    g.finalize();
-    const partition& p = g.partitions()[0];
-    std::vector<logical_tensor> in = p.inputs();
-    in[0].shape = {m, k};
-    std::vector<logical_tensor> out = p.outputs();
-    out[0].shape = {m, n};
-    const kernels::gemm_problem problem(p, in, out, plan, kernel_shapes::adaptive);
+    const kernels::gemm_problem problem = mlp_gemm_problem(m, k, n, plan);
     const std::string tuning_key = kernels::gemm_tuning_key(backend_name, problem);
     auto x = random_data({m, k}, static_cast<unsigned>(m + k)), w = random_data({k, n}, 70), b = random_data({n}, 71);
     const auto want = mlp_reference(x, w, b, m, k, n);

@@ -141,14 +141,7 @@ TEST(CudaCode, SplitKIsChosenWhereTheTilesCannotFillTheDevice) {
   // A BERT layer's Linear on an H100 (132 SMs) with the generic 64x128 tiles.
   const kernels::gemm_tiles plan{64, 128, 16, 8, 8};
   auto splits = [&](std::int64_t m, std::int64_t k, std::int64_t n, int compute_units) {
-    graph g = mlp_graph(k, n, /*constant_weight=*/true);
-    g.finalize();
-    const partition& p = g.partitions()[0];
-    std::vector<logical_tensor> in = p.inputs();
-    in[0].shape = {m, k};
-    std::vector<logical_tensor> out = p.outputs();
-    out[0].shape = {m, n};
-    return kernels::gemm_splits(kernels::gemm_problem(p, in, out, plan, kernel_shapes::adaptive), compute_units);
+    return kernels::gemm_splits(mlp_gemm_problem(m, k, n, plan), compute_units);
   };
   EXPECT_EQ(splits(594, 768, 768, 132), 4) << "60 tiles on 132 SMs";
   EXPECT_EQ(splits(594, 768, 3072, 132), 1) << "240 tiles";

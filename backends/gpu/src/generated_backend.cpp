@@ -99,16 +99,10 @@ class event_timer final : public device_timer {
 int generic_splits(const device& d, const partition& p, const std::vector<std::vector<std::int64_t>>& shapes,
                    const engine& e) {
   if (shapes.size() < 2 || p.ops().empty()) return 1;
-  const std::vector<std::int64_t>& a = shapes[0];
-  const std::vector<std::int64_t>& b = shapes[1];
-  if (a.size() < 2 || a.size() > 3 || b.size() < 2 || b.size() > 3) return 1;
-  const op& mm = p.ops().front();
-  const std::int64_t m = mm.transpose_a ? a.back() : a[a.size() - 2];
-  const std::int64_t k = mm.transpose_a ? a[a.size() - 2] : a.back();
-  const std::int64_t n = mm.transpose_b ? b[b.size() - 2] : b.back();
-  const std::int64_t batch = std::max(a.size() == 3 ? a[0] : 1, b.size() == 3 ? b[0] : 1);
+  const std::optional<kernels::matmul_sizes> s = kernels::matmul_sizes_of(p.ops().front(), shapes[0], shapes[1]);
+  if (!s) return 1;
   const engine_facts& f = d.facts(e);
-  return kernels::gemm_splits(m, n, k, batch, f.gemm, f.compute_units);
+  return kernels::gemm_splits(s->m, s->n, s->k, s->batch, f.gemm, f.compute_units);
 }
 
 class generated_backend final : public backend {
