@@ -68,7 +68,11 @@ TYPED_TEST_P(BackendNumerics, MatMulWithOddShapesTransposesAndConstantWeights) {
                           mm_case{129, 1000, 7, true, false, false}, mm_case{1000, 1, 129, true, true, false},
                           mm_case{1000, 129, 1000, false, false, true}, mm_case{129, 7, 1, false, true, false},
                           mm_case{1, 1, 1, false, false, false}, mm_case{130, 17, 257, true, true, true},
-                          mm_case{33, 128, 96, false, true, false}}) {  // an unpacked transposed B, N % 4 == 0
+                          mm_case{33, 128, 96, false, true, false},  // an unpacked transposed B, N % 4 == 0
+                          // K a multiple of every BK, M and N not of the tiles: work-groups inside the
+                          // matrix (the GEMM's loop without bounds tests) and at its edges in one GEMM.
+                          mm_case{130, 64, 257, false, false, true}, mm_case{130, 64, 260, false, true, false},
+                          mm_case{130, 64, 260, true, false, false}}) {
     SCOPED_TRACE(::testing::Message() << "M=" << c.m << " K=" << c.k << " N=" << c.n << " ta=" << c.ta
                                       << " tb=" << c.tb << " constant_b=" << c.constant_b);
     graph g;
