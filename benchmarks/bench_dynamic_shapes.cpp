@@ -28,6 +28,7 @@
 //                       trace in mode 5 with the store on and every class
 //                       specialized at first use (UNICACHE_SPECIALIZE_THRESHOLD=0):
 //                       the tuning choices and binaries are in the store
+//   5wd (GPU)           5w with the driver's own cache on and warm as well
 // Baselines (CPU): oneDNN directly, one primitive per shape through its
 // primitive cache, and one primitive per configuration with M as
 // DNNL_RUNTIME_DIM_VAL. Driver caches are off in every mode but 4+driver
@@ -45,13 +46,18 @@
 //
 //   bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]
 //       [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]
-//       [--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace]
-//       [--quiet] [--demo] [--shapes-out FILE]
+//       [--modes 1,2,3,4,4d,5,5w,5wd,dnnl,dnnl_rt] [--out DIR] [--record-trace]
+//       [--quiet] [--demo] [--shapes-out FILE] [--requests-out]
 // --shapes-out writes the trace's rows per request to FILE and exits (what
 // scripts/torch_dynamic_shapes.py replays with torch.matmul).
 // --record-trace also writes <out>/trace_<device>.csv from mode 2 (what the
 // per-shape kernel cache and the constant cache saw, with measured costs)
 // for bench_policy --trace.
+// --requests-out also writes <out>/requests_<device>_<mode>.csv per mode: one
+// row per request (when it started, its rows, its latency, how long its
+// compile() and execute() calls held the host, and the process's kernel
+// builds, loads and swapped-in specialized kernels after it), to tell which
+// requests a tail percentile is made of and what ran beside them.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -102,14 +108,16 @@ struct options {
   std::int64_t hidden = 768;
   std::int64_t ffn = 3072;
   double budget_s = 100;
-  std::vector<std::string> modes{"1", "2", "3", "4", "4d", "5", "5w", "dnnl", "dnnl_rt"};
+  std::vector<std::string> modes{"1", "2", "3", "4", "4d", "5", "5w", "5wd", "dnnl", "dnnl_rt"};
   std::string out = ".";
   bool record_trace = false;
   bool quiet = false;
   std::string shapes_out;  // --shapes-out: write the trace's rows per request there and stop
+  bool requests_out = false;
   // Child only.
   std::string mode;
   std::string trace_path;
+  std::string requests_path;  // --requests-csv: this mode's per-request rows
 
   std::string trace_args() const {
     return "--requests " + std::to_string(requests) + " --seed " + std::to_string(seed) + " --max-batch " +
@@ -223,6 +231,12 @@ int child_unicache(const options& o) {
 
   const work start_work = dev->counters();
   std::vector<double> latency, enqueued;  // per request: to its answer, and until its last execute() returned
+  std::ofstream requests_csv;
+  if (!o.requests_path.empty()) {
+    requests_csv.open(o.requests_path);
+    requests_csv << "request,start_ms,rows,latency_ms,enqueue_ms,compile_ms,longest_execute_ms,builds,loads,"
+                    "specialized_ready\n";
+  }
   double compile_call_ms = 0, first_overhead_ms = 0;
   std::set<std::pair<std::string, std::int64_t>> distinct;  // (partition structure, rows)
   const auto t_start = clock_type::now();
@@ -231,6 +245,7 @@ int child_unicache(const options& o) {
     const std::int64_t m = trace[r].rows();
     const auto t_request = clock_type::now();
     const work before = dev->counters();
+    double request_compile_ms = 0, longest_execute_ms = 0;
     std::vector<compiled_partition> cps;
     std::vector<double> built_ns(l.steps.size(), -1);  // >= 0: this request compiled step i's kernel
     for (std::size_t i = 0; i < l.steps.size(); ++i) {
@@ -239,12 +254,15 @@ int child_unicache(const options& o) {
       cps.push_back(compile(l.part(i), l.shapes(i, m), dev->eng()));
       const double took = ms_since(t_compile);
       compile_call_ms += took;
+      request_compile_ms += took;
       distinct.insert({l.part(i).fingerprint(), m});
       if (dev->counters().compiles > c0.compiles) built_ns[i] = took * 1e6;
     }
     for (std::size_t i = 0; i < l.steps.size(); ++i) {
       const work c0 = dev->counters();
+      const auto t_execute = clock_type::now();
       dev->run(cps[i], i);
+      longest_execute_ms = std::max(longest_execute_ms, ms_since(t_execute));
       if (trace_out.is_open()) {
         // The kernel (its cost: compile() plus the driver's first launch,
         // where it finishes compiling) and the packed weight.
@@ -260,6 +278,15 @@ int child_unicache(const options& o) {
     enqueued.push_back(ms_since(t_request));
     dev->strm().wait();  // one wait per request, as a server waits before answering
     latency.push_back(ms_since(t_request));
+    if (requests_csv.is_open()) {
+      const work now = dev->counters() - start_work;
+      char row[256];
+      std::snprintf(row, sizeof row, "%zu,%.3f,%lld,%.4f,%.4f,%.4f,%.4f,%.0f,%.0f,%llu\n", r,
+                    std::chrono::duration<double, std::milli>(t_request - t_start).count(), static_cast<long long>(m),
+                    latency.back(), enqueued.back(), request_compile_ms, longest_execute_ms, now.compiles, now.loads,
+                    static_cast<unsigned long long>(specialization_statistics().ready));
+      requests_csv << row;
+    }
     if (r == 0) first_overhead_ms = (dev->counters() - before).total_ms();
     if (!o.quiet) progress(r + 1, trace.size());
   }
@@ -423,6 +450,8 @@ std::vector<mode_spec> all_modes(const std::string& store, const std::string& dr
        off + "UNICACHE_KERNEL_SHAPES=adaptive UNICACHE_PERSISTENT_CACHE=0"},
       {"5w", "adaptive, warm store", "5 + the persistent store, filled by a warm-up process that specialized every class",
        off + "UNICACHE_KERNEL_SHAPES=adaptive UNICACHE_PERSISTENT_CACHE=1"},
+      {"5wd", "adaptive, warm store + driver cache", "5w with the driver's own cache on and warm",
+       driver_on + "UNICACHE_KERNEL_SHAPES=adaptive UNICACHE_PERSISTENT_CACHE=1", true},
       {"dnnl", "oneDNN per shape", "oneDNN primitive per shape through its primitive cache", "", false, true},
       {"dnnl_rt", "oneDNN runtime dims", "one oneDNN primitive per configuration, M = DNNL_RUNTIME_DIM_VAL", "",
        false, true},
@@ -498,7 +527,7 @@ int run_device(const options& o, const std::string& dev) {
       fill.requests = 2;
       run_child(m.environment, "--mode 3 --device " + dev + " " + fill.trace_args() + " --quiet");
     }
-    if (m.id == "5w") {
+    if (m.id == "5w" || m.id == "5wd") {
       // A warm-up process (a deployment's, or CI's) runs the trace with
       // every class specialized at its first use and waits for the builds:
       // the store gets the generic kernels, and every class's tiles and binary.
@@ -506,6 +535,9 @@ int run_device(const options& o, const std::string& dev) {
     }
     std::string args = "--mode " + m.id + " " + base;
     if (m.id == "2" && o.record_trace) args += " --trace-out " + (fs::path(o.out) / ("trace_" + dev + ".csv")).string();
+    if (o.requests_out) {
+      args += " --requests-csv " + (fs::path(o.out) / ("requests_" + dev + "_" + m.id + ".csv")).string();
+    }
     child_run run = run_child(m.environment, args, show);
     if (!o.quiet && tty) std::fprintf(stderr, "\n");
     if (!run.ok) {
@@ -597,14 +629,15 @@ std::vector<std::string> split(const std::string& s, char sep) {
 const char* const kUsage =
     "usage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]\n"
     "           [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]\n"
-    "           [--modes 1,2,3,4,4d,5,5w,dnnl,dnnl_rt] [--out DIR] [--record-trace]\n"
-    "           [--quiet] [--demo] [--shapes-out FILE]\n"
+    "           [--modes 1,2,3,4,4d,5,5w,5wd,dnnl,dnnl_rt] [--out DIR] [--record-trace]\n"
+    "           [--quiet] [--demo] [--shapes-out FILE] [--requests-out]\n"
     "\n"
     "A serving workload whose shapes change on every request (the matmuls of a\n"
     "BERT-base encoder layer, M = batch x longest sequence), run through\n"
     "unicache in each mode and through oneDNN directly, each mode a fresh\n"
     "process: 1 no caching, 2 per shape, 3 shape-agnostic, 4 warm store,\n"
-    "4d 4 with the driver's cache warm (GPU), 5 adaptive, 5w adaptive and warm;\n"
+    "4d 4 with the driver's cache warm (GPU), 5 adaptive, 5w adaptive and warm,\n"
+    "5wd 5w with the driver's cache warm (GPU);\n"
     "dnnl and dnnl_rt, oneDNN per shape and with runtime dimensions (CPU).\n"
     "Writes <out>/dynamic_shapes_<device>.json.\n"
     "\n"
@@ -625,7 +658,11 @@ const char* const kUsage =
     "  --demo           the README demo: 40 short requests, modes 1-5, at most\n"
     "                   10 s each, JSON under the temporary directory\n"
     "  --shapes-out F   write the trace's rows per request to F and stop\n"
-    "(--child, --mode and --trace-out are how it starts its own processes.)\n";
+    "  --requests-out   also write <out>/requests_<device>_<mode>.csv: per\n"
+    "                   request, its latency, compile() and execute() time,\n"
+    "                   and the builds, loads and specializations so far\n"
+    "(--child, --mode, --trace-out and --requests-csv are how it starts its own\n"
+    "processes.)\n";
 
 }  // namespace
 
@@ -681,6 +718,10 @@ int main(int argc, char** argv) {
         o.mode = next();
       } else if (a == "--trace-out") {
         o.trace_path = next();
+      } else if (a == "--requests-out") {
+        o.requests_out = true;
+      } else if (a == "--requests-csv") {
+        o.requests_path = next();
       } else if (a == "--help" || a == "-h") {
         std::fputs(kUsage, stdout);
         return 0;
