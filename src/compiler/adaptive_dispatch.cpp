@@ -315,6 +315,7 @@ std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s,
       *host_clock = true;
       return nullptr;
     case class_state::timing::device:
+      if (c.generic_timed.load(std::memory_order_relaxed) >= kGenericTimedEnough) return nullptr;  // counted at its mean
       if (c.generic_timing_turn.fetch_add(1, std::memory_order_relaxed) % kDeviceTimingEvery != 0) return nullptr;
       break;
     case class_state::timing::unknown:
@@ -332,15 +333,23 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   stats_counters().generic_executions.fetch_add(1, std::memory_order_relaxed);
   // A class's first execution carries one-time work (a driver's or JIT's
   // first launch, packing a weight): it is counted, not timed.
-  const bool first = c.generic_uses.fetch_add(1, std::memory_order_relaxed) == 0;
+  const std::uint64_t use = c.generic_uses.fetch_add(1, std::memory_order_relaxed);
+  const bool first = use == 0;
+  const bool on_device = c.generic_timing.load(std::memory_order_relaxed) == class_state::timing::device;
   if (time.device) {
     if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr, kDeviceTimingEvery});
   } else if (!first && time.host_ns) {
     account_generic(c, *time.host_ns, 1);
+  } else if (on_device) {
+    // Timed enough (start_generic_timer): this one counts at the mean.
+    const std::uint64_t timed = c.generic_timed.load(std::memory_order_relaxed);
+    if (timed >= kGenericTimedEnough) account_generic(c, c.generic_ns.load(std::memory_order_relaxed) / timed, 1);
   }
-  // Only a class timed on the device has timings to read: a host-timed one
-  // (the CPU) takes no lock here.
-  if (c.generic_timing.load(std::memory_order_relaxed) == class_state::timing::device) read_timings(t, s.get_engine());
+  // Only a class timed on the device has timings to read (a host-timed one,
+  // the CPU, takes no lock here), and at most one in kDeviceTimingEvery
+  // executions is timed: it is read at that rhythm, not at every execution
+  // (each read asks the device about the oldest timing).
+  if (on_device && use % kDeviceTimingEvery == 0) read_timings(t, s.get_engine());
   const std::uint64_t total = c.generic_ns.load(std::memory_order_relaxed);
   if (c.status.load(std::memory_order_relaxed) != class_status::cold) return;
   const specialize_settings settings = current_specialize_settings();

@@ -82,7 +82,8 @@ struct execution_time {
 };
 // How this generic execution of the class is timed: by the returned device
 // timer (started on `s`; one execution in kDeviceTimingEvery while the class
-// is cold or queued, where the backend times on the device), by the host's
+// is cold or queued, where the backend times on the device, until
+// kGenericTimedEnough executions are accounted for), by the host's
 // clock around execute() (*host_clock: a backend without device timers), or
 // not at all (nullptr, *host_clock false).
 std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s, bool* host_clock);

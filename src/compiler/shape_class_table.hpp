@@ -79,6 +79,13 @@ struct build_cost {
 // (two timed events cost microseconds per execution), each standing for all.
 constexpr std::uint64_t kDeviceTimingEvery = 8;
 
+// Generic executions a class's device timings stand for, after which its
+// mean is taken as known: later generic executions are counted at that mean
+// and not timed (8 samples, as many as a specialized kernel is judged by;
+// the events and the reads of them cost microseconds per execution for as
+// long as timing goes on).
+constexpr std::uint64_t kGenericTimedEnough = 8 * kDeviceTimingEvery;
+
 // Specialized executions timed before a specialized kernel is compared with
 // the generic one it replaced (its first is not timed).
 constexpr std::uint64_t kJudgeAfter = 8;

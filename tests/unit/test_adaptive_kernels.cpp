@@ -104,6 +104,18 @@ class loop_backend final : public backend {
   }
   stream make_stream(const engine& e) override { return stream(e, nullptr); }
   device_identity identity(const engine&) const override { return {"test", "loops", "1", "1"}; }
+  // With device_timing on, a backend whose executions are timed on the
+  // device (as the GPU backends'): each timer is done at once, 1 us.
+  std::unique_ptr<device_timer> start_timer(stream&) override {
+    if (!device_timing.load()) return nullptr;
+    struct done_timer final : device_timer {
+      void stop(stream&) override {}
+      bool done() const override { return true; }
+      std::optional<std::uint64_t> elapsed_ns() const override { return 1000; }
+    };
+    timers.fetch_add(1);
+    return std::make_unique<done_timer>();
+  }
 
   // What a compiler does on its first build: it constructs a function-local
   // static (whose destructor is registered then, after anything of ours),
@@ -121,11 +133,11 @@ class loop_backend final : public backend {
     }
   }
 
-  std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0};
+  std::atomic<int> generic_runs{0}, specialized_runs{0}, builds{0}, hold_ms{0}, timers{0};
   mutable std::atomic<int> ready_asks{0};
   std::atomic<bool> ready{false};  // specialization_ready's answer
   std::atomic<bool> fail{false}, slow{false}, own_first_shape{false}, specialized_throws{false},
-      generic_throws{false};
+      generic_throws{false}, device_timing{false};
 };
 
 class AdaptiveKernels : public ::testing::Test {
@@ -292,6 +304,21 @@ TEST_F(AdaptiveKernels, TheCostModelWaitsUntilGenericTimeRepaysABuild) {
   set_specialize_settings(s);
   for (int i = 0; i < 5; ++i) run(20);
   wait_for_specializations();
+  EXPECT_EQ(backend_.builds.load(), 0);
+}
+
+TEST_F(AdaptiveKernels, DeviceTimingOfAColdClassStopsOnceItsMeanIsKnown) {
+  backend_.device_timing = true;
+  specialize_settings s = current_specialize_settings();
+  s.threshold = 1e6;  // the class stays cold: its generic executions stay candidates for timing
+  set_specialize_settings(s);
+  for (int i = 0; i < 200; ++i) run(20);
+  const int timed = backend_.timers.load();
+  EXPECT_GE(timed, 2) << "the class's generic executions were timed on the device";
+  EXPECT_LE(timed, 40) << "one in eight of 200 executions, or fewer: sampled, not every one";
+  for (int i = 0; i < 200; ++i) run(20);
+  EXPECT_EQ(backend_.timers.load(), timed) << "no device timer once the mean is known";
+  EXPECT_EQ(backend_.generic_runs.load(), 400);
   EXPECT_EQ(backend_.builds.load(), 0);
 }
 
