@@ -132,6 +132,41 @@ TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
   }
 }
 
+// A constant weight given transposed (N x K, as torch.nn.Linear keeps it) and
+// not square: its classes are specialized too, and right.
+TEST_F(fixture, AdaptiveKernelsSpecializeAWeightGivenTransposed) {
+  scoped_kernel_shapes mode(kernel_shapes::adaptive);
+  const specialize_settings saved = current_specialize_settings();
+  specialize_settings eager = saved;
+  eager.threshold = 0;  // hot at the first execution
+  set_specialize_settings(eager);
+  constexpr std::int64_t k = 67, n = 45;
+  graph g;
+  auto x = g.tensor({-1, k}), w = g.tensor({n, k}, tensor_property::constant), y = g.tensor({-1, n});
+  g.add_op(op_kind::matmul, {x, w}, {y}, /*transpose_a=*/false, /*transpose_b=*/true);
+  g.finalize();
+  auto wv = random_data({n, k}, 62);
+  const specialization_stats before = specialization_statistics();
+  // (The configuration's first shape gets a primitive of its own and no
+  // class: M = 7, below the classes. Then the classes of 16 and 96 rows.)
+  for (std::int64_t m : {7, 16, 100}) {
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {n, k}}, eng);
+    auto xv = random_data({m, k}, static_cast<unsigned>(m) + 9);
+    const auto want = ref_matmul(xv, wv, m, k, n, false, true);
+    for (int round = 0; round < 2; ++round) {  // generic, then (after the build) specialized
+      std::vector<float> out(static_cast<std::size_t>(m * n));
+      cp.execute(strm, {{cp.inputs()[0], xv.data(), 0}, {cp.inputs()[1], wv.data(), 0}}, {{cp.outputs()[0], out.data(), 0}});
+      expect_close(out, want, matmul_atol(k), 1e-5, "M=" + std::to_string(m) + " round " + std::to_string(round));
+      wait_for_specializations();
+    }
+  }
+  set_specialize_settings(saved);
+  const specialization_stats after = specialization_statistics();
+  EXPECT_EQ(after.failed - before.failed, 0u) << "oneDNN took the transposed weight's description";
+  EXPECT_EQ(after.ready - before.ready, 2u);
+  EXPECT_GE(after.specialized_executions - before.specialized_executions, 2u);
+}
+
 // Packing happens where a primitive picks its own weight layout: the
 // shape-specialized primitives (runtime-dims ones take the user's layout).
 struct weights_fixture : fixture {

@@ -41,7 +41,8 @@ chunked_matmul_kernel::chunked_matmul_kernel(const partition& p, const std::vect
   const op& mm = p.ops().front();
   k_ = in[0].shape.back();
   n_ = out[0].shape.back();
-  b_user_md_ = dnnl::memory::desc({in[1].shape[0], in[1].shape[1]}, dt::f32, mm.transpose_b ? tag::ba : tag::ab);
+  // B's logical dimensions are K x N; a transposed B is stored N x K (tag ba).
+  b_user_md_ = dnnl::memory::desc({k_, n_}, dt::f32, mm.transpose_b ? tag::ba : tag::ab);
   std::size_t next_input = 2;
   for (std::size_t i = 1; i < p.ops().size(); ++i) {
     const op_kind kind = p.ops()[i].kind;
