@@ -39,11 +39,7 @@ inline kernels::gemm_problem mlp_gemm_problem(std::int64_t m, std::int64_t k, st
 template <typename Device>
 void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, const std::string& backend_name) {
   scoped_kernel_shapes mode(kernel_shapes::adaptive);
-  const specialize_settings saved = current_specialize_settings();
-  specialize_settings eager = saved;
-  eager.threshold = 0;
-  eager.threads = 1;  // whatever the caller's fixture turned off
-  set_specialize_settings(eager);
+  scoped_eager_specialization eager;  // whatever the caller's fixture set
   ASSERT_TRUE(kernel_store::instance().enabled());
   const device_identity identity = device.eng.get_backend()->identity(device.eng);
   constexpr std::int64_t n = 45;  // a multiple of no tile
@@ -74,7 +70,6 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
     }
     kernel_store::instance().remove(identity, tuning_key);
   }
-  set_specialize_settings(saved);
 }
 
 }  // namespace unicache::testing

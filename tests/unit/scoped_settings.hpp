@@ -38,4 +38,23 @@ class scoped_no_specialization {
   specialize_settings saved_;
 };
 
+// Every shape class hot at its first execution (threshold 0), built by a
+// background thread (at least one, whatever the caller's fixture set), for a
+// scope: for tests of what a specialized kernel does.
+class scoped_eager_specialization {
+ public:
+  scoped_eager_specialization() : saved_(current_specialize_settings()) {
+    specialize_settings s = saved_;
+    s.threshold = 0;
+    if (s.threads == 0) s.threads = 1;
+    set_specialize_settings(s);
+  }
+  ~scoped_eager_specialization() { set_specialize_settings(saved_); }
+  scoped_eager_specialization(const scoped_eager_specialization&) = delete;
+  scoped_eager_specialization& operator=(const scoped_eager_specialization&) = delete;
+
+ private:
+  specialize_settings saved_;
+};
+
 }  // namespace unicache::testing

@@ -98,10 +98,7 @@ bool primitive_repacks(std::int64_t m, std::int64_t k, std::int64_t n) {
 // is an entry of the constant tensor cache.
 TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
   scoped_kernel_shapes mode(kernel_shapes::adaptive);
-  const specialize_settings saved = current_specialize_settings();
-  specialize_settings eager = saved;
-  eager.threshold = 0;  // hot at the first execution
-  set_specialize_settings(eager);
+  scoped_eager_specialization eager;  // hot at the first execution
   constexpr std::int64_t k = 67, n = 45;  // K and N multiples of no tile
   graph g = mlp_graph(k, n, /*constant_weight=*/true);
   auto wv = random_data({k, n}, 60), bv = random_data({n}, 61);
@@ -119,7 +116,6 @@ TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
       wait_for_specializations();
     }
   }
-  set_specialize_settings(saved);
   const specialization_stats after = specialization_statistics();
   // Classes (rows of their primitive): 16, 32 (M = 33), 96 (100), 960 (1000),
   // 48 (63); M < 16 has none.
@@ -136,10 +132,7 @@ TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
 // not square: its classes are specialized too, and right.
 TEST_F(fixture, AdaptiveKernelsSpecializeAWeightGivenTransposed) {
   scoped_kernel_shapes mode(kernel_shapes::adaptive);
-  const specialize_settings saved = current_specialize_settings();
-  specialize_settings eager = saved;
-  eager.threshold = 0;  // hot at the first execution
-  set_specialize_settings(eager);
+  scoped_eager_specialization eager;  // hot at the first execution
   constexpr std::int64_t k = 67, n = 45;
   graph g;
   auto x = g.tensor({-1, k}), w = g.tensor({n, k}, tensor_property::constant), y = g.tensor({-1, n});
@@ -160,7 +153,6 @@ TEST_F(fixture, AdaptiveKernelsSpecializeAWeightGivenTransposed) {
       wait_for_specializations();
     }
   }
-  set_specialize_settings(saved);
   const specialization_stats after = specialization_statistics();
   EXPECT_EQ(after.failed - before.failed, 0u) << "oneDNN took the transposed weight's description";
   EXPECT_EQ(after.ready - before.ready, 2u);
