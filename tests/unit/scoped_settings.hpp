@@ -20,41 +20,39 @@ class scoped_setting {
 using scoped_kernel_shapes = scoped_setting<kernel_shapes, &current_kernel_shapes, &set_kernel_shapes>;
 using scoped_constant_check = scoped_setting<constant_check, &current_constant_check, &set_constant_check>;
 
-// No background specialization (specialize_settings::threads = 0) for a
-// scope: for tests that count the kernel path's builds and stored binaries
-// exactly, which a class turning hot would add to.
-class scoped_no_specialization {
+// Specialization settings changed by `edit` for a scope, then restored.
+class scoped_specialize_settings {
  public:
-  scoped_no_specialization() : saved_(current_specialize_settings()) {
+  template <typename Edit>
+  explicit scoped_specialize_settings(Edit edit) : saved_(current_specialize_settings()) {
     specialize_settings s = saved_;
-    s.threads = 0;
+    edit(s);
     set_specialize_settings(s);
   }
-  ~scoped_no_specialization() { set_specialize_settings(saved_); }
-  scoped_no_specialization(const scoped_no_specialization&) = delete;
-  scoped_no_specialization& operator=(const scoped_no_specialization&) = delete;
+  ~scoped_specialize_settings() { set_specialize_settings(saved_); }
+  scoped_specialize_settings(const scoped_specialize_settings&) = delete;
+  scoped_specialize_settings& operator=(const scoped_specialize_settings&) = delete;
 
  private:
   specialize_settings saved_;
 };
 
+// No background specialization (specialize_settings::threads = 0) for a
+// scope: for tests that count the kernel path's builds and stored binaries
+// exactly, which a class turning hot would add to.
+struct scoped_no_specialization : scoped_specialize_settings {
+  scoped_no_specialization() : scoped_specialize_settings([](specialize_settings& s) { s.threads = 0; }) {}
+};
+
 // Every shape class hot at its first execution (threshold 0), built by a
 // background thread (at least one, whatever the caller's fixture set), for a
 // scope: for tests of what a specialized kernel does.
-class scoped_eager_specialization {
- public:
-  scoped_eager_specialization() : saved_(current_specialize_settings()) {
-    specialize_settings s = saved_;
-    s.threshold = 0;
-    if (s.threads == 0) s.threads = 1;
-    set_specialize_settings(s);
-  }
-  ~scoped_eager_specialization() { set_specialize_settings(saved_); }
-  scoped_eager_specialization(const scoped_eager_specialization&) = delete;
-  scoped_eager_specialization& operator=(const scoped_eager_specialization&) = delete;
-
- private:
-  specialize_settings saved_;
+struct scoped_eager_specialization : scoped_specialize_settings {
+  scoped_eager_specialization()
+      : scoped_specialize_settings([](specialize_settings& s) {
+          s.threshold = 0;
+          if (s.threads == 0) s.threads = 1;
+        }) {}
 };
 
 }  // namespace unicache::testing
