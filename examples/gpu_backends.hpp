@@ -55,6 +55,9 @@ struct opencl_backend {
   static void read_buffer(const stream& s, buffer b, void* host, std::size_t bytes) {
     opencl::read_buffer(s, b, host, bytes);
   }
+  static void write_buffer(const stream& s, buffer b, const void* host, std::size_t bytes) {
+    opencl::write_buffer(s, b, host, bytes);
+  }
   static void* data(buffer b) { return b; }
   static buffer from_data(void* p) { return static_cast<cl_mem>(p); }
   static std::string device_name(const engine& e) { return opencl::info(e).device_name; }
@@ -85,6 +88,9 @@ struct cuda_backend {
   static void free_buffer(const engine& e, buffer b) { cuda::free_buffer(e, b); }
   static void read_buffer(const stream& s, buffer b, void* host, std::size_t bytes) {
     cuda::read_buffer(s, b, host, bytes);
+  }
+  static void write_buffer(const stream& s, buffer b, const void* host, std::size_t bytes) {
+    cuda::write_buffer(s, b, host, bytes);
   }
   static void* data(buffer b) { return reinterpret_cast<void*>(b); }
   static buffer from_data(void* p) { return reinterpret_cast<buffer>(p); }

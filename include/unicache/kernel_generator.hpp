@@ -95,6 +95,11 @@ kernel_source gemm_reduce_source(dialect d, const gemm_config& c, int work_group
 //   args: B, P, int K, N, long ldb, int padded K, int padded N.
 //   global: (padded N rounded up to work_group, padded K), local (work_group, 1).
 kernel_source pack_source(dialect d, bool transpose_b, int work_group);
+// Whether the packed-B GEMM's loads (four floats at once, no bounds) may read
+// a B whose device address is `b` where it is: OpenCL's vload4 needs only a
+// float's alignment, which every cl_mem has; CUDA's float4 loads need 16
+// bytes.
+bool vector_loads_accept(dialect d, const void* b);
 
 // Softmax over the last axis, one work-group per row.
 //   args: x, y, int cols.  global: (rows * work_group), local (work_group).
@@ -162,6 +167,11 @@ struct gemm_problem {
   // work-group of `work_group`.
   cache_key packed_layout() const;
   std::size_t packed_bytes() const;
+  // Whether the packed layout is the weight's own: B not transposed, its
+  // rows dense (ldb = N), K and N multiples of the tile. The GEMM then reads
+  // the weight where it is (where vector_loads_accept its address): nothing
+  // to pack, copy or check.
+  bool packed_layout_is_the_source() const;
   std::array<std::size_t, 3> pack_global(int work_group) const;
 };
 

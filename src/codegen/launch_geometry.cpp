@@ -127,6 +127,10 @@ cache_key gemm_problem::packed_layout() const {
   return layout;
 }
 
+bool gemm_problem::packed_layout_is_the_source() const {
+  return config.packed_b && !config.transpose_b && ldb == n && packed_n == n && packed_k == k;
+}
+
 std::size_t gemm_problem::packed_bytes() const { return static_cast<std::size_t>(packed_k * packed_n) * sizeof(float); }
 
 std::array<std::size_t, 3> gemm_problem::pack_global(int work_group) const {

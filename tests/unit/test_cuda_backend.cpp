@@ -561,9 +561,37 @@ TEST_F(gpu, AWeightIsPackedOncePerContentsAndEvictionFreesItsMemory) {
   EXPECT_GE(cuda::stats().weights_released - released, 1u) << "eviction freed the packed copy";
 }
 
+// A weight in the packed layout is read where it is only at an address
+// float4 loads accept: 4 bytes into a buffer, it is packed.
+TEST_F(gpu, AWeightInThePackedLayoutAtAnAddressFloat4LoadsRefuseIsPacked) {
+  const std::int64_t m = 5, k = 256, n = 256;
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  const auto x = random_data({m, k}, 80), w = random_data({k, n}, 81), b = random_data({n}, 82);
+  std::vector<float> shifted(1, 0.0f);
+  shifted.insert(shifted.end(), w.begin(), w.end());
+  buffers keep(eng);
+  void* xbuf = keep.make(x);
+  void* bbuf = keep.make(b);
+  void* ybuf = keep.make(static_cast<std::size_t>(m * n));
+  void* aligned = keep.make(w);
+  void* unaligned = static_cast<char*>(keep.make(shifted)) + sizeof(float);
+  compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
+  for (void* wbuf : {aligned, unaligned}) {
+    const std::uint64_t before = cuda::stats().weights_packed;
+    cp.execute(strm, {{cp.inputs()[0], xbuf, 0}, {cp.inputs()[1], wbuf, 1}, {cp.inputs()[2], bbuf, 1}},
+               {{cp.outputs()[0], ybuf, 0}});
+    std::vector<float> y(static_cast<std::size_t>(m * n));
+    cuda::read_buffer(strm, reinterpret_cast<CUdeviceptr>(ybuf), y.data(), y.size() * sizeof(float));
+    const bool in_place = wbuf == aligned;
+    expect_close(y, mlp_reference(x, w, b, m, k, n), matmul_atol(k), 1e-5, in_place ? "in place" : "packed");
+    EXPECT_EQ(cuda::stats().weights_packed - before, in_place ? 0u : 1u);
+  }
+}
+
 TEST_F(gpu, AnAllocationOutOfMemoryEvictsConstantTensorsAndRetriesOnce) {
-  // A packed weight of 1 GiB, then a buffer that fits only without it.
-  const std::int64_t k = 16384, n = 16384;
+  // A packed weight of 1 GiB (N a multiple of no tile: packed, not read in
+  // place), then a buffer that fits only without it.
+  const std::int64_t k = 16384, n = 16380;
   graph g = mlp_graph(k, n, /*constant_weight=*/true);
   std::vector<float> w(static_cast<std::size_t>(k * n), 0.5f), b(static_cast<std::size_t>(n), 0.f);
   std::vector<float> x(static_cast<std::size_t>(k), 1.f);

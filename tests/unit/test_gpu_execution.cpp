@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,13 @@ class GpuExecution : public ::testing::Test {
   gemm_case long_gemm() const {
     return eng.kind() == engine_kind::gpu ? gemm_case{8192, 4096, 4096} : gemm_case{1024, 512, 512};
   }
+  // The same with a constant weight the GEMM packs: N a multiple of no tile
+  // (a weight already in the packed layout is read where it is).
+  gemm_case packed_gemm() const {
+    gemm_case c = long_gemm();
+    c.n += 4;
+    return c;
+  }
 
   engine eng;
   stream s1, s2;
@@ -129,7 +137,7 @@ TYPED_TEST(GpuExecution, TheConstantCheckDoesNotWaitForTheStreamsQueuedWork) {
   const constant_check before = current_constant_check();
   set_constant_check(constant_check::sampled);
   gemm_run<TypeParam> slow(this->eng, this->long_gemm(), tensor_property::variable);
-  gemm_run<TypeParam> weighted(this->eng, gemm_case{8, 512, 512}, tensor_property::constant);
+  gemm_run<TypeParam> weighted(this->eng, gemm_case{8, 512, 516}, tensor_property::constant);
   weighted.execute(this->s1);  // packs (the fingerprint's read waits, once)
   this->s1.wait();
   for (int i = 0; i < 4; ++i) slow.execute(this->s1);
@@ -160,7 +168,7 @@ TYPED_TEST(GpuExecution, ADeviceTimerGivesTheDeviceTimeOnceTheWorkIsDone) {
 }
 
 TYPED_TEST(GpuExecution, AnEvictedWeightThatQueuedWorkReadsIsFreedOnlyAfterThatWork) {
-  const gemm_case c = this->long_gemm();
+  const gemm_case c = this->packed_gemm();
   gemm_run<TypeParam> run(this->eng, c, tensor_property::constant);
   // What overwrites reused memory: ReLU of large values into fresh buffers,
   // on another stream, while the GEMMs still run.
@@ -213,7 +221,7 @@ TYPED_TEST(GpuExecution, ACacheBlobTakenWhileItsKernelsAreQueuedIsWhole) {
 }
 
 TYPED_TEST(GpuExecution, AWeightPackedOnOneStreamIsReadOnAnotherOnlyAfterThePacking) {
-  const gemm_case c = this->long_gemm();
+  const gemm_case c = this->packed_gemm();
   constant_tensor_cache().evict_scope(this->eng.scope());  // the weight is packed here, on s1
   gemm_run<TypeParam> slow(this->eng, c, tensor_property::variable);
   gemm_run<TypeParam> big(this->eng, c, tensor_property::constant);
@@ -228,6 +236,33 @@ TYPED_TEST(GpuExecution, AWeightPackedOnOneStreamIsReadOnAnotherOnlyAfterThePack
   this->s1.wait();
   EXPECT_EQ(big.first_wrong(this->s1), -1);
   EXPECT_EQ(slow.first_wrong(this->s1), -1);
+}
+
+// A constant weight already in the packed layout (not transposed, K and N
+// multiples of the tile) is read where it is: nothing packed, nothing in the
+// constant cache, and new contents at the same address and version are used
+// at once, even where the sampled check would not see them.
+TYPED_TEST(GpuExecution, AWeightInThePackedLayoutIsReadWhereItIs) {
+  constant_tensor_cache().evict_scope(this->eng.scope());
+  const gemm_case c{8, 512, 512};
+  gemm_run<TypeParam> run(this->eng, c, tensor_property::constant);
+  const std::uint64_t packed = gpu::stats(this->eng.get_backend()->cache_owner()).weights_packed;
+  run.execute(this->s1);
+  this->s1.wait();
+  EXPECT_EQ(run.first_wrong(this->s1), -1);
+  // Row 5 of B to zeros: no block the sampled check reads (those start
+  // every 32 rows), same buffer, same version.
+  std::vector<float> w = c.weight();
+  std::fill(w.begin() + 5 * c.n, w.begin() + 6 * c.n, 0.0f);
+  TypeParam::write_buffer(this->s1, TypeParam::from_data(run.w), w.data(), w.size() * sizeof(float));
+  run.execute(this->s1);
+  std::vector<float> out(static_cast<std::size_t>(c.m * c.n));
+  TypeParam::read_buffer(this->s1, TypeParam::from_data(run.out), out.data(), out.size() * sizeof(float));
+  for (std::int64_t i = 0; i < c.m * c.n; ++i) {
+    ASSERT_EQ(out[static_cast<std::size_t>(i)], static_cast<float>((c.k - 1) * ((i % c.n) % 7))) << "element " << i;
+  }
+  EXPECT_EQ(gpu::stats(this->eng.get_backend()->cache_owner()).weights_packed, packed);
+  EXPECT_EQ(constant_tensor_cache().stats(this->eng.scope()).entries, 0u);
 }
 
 }  // namespace

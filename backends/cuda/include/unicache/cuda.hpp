@@ -36,7 +36,9 @@
 //
 // Constant MatMul weights are packed on the device once per (contents,
 // layout) and context, in the constant tensor cache; evicting one frees its
-// device memory. A device allocation that fails for lack of memory evicts
+// device memory. A weight already in the packed layout (not transposed, K
+// and N multiples of the tile) at a 16-byte aligned address is read where
+// it is: no copy, no contents check. A device allocation that fails for lack of memory evicts
 // this backend's constant tensors of that device and retries once.
 //
 // Errors: engine creation and the buffer helpers throw cuda_error with the

@@ -29,7 +29,9 @@
 // Constant MatMul weights are packed on the device (transposes resolved,
 // padded to the GEMM tile) once per (contents, layout), in the constant
 // tensor cache's (gpu, device, context) scope; evicting one releases its
-// cl_mem. Two contexts never share packed weights or kernels.
+// cl_mem. Two contexts never share packed weights or kernels. A weight
+// already in the packed layout (not transposed, K and N multiples of the
+// tile) is read where it is: no copy, no contents check.
 //
 // Errors: engine creation throws opencl_error with the OpenCL status name.
 // compile() throws compile_error (a build failure's message holds the
