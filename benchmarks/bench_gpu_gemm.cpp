@@ -7,9 +7,12 @@
 // them, one synchronization for many kernels).
 // scripts/torch_matmul.py measures torch.matmul on the same GPU for the
 // comparison in docs/benchmarks.md.
-// BM_constant_check/<backend>/mode:M: one execution of a [32,768]x[768,3072]
+// BM_constant_check/<backend>/mode:M: one execution of a [32,768]x[768,3070]
 // MatMul with a constant (packed) weight under each constant_check mode:
 // what checking the weight's contents costs per execution on the device.
+// BM_compile_new_shape/<backend>/mode:M: compile() of a shape not seen
+// before, kernel-shape mode agnostic (0) or adaptive (2): a new shape's
+// host cost, the kernels already built.
 //
 //   bench_gpu_gemm [--backend=opencl|cuda|all] [Google Benchmark flags]
 //
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "gpu_backends.hpp"
+#include "unicache/cache.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
@@ -82,7 +86,9 @@ void BM_constant_check(benchmark::State& state) {
   const constant_check saved = current_constant_check();
   set_constant_check(mode);
   try {
-    constexpr std::int64_t m = 32, k = 768, n = 3072;
+    // N off the GEMM tile: a weight in the packed layout is read in place,
+    // with no check to measure.
+    constexpr std::int64_t m = 32, k = 768, n = 3070;
     graph g;
     auto a = g.tensor({-1, k}), b = g.tensor({k, n}, tensor_property::constant), c = g.tensor({-1, n});
     g.add_op(op_kind::matmul, {a, b}, {c});
@@ -110,6 +116,40 @@ void BM_constant_check(benchmark::State& state) {
   set_constant_check(saved);
 }
 
+// compile() of a shape never seen before (the partition's kernels cached):
+// a BERT FFN MatMul + bias + GELU, M new at each iteration, in the
+// kernel-shape mode `range(0)`: what a serving trace's new shape costs on the
+// host, and what adaptive mode's shape class adds to it.
+template <class Backend>
+void BM_compile_new_shape(benchmark::State& state) {
+  const auto mode = static_cast<kernel_shapes>(state.range(0));
+  const kernel_shapes saved = current_kernel_shapes();
+  set_kernel_shapes(mode);
+  try {
+    constexpr std::int64_t k = 768, n = 3072;
+    graph g;
+    auto a = g.tensor({-1, k}), w = g.tensor({k, n}, tensor_property::constant), bias = g.tensor({n});
+    auto mm = g.tensor({-1, n}), sum = g.tensor({-1, n}), y = g.tensor({-1, n});
+    g.add_op(op_kind::matmul, {a, w}, {mm});
+    g.add_op(op_kind::add, {mm, bias}, {sum});
+    g.add_op(op_kind::gelu_erf, {sum}, {y});
+    g.finalize();
+    engine eng = Backend::make_engine();
+    const partition& p = g.partitions()[0];
+    // New shapes across repetitions too; each mode counts M from 1 (its
+    // compiled partitions are its own), so both see the same Ms.
+    static std::int64_t next_ms[3] = {1, 1, 1};
+    std::int64_t& next_m = next_ms[static_cast<int>(mode) % 3];
+    kernel_cache().clear();  // the other mode's partitions go: each starts from an empty cache
+    compile(p, {{next_m++, k}, {k, n}, {n}}, eng);  // builds the kernels
+    for (auto _ : state) benchmark::DoNotOptimize(compile(p, {{next_m++, k}, {k, n}, {n}}, eng));
+    state.SetLabel(std::string(to_string(mode)) + " " + Backend::device_name(eng));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  set_kernel_shapes(saved);
+}
+
 template <class Backend>
 void register_benchmarks() {
   const std::string name = Backend::name;
@@ -124,6 +164,11 @@ void register_benchmarks() {
       ->Arg(static_cast<int>(constant_check::sampled))
       ->Arg(static_cast<int>(constant_check::full))
       ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark(("BM_compile_new_shape/" + name).c_str(), BM_compile_new_shape<Backend>)
+      ->ArgName("mode")
+      ->Arg(static_cast<int>(kernel_shapes::agnostic))
+      ->Arg(static_cast<int>(kernel_shapes::adaptive))
       ->Unit(benchmark::kMicrosecond);
 }
 
@@ -152,8 +197,9 @@ void print_usage() {
       "1 or 10 executions per iteration and one wait) on the default device of\n"
       "each GPU backend built and available (UNICACHE_OPENCL_DEVICE and\n"
       "UNICACHE_CUDA_DEVICE pick others), square sizes: BM_gemm/<backend>/n:N/\n"
-      "constant_b:0|1/queued:1|10; and BM_constant_check/<backend>/mode:M, what checking a\n"
-      "constant weight's contents costs per execution.\n"
+      "constant_b:0|1/queued:1|10; BM_constant_check/<backend>/mode:M, what checking a\n"
+      "constant weight's contents costs per execution; and BM_compile_new_shape/\n"
+      "<backend>/mode:M, compile() of a new shape, agnostic (0) or adaptive (2).\n"
       "\n"
       "  --backend=B, --backend B  opencl, cuda, or all (the default: each\n"
       "                            available backend; one named alone must be)\n"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "device_memory.hpp"
@@ -26,6 +27,19 @@ class device_kernel : public compiled_kernel {
   // The kernel path's kernel for `src` on `e`, kept for this kernel's life
   // (and after, until the work that launched it is done).
   const kernel* add_program(const engine& e, const kernel_source& src, const std::vector<kernel_binary>& preloaded);
+  // The same for a kernel the kernel cache may hold already under `config`
+  // (its kernel_source::config): the source, made by `make`, is generated
+  // only when it does not. A GEMM's source text was most of what a new
+  // shape's compile() cost.
+  template <class MakeSource>
+  const kernel* add_program(const engine& e, const std::string& config, MakeSource&& make,
+                            const std::vector<kernel_binary>& preloaded) {
+    if (auto hit = kernel_cache().lookup<const kernel>(e.scope(), device_.cache_owner(), config)) {
+      programs_.push_back(hit.shared_value());
+      return programs_.back().get();
+    }
+    return add_program(e, make(), preloaded);
+  }
   // Before an execution's launches: an earlier asynchronous failure on the
   // stream is reported (stream_error).
   void begin(const stream& s) const { stream_access::report_failure(device_, s); }

@@ -89,7 +89,9 @@ gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<
       counters_(&counters_of(d.cache_owner())) {
   const kernels::dialect dialect = d.dialect();
   const int vector_work_group = d.facts(e).vector_work_group;
-  gemm_ = add_program(e, kernels::gemm_source(dialect, problem_.config), preloaded);
+  gemm_ = add_program(
+      e, kernels::gemm_kernel_config(dialect, problem_.config),
+      [&] { return kernels::gemm_source(dialect, problem_.config); }, preloaded);
   if (problem_.config.packed_b) {
     pack_launch_ = checked_dims(d, problem_.pack_global(vector_work_group),
                                 {static_cast<std::size_t>(vector_work_group), 1, 1}, "packing the weight");
