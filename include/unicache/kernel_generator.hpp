@@ -68,7 +68,8 @@ std::string to_string(const gemm_tiles& t);
 // With tiles.split_k > 1 (one matrix only), C is the workspace (split_k x M
 // x N, ldc = N, sc = M * N) and no post-op runs: gemm_reduce_source finishes.
 // With packed_b, B is the packed weight: K x N padded with zeros to
-// multiples of (bk, bn), row-major, leading dimension the padded N.
+// multiples of (bk, bn), row-major, leading dimension the padded N (or the
+// weight itself, where that is its own layout: packed_layout_is_the_source).
 struct gemm_config {
   bool transpose_a = false;
   bool transpose_b = false;
