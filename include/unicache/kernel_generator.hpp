@@ -68,8 +68,7 @@ std::string to_string(const gemm_tiles& t);
 // With tiles.split_k > 1 (one matrix only), C is the workspace (split_k x M
 // x N, ldc = N, sc = M * N) and no post-op runs: gemm_reduce_source finishes.
 // With packed_b, B is the packed weight: K x N padded with zeros to
-// multiples of (bk, bn), row-major, leading dimension the padded N (or the
-// weight itself, where that is its own layout: packed_layout_is_the_source).
+// multiples of (bk, bn), row-major, leading dimension the padded N.
 struct gemm_config {
   bool transpose_a = false;
   bool transpose_b = false;
@@ -96,11 +95,6 @@ kernel_source gemm_reduce_source(dialect d, const gemm_config& c, int work_group
 //   args: B, P, int K, N, long ldb, int padded K, int padded N.
 //   global: (padded N rounded up to work_group, padded K), local (work_group, 1).
 kernel_source pack_source(dialect d, bool transpose_b, int work_group);
-// Whether the packed-B GEMM's loads (four floats at once, no bounds) may read
-// a B whose device address is `b` where it is: OpenCL's vload4 needs only a
-// float's alignment, which every cl_mem has; CUDA's float4 loads need 16
-// bytes.
-bool vector_loads_accept(dialect d, const void* b);
 
 // Softmax over the last axis, one work-group per row.
 //   args: x, y, int cols.  global: (rows * work_group), local (work_group).
@@ -168,11 +162,6 @@ struct gemm_problem {
   // work-group of `work_group`.
   cache_key packed_layout() const;
   std::size_t packed_bytes() const;
-  // Whether the packed layout is the weight's own: B not transposed, its
-  // rows dense (ldb = N), K and N multiples of the tile. The GEMM then reads
-  // the weight where it is (where vector_loads_accept its address): nothing
-  // to pack, copy or check.
-  bool packed_layout_is_the_source() const;
   std::array<std::size_t, 3> pack_global(int work_group) const;
 };
 

@@ -1,7 +1,6 @@
 // The generated kernel source: one body per kernel, written against a few
 // macros that each dialect's prelude defines (qualifiers, work-item indices,
 // barriers, vector loads, math functions), and the functions that assemble it.
-#include <cstdint>
 #include <string>
 
 #include "unicache/cache_key.hpp"
@@ -566,10 +565,6 @@ kernel_source pack_source(dialect d, bool transpose_b, int work_group) {
   cache_key key = config_key(d, "pack_b");
   key.add(transpose_b).add(work_group);
   return make(d, key, define("WG", work_group) + define("TRANS_B", transpose_b), kPack, "pack_b");
-}
-
-bool vector_loads_accept(dialect d, const void* b) {
-  return d == dialect::opencl_c || (reinterpret_cast<std::uintptr_t>(b) & 15) == 0;
 }
 
 kernel_source softmax_source(dialect d, int work_group) {

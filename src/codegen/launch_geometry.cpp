@@ -71,7 +71,12 @@ gemm_problem::gemm_problem(const partition& p, const std::vector<logical_tensor>
   sb = b.size() == 3 && b[0] != 1 ? k * n : 0;
   config.transpose_a = mm.transpose_a;
   config.transpose_b = mm.transpose_b;
-  config.packed_b = in[1].is_constant() && b.size() == 2;
+  // A constant weight is packed (padded to the tile, transposes resolved)
+  // unless it is in that layout already: not transposed, K and N multiples
+  // of the tile. Then the GEMM reads it where it is, as a variable B:
+  // nothing to copy, keep or check.
+  config.packed_b = in[1].is_constant() && b.size() == 2 &&
+                    (mm.transpose_b || k % tiles.bk != 0 || n % tiles.bn != 0);
   config.tiles = tiles;
   if (mode == kernel_shapes::specialized) config.fixed_mnk = std::array<long, 3>{m, n, k};
   std::size_t next_input = 2;
@@ -125,10 +130,6 @@ cache_key gemm_problem::packed_layout() const {
   cache_key layout;
   layout.add("packed-b").add(config.transpose_b).add(k).add(n).add(ldb).add(packed_k).add(packed_n);
   return layout;
-}
-
-bool gemm_problem::packed_layout_is_the_source() const {
-  return config.packed_b && !config.transpose_b && ldb == n && packed_n == n && packed_k == k;
 }
 
 std::size_t gemm_problem::packed_bytes() const { return static_cast<std::size_t>(packed_k * packed_n) * sizeof(float); }

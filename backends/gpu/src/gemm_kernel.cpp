@@ -96,7 +96,6 @@ gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<
     pack_launch_ = checked_dims(d, problem_.pack_global(vector_work_group),
                                 {static_cast<std::size_t>(vector_work_group), 1, 1}, "packing the weight");
     pack_ = add_program(e, kernels::pack_source(dialect, problem_.config.transpose_b, vector_work_group), preloaded);
-    in_place_ = problem_.packed_layout_is_the_source();
     weights_ = &weights(d.cache_owner());
     slot_ = weights_->make_slot();
   }
@@ -110,9 +109,7 @@ void gemm_kernel::execute(stream& s, const std::vector<tensor>& inputs, const st
   execution run(*this, s);
   std::shared_ptr<packed_weight> weight;
   buffer b = inputs[1].data;
-  // A weight already in the packed layout is read where it is: no copy, and
-  // no contents check (the GEMM reads whatever it holds now).
-  if (pack_ && !(in_place_ && kernels::vector_loads_accept(device_.dialect(), b))) {
+  if (pack_) {
     weight = packed(s, inputs[1]);
     b = weight->memory.get();
     run.uses(&weight->memory);

@@ -39,7 +39,6 @@ class gemm_kernel final : public device_kernel {
 
   kernels::gemm_problem problem_;
   bool any_rows_ = false;
-  bool in_place_ = false;  // the weight's layout is the packed one (packed_layout_is_the_source)
   launch_dims launch_, pack_launch_;
   const kernel* gemm_ = nullptr;
   const kernel* pack_ = nullptr;
