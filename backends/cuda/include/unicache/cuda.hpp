@@ -37,9 +37,9 @@
 // Constant MatMul weights are packed on the device once per (contents,
 // layout) and context, in the constant tensor cache; evicting one frees its
 // device memory. A weight already in the packed layout (not transposed, K
-// and N multiples of the tile) at a 16-byte aligned address is read where
-// it is: no copy, no contents check. A device allocation that fails for lack of memory evicts
-// this backend's constant tensors of that device and retries once.
+// and N multiples of the tile) is read where it is: no copy, no contents
+// check. A device allocation that fails for lack of memory evicts this
+// backend's constant tensors of that device and retries once.
 //
 // Errors: engine creation and the buffer helpers throw cuda_error with the
 // CUDA result's name; compile() throws compile_error and execute()
