@@ -192,6 +192,11 @@ class kernel {
 // being built; once built it counts kernel::cached_bytes().
 inline constexpr std::size_t kernel_bytes_estimate = 128 * 1024;
 
+// The kernel the kernel cache holds under `config` (a kernel_source's
+// config), or nullptr: what get_kernel looks for first, for a caller that
+// can then skip generating the source.
+std::shared_ptr<const kernel> cached_kernel(owner_id owner, const cache_scope& scope, const std::string& config);
+
 // The kernel path (see the top of this file), for the backend whose cache
 // owner id is `owner` (its kernels are entries of kernel_cache() under it).
 // Throws what the builder's build() throws when a kernel does not build.

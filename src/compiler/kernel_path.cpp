@@ -102,9 +102,14 @@ void kernel::after_first_launch(std::chrono::steady_clock::time_point start) con
   }
 }
 
+std::shared_ptr<const kernel> cached_kernel(owner_id owner, const cache_scope& scope, const std::string& config) {
+  if (auto hit = kernel_cache().lookup<const kernel>(scope, owner, config)) return hit.shared_value();
+  return nullptr;
+}
+
 std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded) {
-  if (auto hit = kernel_cache().lookup<const kernel>(scope, owner, src.config)) return hit.shared_value();
+  if (auto hit = cached_kernel(owner, scope, src.config)) return hit;
   return kernel_cache()
       .get_or_build<const kernel>(
           scope, owner, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()

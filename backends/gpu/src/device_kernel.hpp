@@ -34,8 +34,8 @@ class device_kernel : public compiled_kernel {
   template <class MakeSource>
   const kernel* add_program(const engine& e, const std::string& config, MakeSource&& make,
                             const std::vector<kernel_binary>& preloaded) {
-    if (auto hit = kernel_cache().lookup<const kernel>(e.scope(), device_.cache_owner(), config)) {
-      programs_.push_back(hit.shared_value());
+    if (auto hit = cached_kernel(device_.cache_owner(), e.scope(), config)) {
+      programs_.push_back(std::move(hit));
       return programs_.back().get();
     }
     return add_program(e, make(), preloaded);
