@@ -72,14 +72,20 @@ buffer stream_access::workspace(const device& d, const stream& s, std::size_t by
 }
 
 namespace {
-// Drops the executions known to be over; a failed one sets `failed`. The
-// caller holds the stream's lock.
+// Drops the executions known to be over, oldest first; a failed one sets
+// `failed`. A stream runs its work in order, so the first one still pending
+// ends the scan: the later ones are pending too (on a queue that runs out of
+// order they are asked again at the next call). One query per call in the
+// steady state instead of one per execution in flight: each is a driver
+// call. The caller holds the stream's lock.
 void settle(std::vector<std::shared_ptr<const event>>& unchecked, bool& failed) {
-  std::erase_if(unchecked, [&](const std::shared_ptr<const event>& e) {
-    const event::state st = e->query();
+  auto over = unchecked.begin();
+  for (; over != unchecked.end(); ++over) {
+    const event::state st = (*over)->query();
+    if (st == event::state::pending) break;
     if (st == event::state::failed) failed = true;
-    return st != event::state::pending;
-  });
+  }
+  unchecked.erase(unchecked.begin(), over);
 }
 }  // namespace
 
