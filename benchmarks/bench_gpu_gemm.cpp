@@ -13,6 +13,11 @@
 // BM_compile_new_shape/<backend>/mode:M: compile() of a shape not seen
 // before, kernel-shape mode agnostic (0) or adaptive (2): a new shape's
 // host cost, the kernels already built.
+// BM_enqueue/<backend>/path:P: the host time of one execute() that enqueues
+// and does not wait (a BERT projection at eight M of eight shape classes):
+// the shape-agnostic kernel (0), adaptive dispatch on the generic kernel (1),
+// and on every class's specialized kernel (2); us_per_execute. What adaptive
+// dispatch itself costs per execution is the difference.
 //
 //   bench_gpu_gemm [--backend=opencl|cuda|all] [Google Benchmark flags]
 //
@@ -21,6 +26,8 @@
 // backend named alone must be available.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -33,6 +40,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
+#include "unicache/specialization.hpp"
 
 namespace {
 
@@ -153,6 +161,98 @@ void BM_compile_new_shape(benchmark::State& state) {
   set_kernel_shapes(saved);
 }
 
+// What one execute() holds the host for, enqueueing and never waiting: a
+// BERT projection (MatMul + bias, K = N = 768) at eight M of eight shape
+// classes, each compiled before timing, eight executions per iteration
+// (one per M) and a wait after the timed part. `path`: 0 the
+// shape-agnostic kernel (kernel_shapes::agnostic); 1 adaptive, every class
+// on its generic kernel (never hot); 2 adaptive, every class on its
+// specialized kernel (built and judged before timing). The difference
+// between the three is adaptive dispatch's own host cost.
+template <class Backend>
+void BM_enqueue(benchmark::State& state) {
+  const int path = static_cast<int>(state.range(0));
+  const kernel_shapes saved = current_kernel_shapes();
+  const specialize_settings saved_settings = current_specialize_settings();
+  set_kernel_shapes(path == 0 ? kernel_shapes::agnostic : kernel_shapes::adaptive);
+  specialize_settings settings = saved_settings;
+  // Path 1: specialization off (a class whose tuning the store holds would
+  // otherwise be specialized at once); path 2: at first use.
+  settings.threads = path == 2 ? std::max(1u, saved_settings.threads) : 0;
+  settings.threshold = 0;
+  set_specialize_settings(settings);
+  const specialization_stats before = specialization_statistics();
+  try {
+    constexpr std::int64_t k = 768, n = 768;
+    constexpr std::int64_t ms[] = {3, 6, 12, 24, 40, 72, 130, 250};
+    graph g;
+    auto a = g.tensor({-1, k}), w = g.tensor({k, n}, tensor_property::constant), bias = g.tensor({n});
+    auto mm = g.tensor({-1, n}), y = g.tensor({-1, n});
+    g.add_op(op_kind::matmul, {a, w}, {mm});
+    g.add_op(op_kind::add, {mm, bias}, {y});
+    g.finalize();
+    engine eng = Backend::make_engine();
+    stream strm = make_stream(eng);
+    kernel_cache().clear();  // each path compiles its own kernels
+    constexpr std::int64_t top = ms[std::size(ms) - 1];
+    std::vector<float> host(static_cast<std::size_t>(std::max(top, k) * std::max(k, n)), 0.5f);  // A, W and bias from it
+    buffers<Backend> device(eng);
+    void* ab = device.make(static_cast<std::size_t>(top * k) * sizeof(float), host.data());
+    void* wb = device.make(static_cast<std::size_t>(k * n) * sizeof(float), host.data());
+    void* bb = device.make(static_cast<std::size_t>(n) * sizeof(float), host.data());
+    void* yb = device.make(static_cast<std::size_t>(top * n) * sizeof(float));
+    struct run {
+      compiled_partition cp;
+      std::vector<tensor> in, out;
+    };
+    std::vector<run> runs;
+    for (const std::int64_t m : ms) {
+      compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
+      std::vector<tensor> in{{cp.inputs()[0], ab}, {cp.inputs()[1], wb}, {cp.inputs()[2], bb}};
+      std::vector<tensor> out{{cp.outputs()[0], yb}};
+      runs.push_back({std::move(cp), std::move(in), std::move(out)});
+    }
+    // Warm-up: first launches, and on path 2 every class specialized and
+    // judged (its first executions are timed on the device).
+    for (int i = 0; i < 2; ++i) {
+      for (const run& r : runs) r.cp.execute(strm, r.in, r.out);
+      strm.wait();
+    }
+    if (path == 2) {
+      wait_for_specializations();
+      for (int i = 0; i < 12; ++i) {
+        for (const run& r : runs) r.cp.execute(strm, r.in, r.out);
+        strm.wait();
+      }
+    }
+    // The classes these shapes have (a backend may build the first shape
+    // of a configuration for its own shapes: it has none), and those that
+    // run a specialized kernel (path 2: each one, unless it was slower).
+    const specialization_stats t = specialization_statistics();
+    const auto running = static_cast<double>((t.ready - before.ready) - (t.slower - before.slower) -
+                                             (t.failed - before.failed) - (t.evicted - before.evicted));
+    state.counters["classes"] = static_cast<double>(t.classes - before.classes);
+    state.counters["specialized"] = running;
+    double enqueue_s = 0;
+    for (auto _ : state) {
+      const auto start = std::chrono::steady_clock::now();
+      for (const run& r : runs) r.cp.execute(strm, r.in, r.out);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      state.SetIterationTime(took);
+      enqueue_s += took;
+      strm.wait();
+    }
+    state.counters["us_per_execute"] =
+        enqueue_s * 1e6 / static_cast<double>(state.iterations() * static_cast<std::int64_t>(std::size(ms)));
+    state.SetLabel(std::string(path == 0 ? "agnostic" : path == 1 ? "adaptive generic" : "adaptive specialized") + " " +
+                   Backend::device_name(eng));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  set_specialize_settings(saved_settings);
+  set_kernel_shapes(saved);
+}
+
 template <class Backend>
 void register_benchmarks() {
   const std::string name = Backend::name;
@@ -167,6 +267,12 @@ void register_benchmarks() {
       ->Arg(static_cast<int>(constant_check::sampled))
       ->Arg(static_cast<int>(constant_check::full))
       ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark(("BM_enqueue/" + name).c_str(), BM_enqueue<Backend>)
+      ->ArgName("path")
+      ->DenseRange(0, 2)
+      ->UseManualTime()
+      ->Iterations(400)
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark(("BM_compile_new_shape/" + name).c_str(), BM_compile_new_shape<Backend>)
       ->ArgName("mode")
