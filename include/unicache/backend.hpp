@@ -151,15 +151,17 @@ class backend {
   // no specialized kernels.
   //
   // The class of `in` (concrete shapes; `out` the outputs at them) for `p`
-  // on `e`. Called when a shape is first compiled; must be cheap (no build,
-  // no I/O).
+  // on `e`. Called at a shape's first execution (just after its generic
+  // kernel is enqueued while no class of the process was ever queued for
+  // specialization, else before); must be cheap (no build, no I/O). An
+  // exception gives the shape no class (it runs the generic kernel).
   virtual shape_class specialization_class(const partition& p, const std::vector<logical_tensor>& in,
                                            const std::vector<logical_tensor>& out, const engine& e) const;
   // Whether the backend already has what the kernel of the class of `in`
   // needs (e.g. the persistent store holds its tuning choice and binary):
   // building it is then a load, and the class is specialized at its first
-  // use. Asked when the class is made (when its first shape is compiled;
-  // concurrent first compiles may each ask) and again by its build (a load
+  // use. Asked when the class is made (when its first shape is first
+  // executed; concurrent first executions may each ask) and again by its build (a load
   // does not count as a build in the cost model); outside the dispatch's locks;
   // may read the store. An exception counts as false. The default: false.
   virtual bool specialization_ready(const partition& p, const std::vector<logical_tensor>& in,

@@ -5,6 +5,13 @@
 // classes used enough to repay a specialized kernel get one, built in the
 // background (see specialize_settings in config.hpp).
 //
+// compile() does not look up a shape's class: the shape's first execution
+// does, once. Until some class of the process has been queued for
+// specialization no specialized kernel exists, and that first execution
+// enqueues the generic kernel before the lookup (off the request's critical
+// path); afterwards the lookup comes first, so that a new shape of a ready
+// class runs its specialized kernel at once.
+//
 // A compiled partition reads its table of shape classes without a lock: an
 // execution runs the class's specialized kernel if one is ready and still
 // cached, else the generic kernel; it never waits for a build. A specialized

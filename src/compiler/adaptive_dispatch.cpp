@@ -90,44 +90,43 @@ build_cost* record_generic_build(registry& r, const backend& b, std::uint64_t ge
 
 }  // namespace
 
-class_ref class_for(const partition& p, const std::string& family_key, const engine& e,
-                  const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
-                  const compiled_kernel& generic, std::uint64_t generic_build_ns) {
-  if (current_kernel_shapes() != kernel_shapes::adaptive || !e.get_backend()) return {};
+std::shared_ptr<class_table> family_for(const partition& p, const std::string& family_key, const engine& e,
+                                        const compiled_kernel& generic, std::uint64_t generic_build_ns) {
+  if (current_kernel_shapes() != kernel_shapes::adaptive || !e.get_backend()) return nullptr;
   registry& r = the_registry();
   if (generic.built_for_its_shapes()) {
     scoped_lock lock(&r.mu);
     record_generic_build(r, *e.get_backend(), generic_build_ns);
-    return {};
+    return nullptr;
   }
-  shape_class sc = e.get_backend()->specialization_class(p, in, out, e);
-  if (sc.key.empty()) return {};
   cache_key scoped;
   scoped.add(static_cast<std::uint8_t>(e.scope().kind)).add(e.scope().device_id).add(e.scope().context_id);
   scoped.add(family_key);
   const std::string key(scoped.bytes());
-
-  class_ref ref;
-  {
-    scoped_lock lock(&r.mu);
-    std::weak_ptr<class_table>& slot = r.families[key];
-    ref.family = slot.lock();
-    if (!ref.family) {
-      auto f = std::make_shared<class_table>();
-      f->p = p;
-      f->key = family_key;
-      f->scope = e.scope();
-      f->cost = record_generic_build(r, *e.get_backend(), generic_build_ns);
-      slot = f;
-      ref.family = std::move(f);
-      // Families of compiled partitions that are gone leave expired entries: sweep now and then.
-      if (++r.inserts_since_sweep >= 256) {
-        r.inserts_since_sweep = 0;
-        absl::erase_if(r.families, [](const auto& entry) { return entry.second.expired(); });
-      }
-    }
+  scoped_lock lock(&r.mu);
+  std::weak_ptr<class_table>& slot = r.families[key];
+  if (std::shared_ptr<class_table> f = slot.lock()) return f;
+  auto f = std::make_shared<class_table>();
+  f->p = p;
+  f->key = family_key;
+  f->scope = e.scope();
+  f->cost = record_generic_build(r, *e.get_backend(), generic_build_ns);
+  slot = f;
+  // Families of compiled partitions that are gone leave expired entries: sweep now and then.
+  if (++r.inserts_since_sweep >= 256) {
+    r.inserts_since_sweep = 0;
+    absl::erase_if(r.families, [](const auto& entry) { return entry.second.expired(); });
   }
-  class_table& f = *ref.family;
+  return f;
+}
+
+class_ref class_in(const std::shared_ptr<class_table>& family, const engine& e, const std::vector<logical_tensor>& in,
+                   const std::vector<logical_tensor>& out) {
+  class_table& f = *family;
+  shape_class sc = e.get_backend()->specialization_class(f.p, in, out, e);
+  if (sc.key.empty()) return {};
+  class_ref ref;
+  ref.family = family;
   {
     scoped_lock lock(&f.mu);
     if (const auto it = f.classes.find(sc.key); it != f.classes.end()) {
@@ -136,10 +135,10 @@ class_ref class_for(const partition& p, const std::string& family_key, const eng
     }
   }
   // A new class: the backend is asked once, outside the lock (it may read
-  // the store); a shape of the class compiled meanwhile may ask too.
+  // the store); a shape of the class executed meanwhile may ask too.
   bool ready = false;
   try {
-    ready = e.get_backend()->specialization_ready(p, in, out, e);
+    ready = e.get_backend()->specialization_ready(f.p, in, out, e);
   } catch (...) {
     ready = false;  // then it is built as a cold class would be
   }
@@ -155,6 +154,8 @@ class_ref class_for(const partition& p, const std::string& family_key, const eng
   ref.cls = c;
   return ref;
 }
+
+bool specialization_queued() { return stats_counters().queued.load(std::memory_order_relaxed) != 0; }
 
 namespace {
 
@@ -322,7 +323,27 @@ std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s,
       break;
   }
   std::unique_ptr<device_timer> timer = s.get_engine().get_backend()->start_timer(s);
-  c.generic_timing.store(timer ? class_state::timing::device : class_state::timing::host, std::memory_order_relaxed);
+  const class_state::timing learnt = timer ? class_state::timing::device : class_state::timing::host;
+  c.generic_timing.store(learnt, std::memory_order_relaxed);
+  t.family->timing.store(learnt, std::memory_order_relaxed);
+  *host_clock = !timer;
+  return timer;
+}
+
+std::unique_ptr<device_timer> start_deferred_timer(class_table& family, stream& s, bool* host_clock) {
+  *host_clock = false;
+  switch (family.timing.load(std::memory_order_relaxed)) {
+    case class_state::timing::host:
+      *host_clock = true;
+      return nullptr;
+    case class_state::timing::device:
+      if (family.deferred_turn.fetch_add(1, std::memory_order_relaxed) % kDeviceTimingEvery != 0) return nullptr;
+      break;
+    case class_state::timing::unknown:
+      break;
+  }
+  std::unique_ptr<device_timer> timer = s.get_engine().get_backend()->start_timer(s);
+  family.timing.store(timer ? class_state::timing::device : class_state::timing::host, std::memory_order_relaxed);
   *host_clock = !timer;
   return timer;
 }
@@ -335,6 +356,21 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   // first launch, packing a weight): it is counted, not timed.
   const std::uint64_t use = c.generic_uses.fetch_add(1, std::memory_order_relaxed);
   const bool first = use == 0;
+  if (time.deferred) {
+    // Run before the class was known: the class learns how its backend
+    // times, and a device timing counts only where start_generic_timer
+    // would have started one (cold or queued, not timed enough).
+    const class_state::timing family_timing = t.family->timing.load(std::memory_order_relaxed);
+    class_state::timing unknown = class_state::timing::unknown;
+    if (family_timing != unknown) {
+      c.generic_timing.compare_exchange_strong(unknown, family_timing, std::memory_order_relaxed);
+    }
+    const class_status status = c.status.load(std::memory_order_relaxed);
+    if (time.device && ((status != class_status::cold && status != class_status::queued) ||
+                        c.generic_timed.load(std::memory_order_relaxed) >= kGenericTimedEnough)) {
+      time.device.reset();
+    }
+  }
   const bool on_device = c.generic_timing.load(std::memory_order_relaxed) == class_state::timing::device;
   if (time.device) {
     if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr, kDeviceTimingEvery});

@@ -39,16 +39,28 @@ struct class_ref {
   explicit operator bool() const { return cls != nullptr; }
 };
 
-// The class of `in` (concrete shapes; `out` at them) of `p` on `e`, in the
-// table that `family_key` names (the shape-agnostic compiled-partition key).
-// `generic_build_ns` is the measured build time of the shape's generic
-// kernel: the longest of these per backend is the cost model's first
-// estimate of a build. A kernel built for exactly its shapes
-// (compiled_kernel::built_for_its_shapes) gets no class: only its build time
-// is recorded. Thread-safe.
-class_ref class_for(const partition& p, const std::string& family_key, const engine& e,
-                  const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out,
-                  const compiled_kernel& generic, std::uint64_t generic_build_ns);
+// The table of shape classes that `family_key` (the shape-agnostic
+// compiled-partition key) names for `p` on `e`, for a shape compiled in
+// adaptive mode; nullptr in any other mode or where the backend's kernel
+// was built for exactly its shapes (compiled_kernel::built_for_its_shapes:
+// only its build time is recorded). `generic_build_ns` is the measured build
+// time of the shape's generic kernel: the longest of these per backend is
+// the cost model's first estimate of a build. Thread-safe.
+std::shared_ptr<class_table> family_for(const partition& p, const std::string& family_key, const engine& e,
+                                        const compiled_kernel& generic, std::uint64_t generic_build_ns);
+
+// The class of `in` (concrete shapes; `out` at them) in `family`, on `e`:
+// empty where the backend has no specialized kernel for these shapes. A new
+// class asks the backend whether its kernel is at hand (it may read the
+// store). Thread-safe; throws what the backend throws.
+class_ref class_in(const std::shared_ptr<class_table>& family, const engine& e, const std::vector<logical_tensor>& in,
+                   const std::vector<logical_tensor>& out);
+
+// Whether any class of the process was ever queued for specialization.
+// Until one is, no specialized kernel exists, and a new shape's first
+// execution runs the generic kernel whatever its class: its class is found
+// after that execution is enqueued (off the request's critical path).
+bool specialization_queued();
 
 // What run_specialized did.
 enum class specialized_run {
@@ -79,6 +91,9 @@ void drop_failed(const class_ref& t, const specialized_failure& failure, const e
 struct execution_time {
   std::optional<std::uint64_t> host_ns;
   std::unique_ptr<device_timer> device;
+  // The shape's first execution, run before its class was known
+  // (start_deferred_timer timed it, if at all).
+  bool deferred = false;
 };
 // How this generic execution of the class is timed: by the returned device
 // timer (started on `s`; one execution in kDeviceTimingEvery while the class
@@ -87,6 +102,11 @@ struct execution_time {
 // clock around execute() (*host_clock: a backend without device timers), or
 // not at all (nullptr, *host_clock false).
 std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s, bool* host_clock);
+// The same for a shape's first execution while its class is not known yet
+// (specialization_queued() false): timed as the family's backend times (one
+// in kDeviceTimingEvery of these on the device, every one by the host's
+// clock), learnt from the backend at the family's first such execution.
+std::unique_ptr<device_timer> start_deferred_timer(class_table& family, stream& s, bool* host_clock);
 // Counts one generic execution for the class (its time, once known: a
 // device timer is read at a later call, when the device is done) and, when
 // the class turns hot, queues its specialization for the shapes `in` ->

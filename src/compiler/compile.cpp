@@ -1,9 +1,11 @@
 // compile() and compiled partitions: the compiled-partition cache, cache
 // blobs, and the errors a backend raises reported as the core's types.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -26,13 +28,65 @@ struct compiled_partition::state {
   // scope would run its kernels in a context they do not belong to.
   const backend* made_by = nullptr;
   cache_scope scope;
-  // Adaptive mode: the shape's class and its specialized kernel, if any.
-  detail::class_ref shape_class;
+  // Adaptive mode: the partition's table of shape classes, and this shape's
+  // class in it, found at the shape's first execution (resolve_class):
+  // nullptr until then, &no_class where there is none (or not adaptive).
+  std::shared_ptr<detail::class_table> family;
+  mutable std::atomic<const detail::class_ref*> shape_class{nullptr};
+  static inline const detail::class_ref no_class{};
+
+  state() = default;
+  state(const state&) = delete;
+  state& operator=(const state&) = delete;
+  ~state() {
+    const detail::class_ref* c = shape_class.load(std::memory_order_relaxed);
+    if (c != &no_class) delete c;
+  }
+
+  // This shape's class, found once; concurrent first executions may each
+  // look it up, and one result is kept. A backend that throws looking gives
+  // no class: adaptive dispatch never fails an execution.
+  const detail::class_ref& resolve_class(const engine& e) const {
+    const detail::class_ref* found = &no_class;
+    std::unique_ptr<detail::class_ref> made;
+    try {
+      made = std::make_unique<detail::class_ref>(detail::class_in(family, e, inputs, outputs));
+      if (*made) found = made.get();
+    } catch (...) {
+      made.reset();
+    }
+    const detail::class_ref* expected = nullptr;
+    if (!shape_class.compare_exchange_strong(expected, found, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return *expected;
+    }
+    if (found != &no_class) made.release();  // now owned by shape_class
+    return *found;
+  }
+
+  // The shape's first execution while no class of the process is queued:
+  // the generic kernel runs (timed as the family's backend times), then the
+  // class is found, and the execution counted for it.
+  void execute_before_class(stream& s, const std::vector<tensor>& in, const std::vector<tensor>& out) const {
+    detail::execution_time took;
+    took.deferred = true;
+    bool host_clock = false;
+    took.device = detail::start_deferred_timer(*family, s, &host_clock);
+    const auto start = host_clock ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    kernel->execute(s, in, out);
+    if (took.device) {
+      took.device->stop(s);
+    } else if (host_clock) {
+      took.host_ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    }
+    const detail::class_ref& c = resolve_class(s.get_engine());
+    if (c) detail::record_generic(c, std::move(took), s, inputs, outputs);
+  }
 
   // What the kernel cache counts for it: this object, its tensors' shapes
   // and its blob key. Its kernel counts in entries of its own.
   std::size_t cached_bytes() const {
-    std::size_t bytes = sizeof(state) + blob_key.size();
+    std::size_t bytes = sizeof(state) + blob_key.size() + (family ? sizeof(detail::class_ref) : 0);
     for (const auto* list : {&inputs, &outputs}) {
       for (const logical_tensor& t : *list) bytes += sizeof(t) + t.shape.size() * sizeof(std::int64_t);
     }
@@ -259,7 +313,8 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
         }
         const auto build_ns = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-        s->shape_class = detail::class_for(p, configuration, e, s->inputs, s->outputs, *s->kernel, build_ns);
+        s->family = detail::family_for(p, configuration, e, *s->kernel, build_ns);
+        if (!s->family) s->shape_class.store(&compiled_partition::state::no_class, std::memory_order_relaxed);
         s->identity = e.get_backend()->identity(e);
         s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
@@ -294,14 +349,25 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
                         std::to_string(state_->scope.context_id) + ")");
   }
   try {
-    if (!state_->shape_class) {
+    const detail::class_ref* cls = state_->shape_class.load(std::memory_order_acquire);
+    if (cls == nullptr) {
+      // The shape's first execution. Until a class of the process is queued
+      // no specialized kernel exists: the generic kernel runs, and the class
+      // is found once it is enqueued, off the request's critical path.
+      if (!detail::specialization_queued()) {
+        state_->execute_before_class(s, inputs, outputs);
+        return;
+      }
+      cls = &state_->resolve_class(e);
+    }
+    if (!*cls) {
       state_->kernel->execute(s, inputs, outputs);
       return;
     }
     // Adaptive: the class's specialized kernel if it is ready, else the
     // generic one, timed for the cost model.
     detail::specialized_failure failure;
-    switch (detail::run_specialized(state_->shape_class, s, inputs, outputs, &failure)) {
+    switch (detail::run_specialized(*cls, s, inputs, outputs, &failure)) {
       case detail::specialized_run::ran:
         return;
       case detail::specialized_run::failed:
@@ -310,11 +376,11 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
         // failed run may have written over an input, nothing can answer: the
         // specialized kernel is dropped and the error is the caller's.
         if (outputs_overlap_inputs(inputs, outputs)) {
-          detail::drop_failed(state_->shape_class, failure, e, /*answered=*/false);
+          detail::drop_failed(*cls, failure, e, /*answered=*/false);
           std::rethrow_exception(failure.error);
         }
         state_->kernel->execute(s, inputs, outputs);
-        detail::drop_failed(state_->shape_class, failure, e, /*answered=*/true);
+        detail::drop_failed(*cls, failure, e, /*answered=*/true);
         return;
       case detail::specialized_run::not_ready:
         break;
@@ -323,7 +389,7 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
     // before the device is done, else by the host's clock.
     detail::execution_time took;
     bool host_clock = false;
-    took.device = detail::start_generic_timer(state_->shape_class, s, &host_clock);
+    took.device = detail::start_generic_timer(*cls, s, &host_clock);
     // The host's clock is read only where it times the execution.
     const auto start = host_clock ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     state_->kernel->execute(s, inputs, outputs);
@@ -333,7 +399,7 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
       took.host_ns = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     }
-    detail::record_generic(state_->shape_class, std::move(took), s, state_->inputs, state_->outputs);
+    detail::record_generic(*cls, std::move(took), s, state_->inputs, state_->outputs);
   } catch (const execute_error&) {
     throw;
   } catch (const error& err) {

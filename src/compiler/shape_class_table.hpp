@@ -95,6 +95,11 @@ struct class_table {
   std::string key;
   cache_scope scope;
   build_cost* cost = nullptr;  // of the family's backend; lives for the process
+  // How the backend times generic executions (learnt at the first timed
+  // one), for the first executions of shapes whose class is not known yet,
+  // and whose turn it is to be timed on the device (start_deferred_timer).
+  std::atomic<class_state::timing> timing{class_state::timing::unknown};
+  std::atomic<std::uint64_t> deferred_turn{0};
   std::atomic<unsigned> variants{0};  // classes queued, being built or ready
   std::atomic<bool> limit_reported{false};
   mutex mu;

@@ -211,6 +211,50 @@ TEST_F(AdaptiveKernels, AdaptiveIsTheModeAndTieredItsOldName) {
   EXPECT_FALSE(shape_agnostic(kernel_shapes::specialized));
 }
 
+// compile() of a new shape looks up no class: its first execution does
+// (after enqueueing it while no class of the process was ever queued, where
+// no specialized kernel can exist; before it otherwise). Either way the
+// execution is counted for the class.
+TEST_F(AdaptiveKernels, AShapesClassIsFoundAtItsFirstExecutionNotByCompile) {
+  specialize_settings never_hot = current_specialize_settings();
+  never_hot.threshold = 1e6;
+  set_specialize_settings(never_hot);
+  const specialization_stats before = specialization_statistics();
+  (void)compile(part(true), {{5, 8}, {8, 4}, {4}}, eng);
+  EXPECT_EQ(specialization_statistics().classes, before.classes) << "compile() looked the class up";
+  EXPECT_EQ(backend_.ready_asks.load(), 0);
+  auto r = run(5);  // the compiled shape, executed for the first time
+  EXPECT_EQ(r.y, r.want);
+  specialization_stats after = specialization_statistics();
+  EXPECT_EQ(after.classes - before.classes, 1u);
+  EXPECT_EQ(after.generic_executions - before.generic_executions, 1u);
+  EXPECT_EQ(backend_.ready_asks.load(), 1) << "a new class asks the backend once";
+  r = run(6);  // a new shape of the same class
+  EXPECT_EQ(r.y, r.want);
+  after = specialization_statistics();
+  EXPECT_EQ(after.classes - before.classes, 1u);
+  EXPECT_EQ(after.generic_executions - before.generic_executions, 2u);
+  EXPECT_EQ(backend_.ready_asks.load(), 1);
+  EXPECT_EQ(backend_.generic_runs.load(), 2);
+  EXPECT_EQ(backend_.builds.load(), 0);
+}
+
+// New shapes' first executions are timed for the cost model as any other
+// generic execution: on the device one in kDeviceTimingEvery (8), after the
+// first, which learns how the backend times.
+TEST_F(AdaptiveKernels, FirstExecutionsOfNewShapesAreTimedOnTheDeviceOneInEight) {
+  specialize_settings never_hot = current_specialize_settings();
+  never_hot.threshold = 1e6;
+  set_specialize_settings(never_hot);
+  backend_.device_timing = true;
+  const specialization_stats before = specialization_statistics();
+  for (std::int64_t m = 64; m < 80; ++m) run(m);  // 16 new shapes of the class M 64..127
+  EXPECT_EQ(backend_.timers.load(), 3) << "the first execution, then turns 0 and 8 of the other 15";
+  const specialization_stats after = specialization_statistics();
+  EXPECT_EQ(after.generic_executions - before.generic_executions, 16u);
+  EXPECT_EQ(after.classes - before.classes, 1u);
+}
+
 TEST_F(AdaptiveKernels, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShapes) {
   const specialization_stats before = specialization_statistics();
   auto r = run(5);  // generic: the class M 4..7 turns hot
