@@ -6,13 +6,16 @@
 // background (see specialize_settings in config.hpp).
 //
 // compile() does not look up a shape's class: the shape's first execution
-// does, once. Until some class of the process has been queued for
-// specialization no specialized kernel exists, and that first execution
-// enqueues the generic kernel before the lookup (off the request's critical
-// path); afterwards the lookup comes first, so that a new shape of a ready
-// class runs its specialized kernel at once.
+// does, once, under its table's lock (and, for a class not seen before, asks
+// the backend whether its kernel is at hand, which may read the store).
+// Until some class of the process has been queued for specialization no
+// specialized kernel exists, and that first execution enqueues the generic
+// kernel before the lookup (on a GPU the lookup then overlaps the device's
+// work instead of delaying the request's first launch); afterwards the
+// lookup comes first, so that a new shape of a ready class runs its
+// specialized kernel at once.
 //
-// A compiled partition reads its table of shape classes without a lock: an
+// After that, a compiled partition reads its class without a lock: an
 // execution runs the class's specialized kernel if one is ready and still
 // cached, else the generic kernel; it never waits for a build. A specialized
 // kernel is an entry of the kernel cache (with its measured build time as its

@@ -142,17 +142,26 @@ class_ref class_in(const std::shared_ptr<class_table>& family, const engine& e, 
   } catch (...) {
     ready = false;  // then it is built as a cold class would be
   }
-  scoped_lock lock(&f.mu);
-  std::shared_ptr<class_state>& c = f.classes[sc.key];
-  if (!c) {
-    c = std::make_shared<class_state>();
-    c->key = std::move(sc.key);
-    c->description = std::move(sc.description);
-    c->ready_to_load = ready;
-    stats_counters().classes.fetch_add(1, std::memory_order_relaxed);
+  // Made before the lock, so that a failed allocation leaves no empty entry.
+  auto fresh = std::make_shared<class_state>();
+  fresh->key = sc.key;
+  fresh->description = std::move(sc.description);
+  fresh->ready_to_load = ready;
+  {
+    scoped_lock lock(&f.mu);
+    const auto [it, inserted] = f.classes.try_emplace(std::move(sc.key), fresh);
+    if (inserted) stats_counters().classes.fetch_add(1, std::memory_order_relaxed);
+    ref.cls = it->second;
   }
-  ref.cls = c;
+  f.has_class.store(true, std::memory_order_relaxed);
   return ref;
+}
+
+void report_class_lookup_failure(class_table& family, const engine& e, const std::string& what) {
+  if (family.lookup_failure_reported.exchange(true)) return;
+  warn(std::string("specialization: the backend ") + (e.get_backend() ? e.get_backend()->name() : "?") +
+       " failed to name the shape class of a shape of partition " + family.p.fingerprint() + ": " + what +
+       "; such shapes run on the generic kernel only");
 }
 
 bool specialization_queued() { return stats_counters().queued.load(std::memory_order_relaxed) != 0; }
@@ -332,6 +341,7 @@ std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s,
 
 std::unique_ptr<device_timer> start_deferred_timer(class_table& family, stream& s, bool* host_clock) {
   *host_clock = false;
+  if (!family.has_class.load(std::memory_order_relaxed)) return nullptr;  // nothing to time it for yet
   switch (family.timing.load(std::memory_order_relaxed)) {
     case class_state::timing::host:
       *host_clock = true;
@@ -359,7 +369,9 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   if (time.deferred) {
     // Run before the class was known: the class learns how its backend
     // times, and a device timing counts only where start_generic_timer
-    // would have started one (cold or queued, not timed enough).
+    // would have started one (cold or queued, not timed enough), for
+    // itself alone (the family's turn picked it, not the class's: it stands
+    // for no other execution of the class).
     const class_state::timing family_timing = t.family->timing.load(std::memory_order_relaxed);
     class_state::timing unknown = class_state::timing::unknown;
     if (family_timing != unknown) {
@@ -373,7 +385,7 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   }
   const bool on_device = c.generic_timing.load(std::memory_order_relaxed) == class_state::timing::device;
   if (time.device) {
-    if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr, kDeviceTimingEvery});
+    if (!first) add_pending_timing(c, {std::move(time.device), nullptr, nullptr, time.deferred ? 1 : kDeviceTimingEvery});
   } else if (!first && time.host_ns) {
     account_generic(c, *time.host_ns, 1);
   } else if (on_device) {

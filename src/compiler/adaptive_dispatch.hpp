@@ -8,7 +8,8 @@
 // Structure: a class_table per shape-agnostic compiled partition (partition,
 // backend, scope and kernel configuration: what every shape's compiled
 // partition shares), holding a class_state per shape class. Each compiled
-// shape keeps a class_ref to its table and class. A class publishes its
+// shape keeps its table, and from its first execution on a class_ref to its
+// class (found then, under the table's lock). A class publishes its
 // specialized kernel through an atomic pointer that executions read inside an
 // epoch guard; a replaced or evicted variant is retired through the epoch
 // domain, so a reader never sees it freed and never takes a lock.
@@ -55,6 +56,10 @@ std::shared_ptr<class_table> family_for(const partition& p, const std::string& f
 // store). Thread-safe; throws what the backend throws.
 class_ref class_in(const std::shared_ptr<class_table>& family, const engine& e, const std::vector<logical_tensor>& in,
                    const std::vector<logical_tensor>& out);
+
+// Warns once per family that the backend threw `what` naming a shape's
+// class (the shape then has none).
+void report_class_lookup_failure(class_table& family, const engine& e, const std::string& what);
 
 // Whether any class of the process was ever queued for specialization.
 // Until one is, no specialized kernel exists, and a new shape's first
@@ -103,9 +108,11 @@ struct execution_time {
 // not at all (nullptr, *host_clock false).
 std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s, bool* host_clock);
 // The same for a shape's first execution while its class is not known yet
-// (specialization_queued() false): timed as the family's backend times (one
-// in kDeviceTimingEvery of these on the device, every one by the host's
-// clock), learnt from the backend at the family's first such execution.
+// (specialization_queued() false): not timed until some shape of the family
+// has a class; then timed as the family's backend times (one in
+// kDeviceTimingEvery of these on the device, each counting for itself only;
+// every one by the host's clock), learnt from the backend at the family's
+// first such execution.
 std::unique_ptr<device_timer> start_deferred_timer(class_table& family, stream& s, bool* host_clock);
 // Counts one generic execution for the class (its time, once known: a
 // device timer is read at a later call, when the device is done) and, when

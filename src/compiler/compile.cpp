@@ -30,36 +30,47 @@ struct compiled_partition::state {
   cache_scope scope;
   // Adaptive mode: the partition's table of shape classes, and this shape's
   // class in it, found at the shape's first execution (resolve_class):
-  // nullptr until then, &no_class where there is none (or not adaptive).
+  // nullptr until then, no_class() where there is none (or not adaptive).
   std::shared_ptr<detail::class_table> family;
   mutable std::atomic<const detail::class_ref*> shape_class{nullptr};
-  static inline const detail::class_ref no_class{};
+  // The "no class" mark: never freed, so that an execution during exit
+  // still reads a live object.
+  static const detail::class_ref* no_class() {
+    static const detail::class_ref* const none = new detail::class_ref();
+    return none;
+  }
 
   state() = default;
   state(const state&) = delete;
   state& operator=(const state&) = delete;
   ~state() {
     const detail::class_ref* c = shape_class.load(std::memory_order_relaxed);
-    if (c != &no_class) delete c;
+    if (c != no_class()) delete c;
   }
 
   // This shape's class, found once; concurrent first executions may each
-  // look it up, and one result is kept. A backend that throws looking gives
-  // no class: adaptive dispatch never fails an execution.
+  // look it up, and one result is kept. A backend that throws naming it
+  // gives the shape no class (warned once per partition): adaptive dispatch
+  // never fails an execution. Out of memory: no class for this execution,
+  // and the next one looks again.
   const detail::class_ref& resolve_class(const engine& e) const {
-    const detail::class_ref* found = &no_class;
+    const detail::class_ref* found = no_class();
     std::unique_ptr<detail::class_ref> made;
     try {
       made = std::make_unique<detail::class_ref>(detail::class_in(family, e, inputs, outputs));
       if (*made) found = made.get();
+    } catch (const std::bad_alloc&) {
+      return *no_class();
+    } catch (const std::exception& err) {
+      detail::report_class_lookup_failure(*family, e, err.what());
     } catch (...) {
-      made.reset();
+      detail::report_class_lookup_failure(*family, e, "an unknown exception");
     }
     const detail::class_ref* expected = nullptr;
     if (!shape_class.compare_exchange_strong(expected, found, std::memory_order_acq_rel, std::memory_order_acquire)) {
       return *expected;
     }
-    if (found != &no_class) made.release();  // now owned by shape_class
+    if (found != no_class()) made.release();  // now owned by shape_class
     return *found;
   }
 
@@ -314,7 +325,7 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
         const auto build_ns = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
         s->family = detail::family_for(p, configuration, e, *s->kernel, build_ns);
-        if (!s->family) s->shape_class.store(&compiled_partition::state::no_class, std::memory_order_relaxed);
+        if (!s->family) s->shape_class.store(compiled_partition::state::no_class(), std::memory_order_relaxed);
         s->identity = e.get_backend()->identity(e);
         s->blob_key = blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));

@@ -100,6 +100,11 @@ struct class_table {
   // and whose turn it is to be timed on the device (start_deferred_timer).
   std::atomic<class_state::timing> timing{class_state::timing::unknown};
   std::atomic<std::uint64_t> deferred_turn{0};
+  // Whether any shape of the table has a class: until one does, such first
+  // executions are not timed (a partition with no specialized kernel, such
+  // as an elementwise one, never is).
+  std::atomic<bool> has_class{false};
+  std::atomic<bool> lookup_failure_reported{false};
   std::atomic<unsigned> variants{0};  // classes queued, being built or ready
   std::atomic<bool> limit_reported{false};
   mutex mu;
