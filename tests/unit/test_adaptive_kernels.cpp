@@ -515,6 +515,41 @@ TEST_F(AdaptiveKernels, AtMostMaxVariantsPerPartition) {
   EXPECT_GE(specialization_statistics().over_limit - before.over_limit, 1u);
 }
 
+// Eight threads run one compiled shape's first executions at once: each
+// looks its class up, one lookup is kept, and every execution counts for
+// that one class (under ThreadSanitizer in CI).
+TEST_F(AdaptiveKernels, ConcurrentFirstExecutionsOfAShapeAgreeOnItsClass) {
+  specialize_settings never_hot = current_specialize_settings();
+  never_hot.threshold = 1e6;
+  set_specialize_settings(never_hot);
+  constexpr int kThreads = 8;
+  constexpr std::int64_t m = 20;
+  const compiled_partition cp = compile(part(true), {{m, 8}, {8, 4}, {4}}, eng);
+  const specialization_stats before = specialization_statistics();
+  std::vector<float> x(static_cast<std::size_t>(m * 8), 1.f), w(32, 0.5f), b(4, 2.f);
+  std::atomic<int> arrived{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      std::vector<float> y(static_cast<std::size_t>(m * 4), -1.f);
+      stream s = make_stream(eng);
+      arrived.fetch_add(1);
+      while (arrived.load() < kThreads) std::this_thread::yield();  // start together
+      cp.execute(s, {{cp.inputs()[0], x.data()}, {cp.inputs()[1], w.data()}, {cp.inputs()[2], b.data()}},
+                 {{cp.outputs()[0], y.data()}});
+      for (const float v : y) {
+        if (v != 8 * 0.5f + 2.f) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const specialization_stats after = specialization_statistics();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(after.classes - before.classes, 1u);
+  EXPECT_EQ(after.generic_executions - before.generic_executions, static_cast<std::uint64_t>(kThreads));
+  EXPECT_EQ(backend_.generic_runs.load(), kThreads);
+}
+
 TEST_F(AdaptiveKernels, ExecutionsOnManyThreadsWhileVariantsArriveAndAreEvicted) {
   std::atomic<bool> stop{false};
   std::atomic<int> wrong{0};
