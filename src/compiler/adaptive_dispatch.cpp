@@ -313,30 +313,48 @@ void drop_failed(const class_ref& t, const specialized_failure& failure, const e
 }
 
 
+namespace {
+
+// Whether the class's generic executions are timed: cold (the time decides
+// when to specialize) or queued (its mean is what the specialized kernel is
+// compared with). On the device, only until kGenericTimedEnough executions
+// are accounted for (then counted at its mean).
+bool generic_timing_wanted(const class_state& c, bool on_device) {
+  const class_status status = c.status.load(std::memory_order_relaxed);
+  if (status != class_status::cold && status != class_status::queued) return false;
+  return !on_device || c.generic_timed.load(std::memory_order_relaxed) < kGenericTimedEnough;
+}
+
+// Starts the backend's timer on `s` and records how the backend times in
+// `family` (and `cls`, if given): a device timer, or nullptr and the host's
+// clock (*host_clock).
+std::unique_ptr<device_timer> start_timer_learning(stream& s, class_table& family, class_state* cls, bool* host_clock) {
+  std::unique_ptr<device_timer> timer = s.get_engine().get_backend()->start_timer(s);
+  const class_state::timing learnt = timer ? class_state::timing::device : class_state::timing::host;
+  if (cls) cls->generic_timing.store(learnt, std::memory_order_relaxed);
+  family.timing.store(learnt, std::memory_order_relaxed);
+  *host_clock = !timer;
+  return timer;
+}
+
+}  // namespace
+
 std::unique_ptr<device_timer> start_generic_timer(const class_ref& t, stream& s, bool* host_clock) {
   *host_clock = false;
   class_state& c = *t.cls;
-  // Cold: the time decides when to specialize; queued: its mean is what the
-  // specialized kernel is compared with. Otherwise nothing is timed.
-  const class_status status = c.status.load(std::memory_order_relaxed);
-  if (status != class_status::cold && status != class_status::queued) return nullptr;
-  switch (c.generic_timing.load(std::memory_order_relaxed)) {
+  const class_state::timing timing = c.generic_timing.load(std::memory_order_relaxed);
+  if (!generic_timing_wanted(c, timing == class_state::timing::device)) return nullptr;
+  switch (timing) {
     case class_state::timing::host:
       *host_clock = true;
       return nullptr;
     case class_state::timing::device:
-      if (c.generic_timed.load(std::memory_order_relaxed) >= kGenericTimedEnough) return nullptr;  // counted at its mean
       if (c.generic_timing_turn.fetch_add(1, std::memory_order_relaxed) % kDeviceTimingEvery != 0) return nullptr;
       break;
     case class_state::timing::unknown:
       break;
   }
-  std::unique_ptr<device_timer> timer = s.get_engine().get_backend()->start_timer(s);
-  const class_state::timing learnt = timer ? class_state::timing::device : class_state::timing::host;
-  c.generic_timing.store(learnt, std::memory_order_relaxed);
-  t.family->timing.store(learnt, std::memory_order_relaxed);
-  *host_clock = !timer;
-  return timer;
+  return start_timer_learning(s, *t.family, &c, host_clock);
 }
 
 std::unique_ptr<device_timer> start_deferred_timer(class_table& family, stream& s, bool* host_clock) {
@@ -352,10 +370,7 @@ std::unique_ptr<device_timer> start_deferred_timer(class_table& family, stream& 
     case class_state::timing::unknown:
       break;
   }
-  std::unique_ptr<device_timer> timer = s.get_engine().get_backend()->start_timer(s);
-  family.timing.store(timer ? class_state::timing::device : class_state::timing::host, std::memory_order_relaxed);
-  *host_clock = !timer;
-  return timer;
+  return start_timer_learning(s, family, nullptr, host_clock);
 }
 
 void record_generic(const class_ref& t, execution_time time, const stream& s, const std::vector<logical_tensor>& in,
@@ -369,19 +384,14 @@ void record_generic(const class_ref& t, execution_time time, const stream& s, co
   if (time.deferred) {
     // Run before the class was known: the class learns how its backend
     // times, and a device timing counts only where start_generic_timer
-    // would have started one (cold or queued, not timed enough), for
-    // itself alone (the family's turn picked it, not the class's: it stands
-    // for no other execution of the class).
+    // would have started one, for itself alone (the family's turn picked
+    // it, not the class's: it stands for no other execution of the class).
     const class_state::timing family_timing = t.family->timing.load(std::memory_order_relaxed);
     class_state::timing unknown = class_state::timing::unknown;
     if (family_timing != unknown) {
       c.generic_timing.compare_exchange_strong(unknown, family_timing, std::memory_order_relaxed);
     }
-    const class_status status = c.status.load(std::memory_order_relaxed);
-    if (time.device && ((status != class_status::cold && status != class_status::queued) ||
-                        c.generic_timed.load(std::memory_order_relaxed) >= kGenericTimedEnough)) {
-      time.device.reset();
-    }
+    if (time.device && !generic_timing_wanted(c, /*on_device=*/true)) time.device.reset();
   }
   const bool on_device = c.generic_timing.load(std::memory_order_relaxed) == class_state::timing::device;
   if (time.device) {

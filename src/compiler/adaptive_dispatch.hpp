@@ -64,7 +64,7 @@ void report_class_lookup_failure(class_table& family, const engine& e, const std
 // Whether any class of the process was ever queued for specialization.
 // Until one is, no specialized kernel exists, and a new shape's first
 // execution runs the generic kernel whatever its class: its class is found
-// after that execution is enqueued (off the request's critical path).
+// after that execution is enqueued (on a GPU, while the device runs it).
 bool specialization_queued();
 
 // What run_specialized did.

@@ -18,6 +18,25 @@
 
 namespace unicache {
 
+namespace {
+
+// Runs the generic kernel `k` with `took.device` (a started device timer,
+// stopped after it) or, where `host_clock`, the host's clock around it
+// (read only then) filling took.host_ns.
+void run_timed(const compiled_kernel& k, stream& s, const std::vector<tensor>& in, const std::vector<tensor>& out,
+               detail::execution_time& took, bool host_clock) {
+  const auto start = host_clock ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  k.execute(s, in, out);
+  if (took.device) {
+    took.device->stop(s);
+  } else if (host_clock) {
+    took.host_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  }
+}
+
+}  // namespace
+
 struct compiled_partition::state {
   std::vector<logical_tensor> inputs;
   std::vector<logical_tensor> outputs;
@@ -50,7 +69,7 @@ struct compiled_partition::state {
 
   // This shape's class, found once; concurrent first executions may each
   // look it up, and one result is kept. A backend that throws naming it
-  // gives the shape no class (warned once per partition): adaptive dispatch
+  // gives the shape no class (warned once per table): adaptive dispatch
   // never fails an execution. Out of memory: no class for this execution,
   // and the next one looks again.
   const detail::class_ref& resolve_class(const engine& e) const {
@@ -82,14 +101,7 @@ struct compiled_partition::state {
     took.deferred = true;
     bool host_clock = false;
     took.device = detail::start_deferred_timer(*family, s, &host_clock);
-    const auto start = host_clock ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    kernel->execute(s, in, out);
-    if (took.device) {
-      took.device->stop(s);
-    } else if (host_clock) {
-      took.host_ns = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-    }
+    run_timed(*kernel, s, in, out, took, host_clock);
     const detail::class_ref& c = resolve_class(s.get_engine());
     if (c) detail::record_generic(c, std::move(took), s, inputs, outputs);
   }
@@ -401,15 +413,7 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
     detail::execution_time took;
     bool host_clock = false;
     took.device = detail::start_generic_timer(*cls, s, &host_clock);
-    // The host's clock is read only where it times the execution.
-    const auto start = host_clock ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    state_->kernel->execute(s, inputs, outputs);
-    if (took.device) {
-      took.device->stop(s);
-    } else if (host_clock) {
-      took.host_ns = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-    }
+    run_timed(*state_->kernel, s, inputs, outputs, took, host_clock);
     detail::record_generic(*cls, std::move(took), s, state_->inputs, state_->outputs);
   } catch (const execute_error&) {
     throw;
