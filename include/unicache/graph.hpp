@@ -11,11 +11,13 @@
 //   g.finalize();                                  // throws graph_error naming op and tensor
 //   for (const partition& p : g.partitions()) compile(p, shapes, engine);
 //
-// Ops: MatMul (transpose flags), Add and Multiply (numpy broadcasting), ReLU,
-// GELU (erf and tanh forms), Sigmoid, Tanh, Softmax (last axis). Tensors are
-// f32 with shapes whose -1 dims are known only at compile time. The
-// partitioner fuses MatMul -> (Add|Multiply)* -> eltwise* into one
-// partition; every other op is a partition of its own.
+// Ops: MatMul (transpose flags; rank 2 or 3, a rank-3 pair is a batched
+// MatMul), Add and Multiply (numpy broadcasting), ReLU, GELU (erf and tanh
+// forms), Sigmoid, Tanh, Softmax (last axis), LayerNorm (last axis, with
+// gamma and beta and an epsilon attribute). Tensors are f32 with shapes
+// whose -1 dims are known only at compile time. The partitioner fuses
+// MatMul -> (Add|Multiply)* -> eltwise* into one partition; every other op
+// is a partition of its own.
 //
 // Thread safety: a graph is built by one thread; after finalize() it and its
 // partitions are immutable and may be shared.
@@ -53,11 +55,18 @@ enum class op_kind : std::uint8_t {
   gelu_tanh,
   sigmoid,
   tanh,
-  softmax,  // over the last axis
+  softmax,     // over the last axis
+  layer_norm,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
 };
 const char* to_string(op_kind kind);
 bool is_eltwise(op_kind kind);  // relu, gelu_*, sigmoid, tanh
 bool is_binary(op_kind kind);   // add, multiply
+
+// An op's attributes besides its kind, set with graph::set_attribute.
+enum class op_attribute : std::uint8_t {
+  epsilon,  // LayerNorm: added to the variance; finite, >= 0; default 1e-5
+};
+inline constexpr float kDefaultLayerNormEpsilon = 1e-5f;
 
 struct op {
   std::uint64_t id = 0;
@@ -66,6 +75,7 @@ struct op {
   std::vector<std::uint64_t> outputs;
   bool transpose_a = false;  // matmul only
   bool transpose_b = false;
+  float epsilon = kDefaultLayerNormEpsilon;  // layer_norm only
 };
 
 // A malformed graph: the message names the op and the tensor.
@@ -77,7 +87,7 @@ class graph_error : public error {
 // A piece of the graph compiled as one unit.
 class partition {
  public:
-  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax };
+  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm };
 
   kind pattern() const { return kind_; }
   // The partition's ops in execution order (copies of the graph's ops).
@@ -107,10 +117,15 @@ class graph {
                         tensor_property property = tensor_property::variable,
                         data_type dtype = data_type::f32);
   // Adds an op reading `inputs` and writing `outputs` (tensors declared
-  // with tensor()). Returns the op's id.
+  // with tensor()). Returns the op's id. LayerNorm reads {x, gamma, beta},
+  // gamma and beta of shape [C] where C is x's last dimension.
   std::uint64_t add_op(op_kind kind, const std::vector<logical_tensor>& inputs,
                        const std::vector<logical_tensor>& outputs, bool transpose_a = false,
                        bool transpose_b = false);
+  // Sets attribute `attribute` of op `op_id` (an id add_op returned).
+  // Throws graph_error for an unknown op, an attribute the op's kind does
+  // not have, or a value out of range (epsilon: not finite, or negative).
+  void set_attribute(std::uint64_t op_id, op_attribute attribute, float value);
 
   // Validates and partitions. Throws graph_error for: an op of an unknown
   // kind, an op reading a tensor nobody declared, a tensor written twice, a

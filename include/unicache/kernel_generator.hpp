@@ -1,7 +1,7 @@
 // unicache/kernel_generator.hpp — the generated kernels of the GPU backends,
 // in OpenCL C or CUDA C: one generator with a dialect, so both backends run
 // the same algorithms (tiled GEMM with a fused post-op chain, weight packing,
-// softmax, eltwise, broadcasting binary).
+// softmax, LayerNorm, eltwise, broadcasting binary).
 // For: authors of GPU backends.
 //
 // Each kernel is generated per configuration, not per shape (unless
@@ -99,6 +99,12 @@ kernel_source pack_source(dialect d, bool transpose_b, int work_group);
 // Softmax over the last axis, one work-group per row.
 //   args: x, y, int cols.  global: (rows * work_group), local (work_group).
 kernel_source softmax_source(dialect d, int work_group);
+
+// LayerNorm over the last axis, one work-group per row: (x - mean) /
+// sqrt(var + epsilon) * gamma + beta.
+//   args: x, gamma, beta, y, int cols, float epsilon.
+//   global: (rows * work_group), local (work_group).
+kernel_source layer_norm_source(dialect d, int work_group);
 
 // y = f(x) elementwise.  args: x, y, long n.  global: n rounded up, local (work_group).
 kernel_source eltwise_source(dialect d, op_kind kind, int work_group);

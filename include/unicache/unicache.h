@@ -194,6 +194,7 @@ typedef enum {
   UNICACHE_OP_SIGMOID = 6,
   UNICACHE_OP_TANH = 7,
   UNICACHE_OP_SOFTMAX = 8,
+  UNICACHE_OP_LAYER_NORM = 9, /* inputs {x, gamma, beta}; gamma and beta of shape [C], C = x's last dim */
   UNICACHE_OP_KIND_FORCE_INT32 = 0x7fffffff
 } unicache_op_kind_t;
 
@@ -215,6 +216,17 @@ UNICACHE_API unicache_status_t unicache_graph_add_op(unicache_graph_t graph, uni
                                                      const uint64_t* input_ids, size_t num_inputs,
                                                      const uint64_t* output_ids, size_t num_outputs,
                                                      int32_t transpose_a, int32_t transpose_b, uint64_t* op_id);
+typedef enum {
+  UNICACHE_OP_ATTR_EPSILON = 0, /* LayerNorm: added to the variance; finite, >= 0; default 1e-5 */
+  UNICACHE_OP_ATTR_FORCE_INT32 = 0x7fffffff
+} unicache_op_attr_t;
+
+/* Sets a float attribute of op `op_id` (from unicache_graph_add_op). An
+ * unknown attr is UNICACHE_INVALID_ARGUMENT; an unknown op, an attribute
+ * its kind lacks or a value out of range is UNICACHE_INVALID_GRAPH with the
+ * reason. Nothing changes on failure. */
+UNICACHE_API unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_t op_id,
+                                                              unicache_op_attr_t attr, float value);
 /* Validates and partitions (UNICACHE_INVALID_GRAPH with the reason). */
 UNICACHE_API unicache_status_t unicache_graph_finalize(unicache_graph_t graph);
 UNICACHE_API unicache_status_t unicache_graph_get_partition_count(unicache_graph_t graph, size_t* count);

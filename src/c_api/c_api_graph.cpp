@@ -55,6 +55,17 @@ unicache_status_t unicache_graph_add_op(unicache_graph_t graph, unicache_op_kind
   });
 }
 
+unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_t op_id, unicache_op_attr_t attr,
+                                                 float value) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    if (attr != UNICACHE_OP_ATTR_EPSILON) {
+      raise(UNICACHE_INVALID_ARGUMENT, "unknown op attribute " + std::to_string(static_cast<int>(attr)));
+    }
+    g->g.set_attribute(op_id, op_attribute::epsilon, value);
+  });
+}
+
 unicache_status_t unicache_graph_finalize(unicache_graph_t graph) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");

@@ -442,6 +442,44 @@ KERNEL(WG, 1) softmax(GLOBAL const float* RESTRICT x, GLOBAL float* RESTRICT y, 
 }
 )SRC";
 
+// Two passes over the row (mean, then the mean of squared deviations), as
+// oneDNN and torch compute it: one pass of sum and sum of squares loses
+// digits when the mean is large against the deviation.
+constexpr const char* kLayerNorm = R"SRC(
+DEVICE_FN float block_sum(SHARED_PTR float* red, float v) {
+  const int l = LOCAL_X;
+  red[l] = v;
+  SYNC();
+  for (int s = WG / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] += red[l + s];
+    SYNC();
+  }
+  const float total = red[0];
+  SYNC();
+  return total;
+}
+
+KERNEL(WG, 1) layer_norm(GLOBAL const float* RESTRICT x, GLOBAL const float* RESTRICT gamma,
+                         GLOBAL const float* RESTRICT beta, GLOBAL float* RESTRICT y, const int cols,
+                         const float epsilon) {
+  SHARED float red[WG];
+  const int l = LOCAL_X;
+  const long row = GROUP_X;
+  x += row * cols;
+  y += row * cols;
+  float sum = 0.0f;
+  for (int c = l; c < cols; c += WG) sum += x[c];
+  const float mean = block_sum(red, sum) / (float)cols;
+  float squares = 0.0f;
+  for (int c = l; c < cols; c += WG) {
+    const float d = x[c] - mean;
+    squares += d * d;
+  }
+  const float inv = 1.0f / F_SQRT(block_sum(red, squares) / (float)cols + epsilon);
+  for (int c = l; c < cols; c += WG) y[c] = (x[c] - mean) * inv * gamma[c] + beta[c];
+}
+)SRC";
+
 constexpr const char* kEltwise = R"SRC(
 KERNEL(WG, 1) eltwise(GLOBAL const float* RESTRICT x, GLOBAL float* RESTRICT y, const long n) {
   const long i = GLOBAL_X;
@@ -571,6 +609,15 @@ kernel_source softmax_source(dialect d, int work_group) {
   cache_key key = config_key(d, "softmax");
   key.add(work_group);
   return make(d, key, define("WG", work_group), kSoftmax, "softmax");
+}
+
+kernel_source layer_norm_source(dialect d, int work_group) {
+  cache_key key = config_key(d, "layer_norm");
+  key.add(work_group);
+  // sqrt here, not in the preludes, which every kernel's source (and so
+  // every stored kernel's key) contains.
+  const std::string sqrt_function = std::string("#define F_SQRT ") + (d == dialect::cuda_c ? "sqrtf" : "sqrt") + "\n";
+  return make(d, key, define("WG", work_group) + sqrt_function, kLayerNorm, "layer_norm");
 }
 
 kernel_source eltwise_source(dialect d, op_kind kind, int work_group) {

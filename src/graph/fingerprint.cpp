@@ -1,5 +1,6 @@
 // A partition's fingerprint: a hash of its structure that is the same for the
 // same graph built again, in any process.
+#include <bit>
 #include <map>
 
 #include "graph/passes.hpp"
@@ -22,6 +23,7 @@ std::string fingerprint(const partition& p) {
   }
   for (const op& o : p.ops()) {
     fp.add(static_cast<std::uint8_t>(o.kind)).add(o.transpose_a).add(o.transpose_b);
+    if (o.kind == op_kind::layer_norm) fp.add(std::bit_cast<std::uint32_t>(o.epsilon));
     for (std::uint64_t id : o.inputs) fp.add(local[id]);
     fp.add(local[o.outputs[0]]);
   }

@@ -2,6 +2,7 @@
 // ops and shapes, and finalize(), which runs the passes of passes.hpp in order.
 #include "unicache/graph.hpp"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -26,6 +27,7 @@ const char* to_string(op_kind kind) {
     case op_kind::sigmoid: return "Sigmoid";
     case op_kind::tanh: return "Tanh";
     case op_kind::softmax: return "Softmax";
+    case op_kind::layer_norm: return "LayerNorm";
   }
   return "?";
 }
@@ -61,6 +63,21 @@ std::uint64_t graph::add_op(op_kind kind, const std::vector<logical_tensor>& inp
   ops_.push_back(std::move(o));
   finalized_ = false;
   return ops_.back().id;
+}
+
+void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, float value) {
+  if (op_id == 0 || op_id > ops_.size()) throw graph_error("op " + std::to_string(op_id) + " does not exist");
+  op& o = ops_[op_id - 1];
+  const std::string what = graph_passes::describe_op(o);
+  if (attribute != op_attribute::epsilon) {
+    throw graph_error(what + ": unknown attribute " + std::to_string(static_cast<int>(attribute)));
+  }
+  if (o.kind != op_kind::layer_norm) throw graph_error(what + ": has no epsilon (LayerNorm has)");
+  if (!std::isfinite(value) || value < 0.f) {
+    throw graph_error(what + ": epsilon " + std::to_string(value) + " is not a finite value >= 0");
+  }
+  o.epsilon = value;
+  finalized_ = false;
 }
 
 const logical_tensor& graph::tensor_of(std::uint64_t id) const {

@@ -106,8 +106,9 @@ partition_parts assemble(const std::vector<std::size_t>& group, const std::vecto
   const op_kind first = p.ops.front().kind;
   p.kind = first == op_kind::matmul ? partition::kind::fused_matmul
            : is_binary(first)       ? partition::kind::binary
-           : first == op_kind::softmax ? partition::kind::softmax
-                                       : partition::kind::eltwise;
+           : first == op_kind::softmax    ? partition::kind::softmax
+           : first == op_kind::layer_norm ? partition::kind::layer_norm
+                                          : partition::kind::eltwise;
   return p;
 }
 

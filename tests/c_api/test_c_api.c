@@ -163,6 +163,62 @@ static void test_graph_misuse(void) {
   CHECK_STATUS(unicache_graph_create(NULL), UNICACHE_INVALID_ARGUMENT);
 }
 
+/* LayerNorm with its epsilon set through the attribute call, on the CPU:
+ * rows whose variance plus epsilon is 4, so the result is exact. */
+static int test_layer_norm(void) {
+  unicache_engine_t eng = NULL;
+  unicache_status_t s = unicache_engine_create_cpu(0, &eng);
+  if (s == UNICACHE_UNSUPPORTED) return 77;
+  OK(s);
+  unicache_stream_t strm = NULL;
+  OK(unicache_stream_create(eng, &strm));
+  unicache_graph_t g = NULL;
+  OK(unicache_graph_create(&g));
+  const int64_t xs[2] = {-1, 4}, ps[1] = {4};
+  unicache_logical_tensor_t x, gamma, beta, y;
+  OK(unicache_graph_add_tensor(g, 2, xs, 0, &x));
+  OK(unicache_graph_add_tensor(g, 1, ps, 1, &gamma));
+  OK(unicache_graph_add_tensor(g, 1, ps, 1, &beta));
+  OK(unicache_graph_add_tensor(g, 2, xs, 0, &y));
+  uint64_t in_ids[3] = {x.id, gamma.id, beta.id}, out_ids[1] = {y.id}, ln = 0, relu = 0;
+  OK(unicache_graph_add_op(g, UNICACHE_OP_LAYER_NORM, in_ids, 3, out_ids, 1, 0, 0, &ln));
+  CHECK_STATUS(unicache_graph_set_op_attr_f32(g, ln, UNICACHE_OP_ATTR_EPSILON, -1.0f), UNICACHE_INVALID_GRAPH);
+  CHECK(strstr(unicache_last_error(), "epsilon") != NULL);
+  CHECK_STATUS(unicache_graph_set_op_attr_f32(g, ln, (unicache_op_attr_t)5, 1.0f), UNICACHE_INVALID_ARGUMENT);
+  CHECK_STATUS(unicache_graph_set_op_attr_f32(g, 77, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_GRAPH);
+  CHECK_STATUS(unicache_graph_set_op_attr_f32(NULL, ln, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_HANDLE);
+  OK(unicache_graph_set_op_attr_f32(g, ln, UNICACHE_OP_ATTR_EPSILON, 2.75f));
+  OK(unicache_graph_finalize(g));
+  unicache_partition_t p = NULL;
+  OK(unicache_graph_get_partition(g, 0, &p));
+  const int32_t ndims[3] = {2, 1, 1};
+  const int64_t rows_shape[2] = {2, 4};
+  const int64_t* shapes[3] = {rows_shape, ps, ps};
+  unicache_compiled_partition_t cp = NULL;
+  OK(unicache_compile(p, 3, ndims, shapes, eng, &cp));
+  float xv[8] = {1, 2, 3, 4, 11, 12, 13, 14}, gv[4] = {1, 2, 1, 2}, bv[4] = {0, 0, 1, 1}, yv[8] = {0};
+  const float want[4] = {-0.75f, -0.5f, 1.25f, 2.5f};
+  unicache_tensor_t in[3] = {{x, xv, 0}, {gamma, gv, 1}, {beta, bv, 1}}, out[1] = {{y, yv, 0}};
+  in[0].desc.dims[0] = 2;
+  out[0].desc.dims[0] = 2;
+  OK(unicache_compiled_partition_execute(cp, strm, in, 3, out, 1));
+  OK(unicache_stream_wait(strm));
+  for (int i = 0; i < 8; ++i) CHECK(fabsf(yv[i] - want[i % 4]) < 1e-5f);
+  /* An epsilon on an op without one. */
+  const int64_t one[1] = {4};
+  unicache_logical_tensor_t a, b;
+  OK(unicache_graph_add_tensor(g, 1, one, 0, &a));
+  OK(unicache_graph_add_tensor(g, 1, one, 0, &b));
+  uint64_t relu_in[1] = {a.id}, relu_out[1] = {b.id};
+  OK(unicache_graph_add_op(g, UNICACHE_OP_RELU, relu_in, 1, relu_out, 1, 0, 0, &relu));
+  CHECK_STATUS(unicache_graph_set_op_attr_f32(g, relu, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_GRAPH);
+  OK(unicache_compiled_partition_destroy(cp));
+  OK(unicache_graph_destroy(g));
+  OK(unicache_stream_destroy(strm));
+  OK(unicache_engine_destroy(eng));
+  return 0;
+}
+
 static int test_compile_and_execute(void) {
   unicache_engine_t eng = NULL;
   unicache_status_t s = unicache_engine_create_cpu(0, &eng);
@@ -310,6 +366,7 @@ int main(void) {
   test_blobs();
   test_graph_misuse();
   const int compiled = test_compile_and_execute();
+  test_layer_norm();
   if (store_dir_made) nftw(store_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
   if (compiled == 77 && !failures) {
     fprintf(stderr, "skipped: this build has no CPU backend\n");

@@ -203,10 +203,58 @@ TYPED_TEST_P(BackendNumerics, EltwiseOpsAndSoftmaxMatchTheReference) {
   }
 }
 
+// Odd row counts (several power-of-two blocks on the CPU), a row of one,
+// BERT's epsilon, constant and variable parameters, and rows far from zero
+// (a one-pass variance would lose the deviations' digits).
+TYPED_TEST_P(BackendNumerics, LayerNormMatchesTheReference) {
+  struct ln_case {
+    shape_t shape;
+    float epsilon, offset;
+    bool constant;
+  };
+  for (const ln_case& c : {ln_case{{1}, 1e-5f, 0.f, true}, ln_case{{7, 129}, 1e-5f, 0.f, true},
+                           ln_case{{1000, 7}, 1e-12f, 0.f, false}, ln_case{{3, 5, 768}, 1e-12f, 0.f, true},
+                           ln_case{{300, 33}, 1e-3f, 100.f, false}, ln_case{{2, 1}, 1e-5f, 0.f, true}}) {
+    SCOPED_TRACE(shape_to_string(c.shape) + " epsilon " + std::to_string(c.epsilon));
+    const std::int64_t cols = c.shape.back();
+    const auto property = c.constant ? tensor_property::constant : tensor_property::variable;
+    graph g;
+    auto x = g.tensor(c.shape), gamma = g.tensor({cols}, property), beta = g.tensor({cols}, property);
+    auto y = g.tensor(c.shape);
+    g.set_attribute(g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y}), op_attribute::epsilon, c.epsilon);
+    auto xv = random_data(c.shape, 20, -4.f + c.offset, 4.f + c.offset);
+    auto gv = random_data({cols}, 21, 0.5f, 1.5f), bv = random_data({cols}, 22);
+    const auto want = ref_layer_norm(xv, elements(c.shape) / cols, cols, gv, bv, c.epsilon);
+    expect_close(this->run(g, {c.shape, {cols}, {cols}}, {&xv, &gv, &bv}), want, 2e-5, 2e-5, "LayerNorm");
+  }
+}
+
+// Attention's scores: a batched MatMul of Q by K transposed, scaled by a
+// constant scalar (fused), as a frontend maps [batch * heads, seq, head].
+TYPED_TEST_P(BackendNumerics, AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference) {
+  const std::int64_t batch = 6, seq = 33, head = 64;
+  graph g;
+  auto q = g.tensor({-1, -1, head}), k = g.tensor({-1, -1, head}), scale = g.tensor({1}, tensor_property::constant);
+  auto scores = g.tensor({-1, -1, -1}), y = g.tensor({-1, -1, -1});
+  g.add_op(op_kind::matmul, {q, k}, {scores}, false, true);
+  g.add_op(op_kind::multiply, {scores, scale}, {y});
+  auto qv = random_data({batch, seq, head}, 23), kv = random_data({batch, seq, head}, 24);
+  std::vector<float> sv{0.125f};
+  const auto got = this->run(g, {{batch, seq, head}, {batch, seq, head}, {1}}, {&qv, &kv, &sv});
+  std::vector<float> want;
+  for (std::int64_t bi = 0; bi < batch; ++bi) {
+    std::vector<float> qs(qv.begin() + bi * seq * head, qv.begin() + (bi + 1) * seq * head);
+    std::vector<float> ks(kv.begin() + bi * seq * head, kv.begin() + (bi + 1) * seq * head);
+    for (float v : ref_matmul(qs, ks, seq, head, seq, false, true)) want.push_back(v * 0.125f);
+  }
+  expect_close(got, want, matmul_atol(head), 1e-5, "scaled Q K^T");
+}
+
 REGISTER_TYPED_TEST_SUITE_P(BackendNumerics, MatMulWithOddShapesTransposesAndConstantWeights,
                             FusedMatMulBiasGeluMatchesTheReference, FusedChainsWithEveryPostOpMatchTheReference,
                             BatchedMatMulWithASharedWeightMatchesTheReference,
                             BatchedMatMulWithBatchedOperandsMatchesTheReference, BinaryOpsBroadcastLikeNumpy,
-                            EltwiseOpsAndSoftmaxMatchTheReference);
+                            EltwiseOpsAndSoftmaxMatchTheReference, LayerNormMatchesTheReference,
+                            AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference);
 
 }  // namespace unicache::testing

@@ -88,4 +88,19 @@ inline std::vector<float> ref_softmax(std::vector<float> x, std::int64_t rows, s
   return x;
 }
 
+// LayerNorm over rows of `cols`, in double: (x - mean) / sqrt(var + eps) * gamma + beta.
+inline std::vector<float> ref_layer_norm(std::vector<float> x, std::int64_t rows, std::int64_t cols,
+                                         const std::vector<float>& gamma, const std::vector<float>& beta, double eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * cols;
+    double mean = 0, var = 0;
+    for (std::int64_t c = 0; c < cols; ++c) mean += row[c];
+    mean /= static_cast<double>(cols);
+    for (std::int64_t c = 0; c < cols; ++c) var += (row[c] - mean) * (row[c] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(cols) + eps);
+    for (std::int64_t c = 0; c < cols; ++c) row[c] = static_cast<float>((row[c] - mean) * inv * gamma[c] + beta[c]);
+  }
+  return x;
+}
+
 }  // namespace unicache::testing

@@ -76,6 +76,41 @@ TEST_F(fixture, SpecializedKernelsAreOnePrimitivePerShape) {
   EXPECT_EQ(primitives_for_shapes(eng, strm, 41, 24, {1, 7, 129, 500, 3}), 5u);
 }
 
+// LayerNorm and Softmax run as power-of-two blocks of rows: 200 row counts
+// build the eight block sizes up to 128, not 200 primitives, and every row
+// count matches the reference.
+TEST_F(fixture, RowWiseKernelsBuildAPrimitivePerPowerOfTwoNotPerShape) {
+  constexpr std::int64_t cols = 53;  // a row length no other test uses: every block is built here
+  for (const op_kind kind : {op_kind::layer_norm, op_kind::softmax}) {
+    SCOPED_TRACE(to_string(kind));
+    graph g;
+    auto x = g.tensor({-1, cols}), gamma = g.tensor({cols}, tensor_property::constant);
+    auto beta = g.tensor({cols}, tensor_property::constant), y = g.tensor({-1, cols});
+    if (kind == op_kind::layer_norm) {
+      g.add_op(kind, {x, gamma, beta}, {y});
+    } else {
+      g.add_op(kind, {x}, {y});
+    }
+    g.finalize();
+    auto gv = random_data({cols}, 70, 0.5f, 1.5f), bv = random_data({cols}, 71);
+    const std::uint64_t before = onednn_cpu::stats().primitives_created;
+    for (std::int64_t rows = 1; rows <= 200; ++rows) {
+      const partition& p = g.partitions()[0];
+      const bool ln = kind == op_kind::layer_norm;
+      compiled_partition cp = ln ? compile(p, {{rows, cols}, {cols}, {cols}}, eng) : compile(p, {{rows, cols}}, eng);
+      auto xv = random_data({rows, cols}, static_cast<unsigned>(rows));
+      std::vector<float> out(static_cast<std::size_t>(rows * cols));
+      std::vector<tensor> in{{cp.inputs()[0], xv.data(), 0}};
+      if (ln) in.insert(in.end(), {{cp.inputs()[1], gv.data(), 0}, {cp.inputs()[2], bv.data(), 0}});
+      cp.execute(strm, in, {{cp.outputs()[0], out.data(), 0}});
+      const auto want = ln ? ref_layer_norm(xv, rows, cols, gv, bv, kDefaultLayerNormEpsilon)
+                           : ref_softmax(xv, rows, cols);
+      expect_close(out, want, 2e-5, 2e-5, "rows " + std::to_string(rows));
+    }
+    EXPECT_EQ(onednn_cpu::stats().primitives_created - before, 8u) << "blocks of 1, 2, 4, ..., 128 rows";
+  }
+}
+
 // --- Constant weights and the caches ----------------------------------------
 
 // Whether this CPU's oneDNN keeps a weight in another layout than the

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <limits>
+#include <optional>
 #include <set>
 
 namespace unicache {
@@ -224,6 +226,70 @@ TEST(GraphValidation, WrongArityDoubleWriterAndConstantOutputAreRejected) {
   EXPECT_THROW(g.tensor({0, 3}), graph_error);
   EXPECT_THROW(g.tensor({-2}), graph_error);
   EXPECT_THROW(g.partitions(), graph_error) << "partitions() before finalize()";
+}
+
+// A LayerNorm block as a transformer has it: its own partition, of kind
+// layer_norm, reading x, gamma and beta in that order.
+TEST(GraphLayerNorm, IsAPartitionOfItsOwnReadingXGammaAndBeta) {
+  graph g;
+  auto x = g.tensor({-1, -1, 768}), gamma = g.tensor({768}, tensor_property::constant);
+  auto beta = g.tensor({768}, tensor_property::constant), y = g.tensor({-1, -1, 768});
+  g.set_attribute(g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y}), op_attribute::epsilon, 1e-12f);
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 1u);
+  const partition& p = g.partitions()[0];
+  EXPECT_EQ(p.pattern(), partition::kind::layer_norm);
+  ASSERT_EQ(p.inputs().size(), 3u);
+  EXPECT_EQ(p.inputs()[1].id, gamma.id);
+  EXPECT_EQ(p.inputs()[2].id, beta.id);
+  EXPECT_EQ(p.ops()[0].epsilon, 1e-12f);
+}
+
+TEST(GraphLayerNorm, EpsilonIsPartOfTheFingerprint) {
+  auto fp = [](std::optional<float> epsilon) {
+    graph g;
+    auto x = g.tensor({-1, 8}), gamma = g.tensor({8}), beta = g.tensor({8}), y = g.tensor({-1, 8});
+    const std::uint64_t id = g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y});
+    if (epsilon) g.set_attribute(id, op_attribute::epsilon, *epsilon);
+    g.finalize();
+    return g.partitions()[0].fingerprint();
+  };
+  EXPECT_EQ(fp(std::nullopt), fp(kDefaultLayerNormEpsilon));
+  EXPECT_NE(fp(std::nullopt), fp(1e-12f));
+}
+
+TEST(GraphLayerNorm, BadParametersAndEpsilonsNameTheOp) {
+  {
+    graph g;  // gamma of the wrong length
+    auto x = g.tensor({4, 8}), gamma = g.tensor({7}), beta = g.tensor({8}), y = g.tensor({4, 8});
+    g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y});
+    const std::string err = finalize_error(g);
+    EXPECT_NE(err.find("op 1 (LayerNorm): gamma (tensor 2) has shape [7]"), std::string::npos) << err;
+  }
+  {
+    graph g;  // beta of rank 2
+    auto x = g.tensor({4, 8}), gamma = g.tensor({8}), beta = g.tensor({1, 8}), y = g.tensor({4, 8});
+    g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y});
+    EXPECT_NE(finalize_error(g).find("beta (tensor 3)"), std::string::npos);
+  }
+  {
+    graph g;  // without beta
+    auto x = g.tensor({4, 8}), gamma = g.tensor({8}), y = g.tensor({4, 8});
+    g.add_op(op_kind::layer_norm, {x, gamma}, {y});
+    EXPECT_NE(finalize_error(g).find("takes 3 input(s)"), std::string::npos);
+  }
+  graph g;
+  auto x = g.tensor({4, 8}), gamma = g.tensor({8}), beta = g.tensor({8}), y = g.tensor({4, 8}), z = g.tensor({4, 8});
+  const std::uint64_t ln = g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y});
+  const std::uint64_t relu = g.add_op(op_kind::relu, {y}, {z});
+  EXPECT_THROW(g.set_attribute(ln, op_attribute::epsilon, -1e-5f), graph_error);
+  EXPECT_THROW(g.set_attribute(ln, op_attribute::epsilon, std::numeric_limits<float>::quiet_NaN()), graph_error);
+  EXPECT_THROW(g.set_attribute(ln, op_attribute::epsilon, std::numeric_limits<float>::infinity()), graph_error);
+  EXPECT_THROW(g.set_attribute(relu, op_attribute::epsilon, 1e-5f), graph_error);
+  EXPECT_THROW(g.set_attribute(99, op_attribute::epsilon, 1e-5f), graph_error);
+  g.set_attribute(ln, op_attribute::epsilon, 0.f);  // allowed: torch's LayerNorm takes eps=0 too
+  g.finalize();
+  EXPECT_EQ(g.partitions()[0].ops()[0].epsilon, 0.f) << "a rejected value changed nothing";
 }
 
 TEST(GraphShapes, BroadcastAndMatMulRules) {

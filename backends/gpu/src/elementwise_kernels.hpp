@@ -1,5 +1,6 @@
-// The GPU core's elementwise kernels: Add / Multiply with broadcasting, and
-// ReLU, GELU, Sigmoid, Tanh and Softmax over the last axis.
+// The GPU core's elementwise and row-wise kernels: Add / Multiply with
+// broadcasting, ReLU, GELU, Sigmoid, Tanh, and Softmax and LayerNorm over the
+// last axis.
 #pragma once
 
 #include <memory>
@@ -32,6 +33,21 @@ class unary_kernel final : public device_kernel {
  private:
   std::vector<std::int64_t> shape_;
   bool softmax_;
+  launch_dims launch_;
+  const kernel* program_ = nullptr;
+};
+
+// LayerNorm over the last axis, one work-group per row; epsilon is an
+// argument, so one binary serves every epsilon.
+class layer_norm_kernel final : public device_kernel {
+ public:
+  layer_norm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in, const engine& e,
+                    const std::vector<kernel_binary>& preloaded);
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+
+ private:
+  std::int32_t cols_ = 1;
+  float epsilon_ = 0.f;
   launch_dims launch_;
   const kernel* program_ = nullptr;
 };

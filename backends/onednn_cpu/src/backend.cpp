@@ -11,7 +11,7 @@
 #include "chunked_matmul_kernel.hpp"
 #include "engine_state.hpp"
 #include "matmul_kernel.hpp"
-#include "unary_kernel.hpp"
+#include "row_wise_kernel.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
 
@@ -25,7 +25,8 @@ std::shared_ptr<const compiled_kernel> onednn_cpu_backend::compile(
       case partition::kind::fused_matmul: return std::make_shared<matmul_kernel>(p, in, out, e);
       case partition::kind::binary: return std::make_shared<binary_kernel>(p, in, out, e);
       case partition::kind::eltwise:
-      case partition::kind::softmax: return std::make_shared<unary_kernel>(p, in, e);
+      case partition::kind::softmax:
+      case partition::kind::layer_norm: return std::make_shared<row_wise_kernel>(p, in, e);
     }
   } catch (const dnnl::error& err) {
     throw compile_error(std::string("onednn_cpu: oneDNN could not compile partition ") + p.fingerprint() + ": " +

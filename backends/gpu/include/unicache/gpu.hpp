@@ -73,13 +73,14 @@ class api_error : public error {
 // CUdeviceptr or a cl_mem, cast to void*.
 using buffer = void*;
 
-// A kernel's arguments: each a buffer, a 32-bit or a 64-bit integer, in
-// order, as the generated kernels declare them.
+// A kernel's arguments: each a buffer, a 32-bit or a 64-bit integer or a
+// float, in order, as the generated kernels declare them.
 class kernel_args {
  public:
   kernel_args& add(buffer b) { return put(&b, sizeof b); }
   kernel_args& add(std::int32_t v) { return put(&v, sizeof v); }
   kernel_args& add(std::int64_t v) { return put(&v, sizeof v); }
+  kernel_args& add(float v) { return put(&v, sizeof v); }
   int count() const { return count_; }
   // The i-th value's bytes and size (what clSetKernelArg takes).
   const void* value(int i) const { return &slots_[i]; }

@@ -1,0 +1,42 @@
+// The kernel of an eltwise, Softmax or LayerNorm partition: oneDNN
+// primitives over power-of-two blocks of rows, so that new shapes reuse them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "primitives.hpp"
+
+namespace unicache::onednn_cpu::detail {
+
+// Row counts that add up to `rows`, largest first, each a power of two no
+// larger than `largest` (itself a power of two): 300 -> 256, 32, 8, 4.
+std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t largest);
+
+// ReLU, GELU, Sigmoid, Tanh, Softmax and LayerNorm (last axis), SRC -> DST
+// (LayerNorm: with gamma as SCALE and beta as SHIFT). Each row is
+// independent, so the tensor runs as blocks of rows, one primitive per
+// block size from the kernel cache: every shape of a partition shares at
+// most log2(rows) + 1 primitives per row length, where a primitive per shape
+// would build one for each new batch or sequence length.
+class row_wise_kernel final : public compiled_kernel {
+ public:
+  row_wise_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e);
+
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+
+ private:
+  struct block {
+    std::int64_t rows = 0;
+    dnnl::memory::desc md;
+    std::shared_ptr<const cached_primitive> prim;
+  };
+  std::int64_t row_length_ = 1;
+  bool layer_norm_ = false;
+  dnnl::memory::desc parameter_md_;  // LayerNorm's gamma and beta: [row length]
+  std::vector<block> blocks_;        // in row order, covering every row once
+};
+
+}  // namespace unicache::onednn_cpu::detail
