@@ -122,6 +122,12 @@ class graph {
   std::uint64_t add_op(op_kind kind, const std::vector<logical_tensor>& inputs,
                        const std::vector<logical_tensor>& outputs, bool transpose_a = false,
                        bool transpose_b = false);
+  // Declares that the caller reads tensor `t` itself (a frontend running
+  // other ops on it between partitions): t is then some partition's output,
+  // and no fused chain passes through it. Outputs no op reads need no mark.
+  // Throws graph_error for an undeclared tensor.
+  void mark_output(const logical_tensor& t);
+
   // Sets attribute `attribute` of op `op_id` (an id add_op returned).
   // Throws graph_error for an unknown op, an attribute the op's kind does
   // not have, or a value out of range (epsilon: not finite, or negative).
@@ -144,6 +150,7 @@ class graph {
  private:
   std::vector<logical_tensor> tensors_;  // index = id - 1
   std::vector<op> ops_;
+  std::vector<std::uint64_t> marked_outputs_;  // tensor ids, from mark_output
   std::vector<partition> partitions_;
   bool finalized_ = false;
 };

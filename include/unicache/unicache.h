@@ -227,6 +227,10 @@ typedef enum {
  * reason. Nothing changes on failure. */
 UNICACHE_API unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_t op_id,
                                                               unicache_op_attr_t attr, float value);
+/* Declares that the caller reads tensor `tensor_id` itself (between
+ * partitions): it is then some partition's output, and no fused chain passes
+ * through it. An undeclared tensor is UNICACHE_INVALID_GRAPH. */
+UNICACHE_API unicache_status_t unicache_graph_mark_output(unicache_graph_t graph, uint64_t tensor_id);
 /* Validates and partitions (UNICACHE_INVALID_GRAPH with the reason). */
 UNICACHE_API unicache_status_t unicache_graph_finalize(unicache_graph_t graph);
 UNICACHE_API unicache_status_t unicache_graph_get_partition_count(unicache_graph_t graph, size_t* count);

@@ -55,6 +55,13 @@ unicache_status_t unicache_graph_add_op(unicache_graph_t graph, unicache_op_kind
   });
 }
 
+unicache_status_t unicache_graph_mark_output(unicache_graph_t graph, uint64_t tensor_id) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    g->g.mark_output(g->g.tensor_of(tensor_id));
+  });
+}
+
 unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_t op_id, unicache_op_attr_t attr,
                                                  float value) {
   return guarded([&] {

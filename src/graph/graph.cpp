@@ -65,6 +65,12 @@ std::uint64_t graph::add_op(op_kind kind, const std::vector<logical_tensor>& inp
   return ops_.back().id;
 }
 
+void graph::mark_output(const logical_tensor& t) {
+  tensor_of(t.id);  // declared, or graph_error
+  marked_outputs_.push_back(t.id);
+  finalized_ = false;
+}
+
 void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, float value) {
   if (op_id == 0 || op_id > ops_.size()) throw graph_error("op " + std::to_string(op_id) + " does not exist");
   op& o = ops_[op_id - 1];
@@ -96,7 +102,7 @@ void graph::finalize() {
   const graph_passes::producer_map producer = graph_passes::validate(tensors_, ops_);
   const std::vector<std::size_t> order = graph_passes::topological_order(ops_, producer);
   graph_passes::infer_shapes(tensors_, ops_, order);
-  for (graph_passes::partition_parts& parts : graph_passes::fuse_partitions(tensors_, ops_, order, producer)) {
+  for (graph_passes::partition_parts& parts : graph_passes::fuse_partitions(tensors_, ops_, order, producer, marked_outputs_)) {
     partition p;
     p.kind_ = parts.kind;
     p.ops_ = std::move(parts.ops);

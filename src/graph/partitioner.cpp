@@ -11,10 +11,12 @@ namespace {
 
 using op_groups = std::vector<std::vector<std::size_t>>;  // op indices, one list per partition
 using readers_map = std::unordered_map<std::uint64_t, std::vector<std::size_t>>;  // tensor -> ops reading it
+constexpr std::size_t kCaller = static_cast<std::size_t>(-1);  // a reader that is not an op: the caller
 
 // Grows a MatMul's group (group.front()) along its chain of post-ops: the
-// next op must be the only reader of the last one's output, and binary ops
-// come before eltwise ones.
+// next op must be the only reader of the last one's output, which the
+// caller does not read (read_outside), and binary ops come before eltwise
+// ones.
 void fuse_chain(const std::vector<op>& ops, readers_map& readers, std::vector<int>& owner,
                 std::vector<std::size_t>& group) {
   const std::size_t i = group.front();
@@ -23,7 +25,7 @@ void fuse_chain(const std::vector<op>& ops, readers_map& readers, std::vector<in
   for (;;) {
     const std::uint64_t out = ops[last].outputs[0];
     const auto& r = readers[out];
-    if (r.size() != 1 || owner[r[0]] >= 0) break;  // used elsewhere too: a boundary
+    if (r.size() != 1 || r[0] == kCaller || owner[r[0]] >= 0) break;  // used elsewhere too: a boundary
     const op& next = ops[r[0]];
     const bool binary = is_binary(next.kind), eltwise = is_eltwise(next.kind);
     if (!(eltwise || (binary && !seen_eltwise))) break;
@@ -37,12 +39,15 @@ void fuse_chain(const std::vector<op>& ops, readers_map& readers, std::vector<in
 
 // The ops grouped into partitions, each group's ops in execution order;
 // owner[i] is op i's group.
-op_groups group_ops(const std::vector<op>& ops, const std::vector<std::size_t>& order, std::vector<int>& owner) {
+op_groups group_ops(const std::vector<op>& ops, const std::vector<std::size_t>& order,
+                    const std::vector<std::uint64_t>& read_outside, std::vector<int>& owner) {
   // Partitioning: MatMul -> (Add|Multiply)* -> eltwise* fused; others alone.
+  // The caller counts as one more reader of a tensor it reads itself.
   readers_map readers;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     for (std::uint64_t id : ops[i].inputs) readers[id].push_back(i);
   }
+  for (std::uint64_t id : read_outside) readers[id].push_back(kCaller);
   owner.assign(ops.size(), -1);
   op_groups groups;
   for (std::size_t i : order) {
@@ -115,9 +120,10 @@ partition_parts assemble(const std::vector<std::size_t>& group, const std::vecto
 }  // namespace
 
 std::vector<partition_parts> fuse_partitions(const std::vector<logical_tensor>& tensors, const std::vector<op>& ops,
-                                             const std::vector<std::size_t>& order, const producer_map& producer) {
+                                             const std::vector<std::size_t>& order, const producer_map& producer,
+                                             const std::vector<std::uint64_t>& read_outside) {
   std::vector<int> owner;
-  const op_groups groups = group_ops(ops, order, owner);
+  const op_groups groups = group_ops(ops, order, read_outside, owner);
   std::vector<partition_parts> out;
   for (std::size_t g : group_order(groups, owner, ops, producer)) out.push_back(assemble(groups[g], tensors, ops));
   return out;

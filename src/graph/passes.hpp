@@ -45,9 +45,11 @@ struct partition_parts {
 };
 
 // MatMul -> (Add|Multiply)* -> eltwise* fused into one partition, every other
-// op a partition of its own; the partitions in an order that runs.
+// op a partition of its own; the partitions in an order that runs. A chain
+// ends at a tensor in `read_outside` (graph::mark_output).
 std::vector<partition_parts> fuse_partitions(const std::vector<logical_tensor>& tensors, const std::vector<op>& ops,
-                                             const std::vector<std::size_t>& order, const producer_map& producer);
+                                             const std::vector<std::size_t>& order, const producer_map& producer,
+                                             const std::vector<std::uint64_t>& read_outside);
 
 // The partition's fingerprint (see partition::fingerprint).
 std::string fingerprint(const partition& p);

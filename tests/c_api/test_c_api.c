@@ -188,6 +188,8 @@ static int test_layer_norm(void) {
   CHECK_STATUS(unicache_graph_set_op_attr_f32(g, 77, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_GRAPH);
   CHECK_STATUS(unicache_graph_set_op_attr_f32(NULL, ln, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_HANDLE);
   OK(unicache_graph_set_op_attr_f32(g, ln, UNICACHE_OP_ATTR_EPSILON, 2.75f));
+  OK(unicache_graph_mark_output(g, y.id));  /* read by the caller: a partition's output anyway */
+  CHECK_STATUS(unicache_graph_mark_output(g, 12345), UNICACHE_INVALID_GRAPH);
   OK(unicache_graph_finalize(g));
   unicache_partition_t p = NULL;
   OK(unicache_graph_get_partition(g, 0, &p));

@@ -93,6 +93,27 @@ TEST(Graph, AnIntermediateUsedOutsideTheChainEndsTheFusion) {
   EXPECT_EQ(g.partitions()[0].ops().size(), 1u);
 }
 
+// A frontend that reads the MatMul's output itself (a torch op between
+// partitions) gets it as a partition's output: the chain ends there.
+TEST(Graph, AMarkedOutputEndsTheFusedChain) {
+  graph g;
+  auto x = g.tensor({-1, 8}), w = g.tensor({8, 4}, tensor_property::constant), b = g.tensor({4});
+  auto mm = g.tensor({-1, 4}), s = g.tensor({-1, 4}), y = g.tensor({-1, 4});
+  g.add_op(op_kind::matmul, {x, w}, {mm});
+  g.add_op(op_kind::add, {mm, b}, {s});
+  g.add_op(op_kind::relu, {s}, {y});
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 1u);
+  g.mark_output(s);
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 2u);
+  EXPECT_EQ(g.partitions()[0].outputs()[0].id, s.id);
+  EXPECT_EQ(g.partitions()[0].ops().size(), 2u);
+  EXPECT_EQ(g.partitions()[1].pattern(), partition::kind::eltwise);
+  logical_tensor ghost{99, data_type::f32, {4}, tensor_property::variable};
+  EXPECT_THROW(g.mark_output(ghost), graph_error);
+}
+
 TEST(Graph, PartitionsComeInDependencyOrder) {
   // The fused chain's Add reads a tensor produced by an op that comes after
   // the MatMul in op order: that op's partition must run first.
