@@ -1,0 +1,220 @@
+"""Graphs: logical tensors, ops, finalize() and the partitions it makes.
+
+    g = unicache.Graph()
+    x = g.add_tensor([-1, 64])                    # -1: known only when compiling
+    w = g.add_tensor([64, 32], constant=True)     # a weight: packed once
+    y = g.add_tensor([-1, 32])
+    g.add_op(unicache.OpKind.MATMUL, [x, w], [y])
+    g.finalize()                                  # InvalidGraph names the op and tensor
+    part = g.partitions[0]
+
+A graph is built by one thread (its methods are not thread-safe); once
+finalized, its partitions may be compiled from any thread.
+"""
+from __future__ import annotations
+
+import ctypes as C
+import enum
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
+
+from . import _abi, _lib
+from ._handle import NativeHandle, Resource
+from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from .compiled import CompiledPartition
+    from .engine import Engine
+
+
+class OpKind(enum.IntEnum):
+    """`unicache_op_kind_t`. A new kind is one line here (with its value in C)."""
+
+    MATMUL = 0  # transpose_a / transpose_b; rank 2, or rank 3 (batched)
+    ADD = 1  # numpy broadcasting
+    MULTIPLY = 2  # numpy broadcasting
+    RELU = 3
+    GELU_ERF = 4
+    GELU_TANH = 5
+    SIGMOID = 6
+    TANH = 7
+    SOFTMAX = 8  # over the last axis
+
+
+UNKNOWN_DIM = _abi.UNKNOWN_DIM
+
+
+@dataclass(frozen=True)
+class LogicalTensor:
+    """A tensor of a graph (f32): its id, its shape (-1: known when compiling) and
+    whether it is a constant (a weight, packed once and reused)."""
+
+    id: int
+    shape: Tuple[int, ...]
+    is_constant: bool = False
+
+    @property
+    def ndims(self) -> int:
+        return len(self.shape)
+
+    @classmethod
+    def _from_struct(cls, s: _abi.LogicalTensorStruct) -> "LogicalTensor":
+        return cls(int(s.id), tuple(int(s.dims[i]) for i in range(s.ndims)), bool(s.is_constant))
+
+    def _to_struct(self, shape: Optional[Sequence[int]] = None) -> _abi.LogicalTensorStruct:
+        dims = self.shape if shape is None else shape
+        s = _abi.LogicalTensorStruct(self.id, len(dims), (C.c_int64 * _abi.MAX_NDIMS)(), int(self.is_constant))
+        for i, d in enumerate(dims):
+            s.dims[i] = d
+        return s
+
+    def __str__(self) -> str:
+        return f"tensor {self.id} {list(self.shape)}" + (" constant" if self.is_constant else "")
+
+
+def check_shape(shape: Sequence[int], what: str, allow_unknown: bool) -> Tuple[int, ...]:
+    """`shape` as a tuple of ints, checked: at most 8 dims, each >= 0 (or -1 where allowed)."""
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise InvalidArgument(f"{what}: a shape is a sequence of ints, got {shape!r}") from None
+    if len(dims) > _abi.MAX_NDIMS:
+        raise InvalidArgument(f"{what}: {len(dims)} dimensions, at most {_abi.MAX_NDIMS}")
+    lowest = UNKNOWN_DIM if allow_unknown else 0
+    if any(d < lowest for d in dims):
+        raise InvalidArgument(f"{what}: shape {list(dims)}: dimensions must be >= {lowest}")
+    return dims
+
+
+TensorRef = Union[LogicalTensor, int]
+
+
+def _ids(tensors: Sequence[TensorRef], what: str) -> C.Array:
+    try:
+        ids = [t.id if isinstance(t, LogicalTensor) else operator.index(t) for t in tensors]
+    except TypeError:
+        raise InvalidArgument(f"{what}: expected LogicalTensors (or their ids), got {tensors!r}") from None
+    return (C.c_uint64 * max(len(ids), 1))(*ids)
+
+
+class Graph(Resource):
+    """A graph under construction, then finalized into partitions.
+
+    Owns its C handle: close() (or `with`) releases it; partitions handed out
+    keep it alive until they are gone. Not thread-safe while being built.
+    """
+
+    def __init__(self) -> None:
+        handle = C.c_void_p()
+        _lib.call("unicache_graph_create", C.byref(handle))
+        destroy = _lib.function("unicache_graph_destroy")
+        self._own(NativeHandle(handle.value or 0, destroy, "graph"))
+        self._partitions: Optional[List[Partition]] = None
+
+    def add_tensor(self, shape: Sequence[int], constant: bool = False) -> LogicalTensor:
+        """Declares an f32 tensor; -1 marks a dimension given when compiling."""
+        dims = check_shape(shape, "add_tensor", allow_unknown=True)
+        out = _abi.LogicalTensorStruct()
+        with self._handle() as g:
+            _lib.call("unicache_graph_add_tensor", g, len(dims), (C.c_int64 * max(len(dims), 1))(*dims),
+                      int(bool(constant)), C.byref(out))
+        return LogicalTensor._from_struct(out)
+
+    def add_op(self, kind: Union[OpKind, int], inputs: Sequence[TensorRef], outputs: Sequence[TensorRef],
+               transpose_a: bool = False, transpose_b: bool = False) -> int:
+        """Adds an op reading `inputs` and writing `outputs`; returns its id.
+        Arity, shapes and kinds are checked by finalize() (InvalidGraph)."""
+        try:
+            kind_value = operator.index(kind)
+        except TypeError:
+            raise InvalidArgument(f"add_op: an op kind is an OpKind, got {kind!r}") from None
+        op_id = C.c_uint64()
+        ins, outs = _ids(inputs, "add_op inputs"), _ids(outputs, "add_op outputs")
+        with self._handle() as g:
+            _lib.call("unicache_graph_add_op", g, kind_value, ins, len(inputs), outs, len(outputs),
+                      int(bool(transpose_a)), int(bool(transpose_b)), C.byref(op_id))
+        return op_id.value
+
+    def finalize(self) -> None:
+        """Validates and partitions the graph; InvalidGraph with the reason. Idempotent."""
+        with self._handle() as g:
+            _lib.call("unicache_graph_finalize", g, what="finalize")
+
+    @property
+    def partitions(self) -> List["Partition"]:
+        """The partitions, in dependency order (InvalidArgument before finalize())."""
+        if self._partitions is None:
+            count = C.c_size_t()
+            with self._handle() as g:
+                _lib.call("unicache_graph_get_partition_count", g, C.byref(count), what="partitions")
+                found = []
+                for i in range(count.value):
+                    p = C.c_void_p()
+                    _lib.call("unicache_graph_get_partition", g, i, C.byref(p))
+                    found.append(Partition(self, p.value or 0, i))
+            self._partitions = found
+        return list(self._partitions)
+
+    def close(self) -> None:
+        self._partitions = None
+        super().close()
+
+
+class Partition(Resource):
+    """A fused group of ops, compiled for concrete shapes with compile().
+
+    Borrowed from its graph, which it keeps alive (the graph's C handle lives
+    until its partitions are gone). Thread-safe: compile from any thread.
+    """
+
+    def __init__(self, graph: Graph, pointer: int, index: int) -> None:
+        self._pointer, self.index = pointer, index
+        # Destroying a partition is nothing: it lives in its graph, which it holds.
+        self._own(NativeHandle(pointer, lambda _: 0, "partition"), depends_on=[graph])
+        self.inputs: List[LogicalTensor] = self._tensors("input")
+        self.outputs: List[LogicalTensor] = self._tensors("output")
+
+    def _tensors(self, which: str) -> List[LogicalTensor]:
+        count, out = C.c_size_t(), _abi.LogicalTensorStruct()
+        _lib.call(f"unicache_partition_get_{which}_count", self._pointer, C.byref(count))
+        tensors = []
+        for i in range(count.value):
+            _lib.call(f"unicache_partition_get_{which}", self._pointer, i, C.byref(out))
+            tensors.append(LogicalTensor._from_struct(out))
+        return tensors
+
+    def check_shapes(self, shapes: Sequence[Sequence[int]]) -> List[Tuple[int, ...]]:
+        """The concrete input shapes, checked against inputs: their count, each one's
+        rank and declared dimensions (InvalidArgument naming the input)."""
+        if len(shapes) != len(self.inputs):
+            raise InvalidArgument(f"partition {self.index}: expected {len(self.inputs)} input shapes "
+                                  f"({', '.join(str(t) for t in self.inputs)}), got {len(shapes)}")
+        checked = []
+        for i, (shape, tensor) in enumerate(zip(shapes, self.inputs)):
+            dims = check_shape(shape, f"input {i}", allow_unknown=False)
+            fits = len(dims) == len(tensor.shape) and all(d == t or t == UNKNOWN_DIM
+                                                          for d, t in zip(dims, tensor.shape))
+            if not fits:
+                raise InvalidArgument(f"input {i}: shape {list(dims)} does not fit the declared "
+                                      f"{list(tensor.shape)} ({len(tensor.shape)} dimensions, -1 any size)")
+            checked.append(dims)
+        return checked
+
+    def compile(self, shapes: Sequence[Sequence[int]], engine: "Engine",
+                cache_blob: Optional[bytes] = None) -> "CompiledPartition":
+        """Compiles for concrete input shapes (one per input, in order) on `engine`.
+
+        A shape compiled before is a kernel-cache lookup. With `cache_blob` (from
+        CompiledPartition.cache_blob()) the kernels come from the blob instead of
+        being built. CompileFailed if the shapes do not fit or the backend fails.
+        """
+        from .compiled import CompiledPartition
+        return CompiledPartition._compile(self, self.check_shapes(shapes), engine, cache_blob)
+
+    def cache_blob_id(self, shapes: Sequence[Sequence[int]], engine: "Engine") -> str:
+        """The id (32 hex digits) of the cache blob compile() would give, without compiling."""
+        dims = self.check_shapes(shapes)
+        ndims, pointers, keep = _lib.shape_arrays(dims)
+        with self._handle(), engine._handle() as e:
+            return _lib.query_string("unicache_get_cache_blob_id", self._pointer, len(dims), ndims, pointers, e)
