@@ -1,0 +1,117 @@
+"""Results against numpy on the CPU engine: each fused block at several batch sizes,
+one graph compiled once per shape; and executions from several threads at once."""
+import threading
+import unittest
+
+import numpy as np
+
+import unicache
+from unicache import OpKind
+from support import MatMulBlock, cpu_engine, gelu_erf, random, softmax
+
+BATCHES = (1, 7, 33, 128)
+
+
+class CpuNumerics(unittest.TestCase):
+    def check_block(self, binary, post, k=64, n=32):
+        engine = cpu_engine()
+        stream = engine.stream()
+        block = MatMulBlock(k, n, binary, post)
+        for m in BATCHES:
+            with self.subTest(m=m):
+                x = random((m, k), m)
+                out = block.run(engine, stream, x)
+                self.assertEqual((out.shape, out.dtype), ((m, n), np.float32))
+                np.testing.assert_allclose(out, block.reference(x), rtol=1e-4, atol=1e-4)
+
+    def test_matmul_add_relu(self):
+        self.check_block(OpKind.ADD, OpKind.RELU)
+
+    def test_matmul_add_gelu_erf(self):
+        self.check_block(OpKind.ADD, OpKind.GELU_ERF)
+
+    def test_matmul_add_gelu_tanh(self):
+        self.check_block(OpKind.ADD, OpKind.GELU_TANH)
+
+    def test_matmul_multiply_sigmoid(self):
+        self.check_block(OpKind.MULTIPLY, OpKind.SIGMOID)
+
+    def test_matmul_tanh(self):
+        self.check_block(None, OpKind.TANH)
+
+    def test_matmul_add_then_softmax_two_partitions(self):
+        self.check_block(OpKind.ADD, OpKind.SOFTMAX, k=40, n=24)
+
+    def test_softmax_alone_over_the_last_axis(self):
+        g = unicache.Graph()
+        x, y = g.add_tensor([-1, 10]), g.add_tensor([-1, 10])
+        g.add_op(OpKind.SOFTMAX, [x], [y])
+        g.finalize()
+        engine = cpu_engine()
+        for m in BATCHES:
+            a = random((m, 10), m) * 4
+            (out,) = g.partitions[0].compile([a.shape], engine).execute(engine.stream(), [a])
+            np.testing.assert_allclose(out, softmax(a.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+    def test_batched_matmul_of_rank_3(self):
+        g = unicache.Graph()
+        a, b, y = g.add_tensor([-1, -1, 16]), g.add_tensor([-1, 16, 8]), g.add_tensor([-1, -1, 8])
+        g.add_op(OpKind.MATMUL, [a, b], [y])
+        g.finalize()
+        engine = cpu_engine()
+        for batch, m in ((1, 1), (3, 7), (2, 33)):
+            x, w = random((batch, m, 16), m), random((batch, 16, 8), batch)
+            (out,) = g.partitions[0].compile([x.shape, w.shape], engine).execute(engine.stream(), [x, w])
+            np.testing.assert_allclose(out, x @ w, rtol=1e-4, atol=1e-4)
+
+    def test_outputs_given_are_written_in_place_and_returned(self):
+        block = MatMulBlock(16, 8)
+        x, y = random((5, 16), 9), np.full((5, 8), np.nan, np.float32)
+        cp = block.partition.compile(block.shapes(5), cpu_engine())
+        (out,) = cp.execute(cpu_engine().stream(), [x] + block.weights, [y])
+        self.assertIs(out, y)
+        np.testing.assert_allclose(y, block.reference(x), rtol=1e-4, atol=1e-4)
+
+    def test_two_partitions_run_one_after_the_other(self):
+        g = unicache.Graph()
+        x, w1, w2 = g.add_tensor([-1, 32]), g.add_tensor([32, 48], True), g.add_tensor([48, 16], True)
+        h, a, y = g.add_tensor([-1, 48]), g.add_tensor([-1, 48]), g.add_tensor([-1, 16])
+        g.add_op(OpKind.MATMUL, [x, w1], [h])
+        g.add_op(OpKind.GELU_ERF, [h], [a])
+        g.add_op(OpKind.MATMUL, [a, w2], [y])
+        g.finalize()
+        first, second = g.partitions
+        engine, weights1, weights2 = cpu_engine(), random((32, 48), 1), random((48, 16), 2)
+        stream = engine.stream()
+        for m in (2, 17):
+            xs = random((m, 32), m)
+            (hidden,) = first.compile([xs.shape, weights1.shape], engine).execute(stream, [xs, weights1])
+            (out,) = second.compile([hidden.shape, weights2.shape], engine).execute(stream, [hidden, weights2])
+            want = gelu_erf(xs.astype(np.float64) @ weights1) @ weights2
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+    def test_threads_execute_one_compiled_partition_at_once_each_with_its_stream(self):
+        block = MatMulBlock(64, 32)
+        cp = block.partition.compile(block.shapes(16), cpu_engine())
+        errors = []
+
+        def work(seed):
+            try:
+                stream = cpu_engine().stream()
+                for i in range(20):
+                    x = random((16, 64), seed * 100 + i)
+                    (out,) = cp.execute(stream, [x] + block.weights)
+                    np.testing.assert_allclose(out, block.reference(x), rtol=1e-4, atol=1e-4)
+            except Exception as e:  # reported by the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
