@@ -115,3 +115,50 @@ class CpuNumerics(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LayerNormNumerics(unittest.TestCase):
+    """LayerNorm with its epsilon set through Graph.set_op_attr, against numpy."""
+
+    def test_layer_norm_over_the_last_axis_at_several_row_counts(self):
+        g = unicache.Graph()
+        x, gamma, beta = g.add_tensor([-1, 48]), g.add_tensor([48], constant=True), g.add_tensor([48], constant=True)
+        y = g.add_tensor([-1, 48])
+        op = g.add_op(OpKind.LAYER_NORM, [x, gamma, beta], [y])
+        g.set_op_attr(op, unicache.OpAttr.EPSILON, 1e-12)
+        g.finalize()
+        engine = cpu_engine()
+        gv, bv = random((48,), 1) + 1, random((48,), 2)
+        for m in BATCHES:
+            a = random((m, 48), m) * 3 + 5
+            (out,) = g.partitions[0].compile([a.shape, (48,), (48,)], engine).execute(engine.stream(), [a, gv, bv])
+            a64 = a.astype(np.float64)
+            want = (a64 - a64.mean(-1, keepdims=True)) / np.sqrt(a64.var(-1, keepdims=True) + 1e-12) * gv + bv
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+    def test_an_epsilon_out_of_range_or_on_another_op_is_an_invalid_graph(self):
+        g = unicache.Graph()
+        x, gamma, beta, y = (g.add_tensor(s) for s in ([4, 8], [8], [8], [4, 8]))
+        op = g.add_op(OpKind.LAYER_NORM, [x, gamma, beta], [y])
+        with self.assertRaises(unicache.InvalidGraph) as caught:
+            g.set_op_attr(op, unicache.OpAttr.EPSILON, -1.0)
+        self.assertIn("epsilon", str(caught.exception))
+        z = g.add_tensor([4, 8])
+        relu = g.add_op(OpKind.RELU, [y], [z])
+        with self.assertRaises(unicache.InvalidGraph):
+            g.set_op_attr(relu, unicache.OpAttr.EPSILON, 1e-5)
+
+
+class MarkedOutputs(unittest.TestCase):
+    def test_a_marked_output_ends_the_fused_chain(self):
+        g = unicache.Graph()
+        x, w, b = g.add_tensor([-1, 8]), g.add_tensor([8, 4], constant=True), g.add_tensor([4])
+        mm, s, y = g.add_tensor([-1, 4]), g.add_tensor([-1, 4]), g.add_tensor([-1, 4])
+        g.add_op(OpKind.MATMUL, [x, w], [mm])
+        g.add_op(OpKind.ADD, [mm, b], [s])
+        g.add_op(OpKind.RELU, [s], [y])
+        g.mark_output(s)
+        g.finalize()
+        self.assertEqual([p.outputs[0].id for p in g.partitions], [s.id, y.id])
+        with self.assertRaises(unicache.InvalidGraph):
+            g.mark_output(12345)

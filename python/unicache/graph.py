@@ -40,6 +40,13 @@ class OpKind(enum.IntEnum):
     SIGMOID = 6
     TANH = 7
     SOFTMAX = 8  # over the last axis
+    LAYER_NORM = 9  # over the last axis; inputs x, gamma, beta ([C]); epsilon via Graph.set_op_attr
+
+
+class OpAttr(enum.IntEnum):
+    """`unicache_op_attr_t`: an op's float attributes (Graph.set_op_attr)."""
+
+    EPSILON = 0  # LayerNorm: added to the variance; finite, >= 0; default 1e-5
 
 
 UNKNOWN_DIM = _abi.UNKNOWN_DIM
@@ -135,6 +142,20 @@ class Graph(Resource):
             _lib.call("unicache_graph_add_op", g, kind_value, ins, len(inputs), outs, len(outputs),
                       int(bool(transpose_a)), int(bool(transpose_b)), C.byref(op_id))
         return op_id.value
+
+    def set_op_attr(self, op_id: int, attr: Union[OpAttr, int], value: float) -> None:
+        """Sets a float attribute of op `op_id` (from add_op): InvalidGraph for an op
+        without it or a value out of range; nothing changes then."""
+        with self._handle() as g:
+            _lib.call("unicache_graph_set_op_attr_f32", g, operator.index(op_id), operator.index(attr),
+                      float(value), what="set_op_attr")
+
+    def mark_output(self, tensor: TensorRef) -> None:
+        """Declares that the caller reads `tensor` itself (between partitions): it is
+        then a partition's output, and no fused chain passes through it."""
+        (tensor_id,) = _ids([tensor], "mark_output")
+        with self._handle() as g:
+            _lib.call("unicache_graph_mark_output", g, tensor_id, what="mark_output")
 
     def finalize(self) -> None:
         """Validates and partitions the graph; InvalidGraph with the reason. Idempotent."""
