@@ -71,6 +71,59 @@ TEST_F(fixture, AgnosticKernelsServeEveryShapeWithOnePrimitive) {
       << "one runtime-dims matmul for five shapes";
 }
 
+// A residual Add (an operand as large as C), which oneDNN's runtime-dims
+// matmul cannot fuse, runs after it on power-of-two blocks of rows: forty
+// row counts build the runtime-dims matmul and the blocks, not a primitive
+// per shape. And attention's batched MatMuls, whose K or N is the sequence
+// length, run on one runtime-dims primitive for every shape.
+TEST_F(fixture, AgnosticKernelsWithAResidualOrBatchedOperandsBuildNothingPerShape) {
+  scoped_kernel_shapes mode(kernel_shapes::agnostic);
+  constexpr std::int64_t k = 36, n = 20;  // sizes no other test uses
+  graph g;
+  auto x = g.tensor({-1, k}), w = g.tensor({k, n}, tensor_property::constant), b = g.tensor({n});
+  auto residual = g.tensor({-1, n}), mm = g.tensor({-1, n}), biased = g.tensor({-1, n}), y = g.tensor({-1, n});
+  g.add_op(op_kind::matmul, {x, w}, {mm});
+  g.add_op(op_kind::add, {mm, b}, {biased});
+  g.add_op(op_kind::add, {biased, residual}, {y});
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 1u);
+  auto wv = random_data({k, n}, 80), bv = random_data({n}, 81);
+  const std::uint64_t before = onednn_cpu::stats().primitives_created;
+  for (std::int64_t m = 1; m <= 40; ++m) {
+    compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}, {m, n}}, eng);
+    auto xv = random_data({m, k}, static_cast<unsigned>(m)), rv = random_data({m, n}, static_cast<unsigned>(m) + 99);
+    std::vector<float> out(static_cast<std::size_t>(m * n));
+    cp.execute(strm, {{cp.inputs()[0], xv.data(), 0}, {cp.inputs()[1], wv.data(), 0}, {cp.inputs()[2], bv.data(), 0},
+                      {cp.inputs()[3], rv.data(), 0}}, {{cp.outputs()[0], out.data(), 0}});
+    auto want = ref_binary(ref_matmul(xv, wv, m, k, n, false, false), {m, n}, bv, {n}, {m, n}, true);
+    want = ref_binary(want, {m, n}, rv, {m, n}, {m, n}, true);
+    expect_close(out, want, matmul_atol(k), 1e-5, "M=" + std::to_string(m));
+  }
+  // M = 1, where the residual is one row and fuses, has a matmul of its own.
+  EXPECT_LE(onednn_cpu::stats().primitives_created - before, 8u) << "two matmuls and blocks of 1..32 rows";
+
+  graph att;
+  auto q = att.tensor({-1, -1, 8}), kt = att.tensor({-1, -1, 8}), scores = att.tensor({-1, -1, -1});
+  att.add_op(op_kind::matmul, {q, kt}, {scores}, false, true);
+  att.finalize();
+  const std::uint64_t att_before = onednn_cpu::stats().primitives_created;
+  for (const auto& [batch, seq] : {std::pair{3, 5}, {6, 17}, {1, 1}, {12, 40}}) {
+    compiled_partition cp = compile(att.partitions()[0], {{batch, seq, 8}, {batch, seq, 8}}, eng);
+    auto qv = random_data({batch, seq, 8}, 82), kv = random_data({batch, seq, 8}, 83);
+    std::vector<float> out(static_cast<std::size_t>(batch * seq * seq));
+    cp.execute(strm, {{cp.inputs()[0], qv.data(), 0}, {cp.inputs()[1], kv.data(), 0}},
+               {{cp.outputs()[0], out.data(), 0}});
+    std::vector<float> want;
+    for (int bi = 0; bi < batch; ++bi) {
+      std::vector<float> qs(qv.begin() + bi * seq * 8, qv.begin() + (bi + 1) * seq * 8);
+      std::vector<float> ks(kv.begin() + bi * seq * 8, kv.begin() + (bi + 1) * seq * 8);
+      for (float v : ref_matmul(qs, ks, seq, 8, seq, false, true)) want.push_back(v);
+    }
+    expect_close(out, want, matmul_atol(8), 1e-5, "batch " + std::to_string(batch) + " seq " + std::to_string(seq));
+  }
+  EXPECT_LE(onednn_cpu::stats().primitives_created - att_before, 1u) << "one runtime-dims batched matmul";
+}
+
 TEST_F(fixture, SpecializedKernelsAreOnePrimitivePerShape) {
   scoped_kernel_shapes mode(kernel_shapes::specialized);
   EXPECT_EQ(primitives_for_shapes(eng, strm, 41, 24, {1, 7, 129, 500, 3}), 5u);

@@ -2,10 +2,13 @@
 // primitives for a partition, and running them.
 #include "matmul_kernel.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <unordered_map>
 #include <utility>
 
 #include "engine_state.hpp"
+#include "row_wise_kernel.hpp"
 #include "unicache/cache_key.hpp"
 
 namespace unicache::onednn_cpu::detail {
@@ -47,17 +50,20 @@ matmul_kernel::matmul_kernel(const partition& p, const std::vector<logical_tenso
   // the plain matmul plus steps.
   const kernel_shapes mode = current_kernel_shapes();
   if (shape_agnostic(mode)) {
+    bool built = false, agnostic = false;
     try {
-      bool built = false;
       prim_ = make_runtime_matmul(e, posts, &built);
       fused_ = posts;
-      // Adaptive: the first shape of a configuration runs on a primitive of
-      // its own, what is ready soonest (a runtime-dims primitive is slow on
-      // its first executions); later shapes take the runtime-dims one.
-      if (!(mode == kernel_shapes::adaptive && built)) return;
+      agnostic = true;
     } catch (const dnnl::error&) {
-      // This configuration needs its shapes: build for them below.
+      agnostic = make_runtime_with_block_steps(e, posts, &built);
     }
+    // Adaptive: the first shape of a configuration runs on a primitive of
+    // its own, what is ready soonest (a runtime-dims primitive is slow on
+    // its first executions); later shapes take the runtime-dims one.
+    if (agnostic && !(mode == kernel_shapes::adaptive && built)) return;
+    // Otherwise this configuration needs its shapes: build for them below.
+    block_steps_.clear();
     own_shapes_ = true;  // below: a primitive for these shapes alone
   }
   try {
@@ -86,6 +92,19 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
     }
   }
   prim_->prim.execute(strm, args);
+  const std::int64_t n = dst_md_.dims().back();
+  for (const block_step& st : block_steps_) {
+    float* rows = static_cast<float*>(outputs[0].data) + st.first_row * n;
+    std::unordered_map<int, dnnl::memory> step_args{{DNNL_ARG_DST, dnnl::memory(st.md, eng, rows)}};
+    if (st.input) {
+      float* operand = static_cast<float*>(inputs[*st.input].data) + (st.operand_whole ? st.first_row * n : 0);
+      step_args.emplace(DNNL_ARG_SRC_0, dnnl::memory(st.md, eng, rows));
+      step_args.emplace(DNNL_ARG_SRC_1, dnnl::memory(st.operand_md, eng, operand));
+    } else {
+      step_args.emplace(DNNL_ARG_SRC, dnnl::memory(st.md, eng, rows));
+    }
+    st.prim->prim.execute(strm, step_args);
+  }
   for (const step& st : steps_) {
     std::unordered_map<int, dnnl::memory> step_args{{DNNL_ARG_DST, dst}};
     if (st.input) {
@@ -116,25 +135,37 @@ std::shared_ptr<const cached_primitive> matmul_kernel::make_runtime_matmul(const
     }
     return d;
   };
+  // A constant or rank-2 B keeps K and N (a weight's layout is chosen for
+  // them); a variable batched one (attention's operands, whose K or N is the
+  // sequence length) has every dim runtime.
+  const bool batched_operands = !constant_b_ && rank == 3;
+  const int keep = batched_operands ? -1 : rank - 1;
   const tag plain = plain_tag(static_cast<std::size_t>(rank));
-  const dnnl::memory::desc a(runtime(a_md_, rank - 1, {}), dt::f32,
-                             transpose_a_ ? (rank == 3 ? tag::acb : tag::ba) : plain);
-  const dnnl::memory::desc c(runtime(dst_md_, rank - 1, {}), dt::f32, plain);
+  const tag transposed = rank == 3 ? tag::acb : tag::ba;
+  const dnnl::memory::desc a(runtime(a_md_, keep, {}), dt::f32, transpose_a_ ? transposed : plain);
+  const dnnl::memory::desc c(runtime(dst_md_, keep, {}), dt::f32, plain);
   std::vector<dnnl::memory::desc> post_mds;
   for (const post& x : posts) {
-    post_mds.push_back(is_binary(x.kind) ? dnnl::memory::desc(runtime(x.md, rank - 1, dst_md_.dims()), dt::f32, plain)
+    post_mds.push_back(is_binary(x.kind) ? dnnl::memory::desc(runtime(x.md, keep, dst_md_.dims()), dt::f32, plain)
                                          : x.md);
   }
-  return make_matmul(e, a, c, posts, post_mds, built);
+  const std::optional<dnnl::memory::desc> b =
+      !batched_operands ? std::nullopt
+                  : std::optional(dnnl::memory::desc(runtime(b_user_md_, keep, {}), dt::f32,
+                                                     b_user_md_.data.format_desc.blocking.strides[rank - 1] == 1
+                                                         ? plain
+                                                         : transposed));
+  return make_matmul(e, a, c, posts, post_mds, built, b);
 }
 
 std::shared_ptr<const cached_primitive> matmul_kernel::make_matmul(const engine& e, const dnnl::memory::desc& a_md,
                                                                    const dnnl::memory::desc& dst_md,
                                                                    const std::vector<post>& posts,
                                                                    const std::vector<dnnl::memory::desc>& post_mds,
-                                                                   bool* built) {
+                                                                   bool* built,
+                                                                   const std::optional<dnnl::memory::desc>& b_runtime) {
   const dnnl::memory::desc b_any(b_user_md_.dims(), dt::f32, tag::any);
-  const dnnl::memory::desc& b_md = constant_b_ ? b_any : b_user_md_;
+  const dnnl::memory::desc& b_md = b_runtime ? *b_runtime : constant_b_ ? b_any : b_user_md_;
   cache_key key;
   key.add("matmul");
   add_md(key, a_md);
@@ -184,6 +215,72 @@ matmul_kernel::step matmul_kernel::make_step(const engine& e, const post& x) {
     return cached_primitive{dnnl::eltwise_forward(pd), {}};
   });
   return st;
+}
+
+bool matmul_kernel::make_runtime_with_block_steps(const engine& e, const std::vector<post>& posts, bool* built) {
+  if (dst_md_.data.ndims != 2) return false;
+  for (std::size_t fused = posts.size(); fused-- > 0;) {
+    std::vector<block_step> steps;
+    for (std::size_t i = fused; i < posts.size(); ++i) {
+      std::vector<block_step> blocks = make_block_steps(e, posts[i]);
+      if (blocks.empty()) return false;  // an operand neither whole nor one row
+      steps.insert(steps.end(), blocks.begin(), blocks.end());
+    }
+    const std::vector<post> prefix(posts.begin(), posts.begin() + static_cast<std::ptrdiff_t>(fused));
+    try {
+      prim_ = make_runtime_matmul(e, prefix, built);
+    } catch (const dnnl::error&) {
+      continue;  // fuse fewer
+    }
+    fused_ = prefix;
+    block_steps_ = std::move(steps);
+    return true;
+  }
+  return false;
+}
+
+std::vector<matmul_kernel::block_step> matmul_kernel::make_block_steps(const engine& e, const post& x) const {
+  const dims c = dst_md_.dims();
+  const std::int64_t m = c[0], n = c[1];
+  bool whole = false;
+  if (is_binary(x.kind)) {
+    const dims d = x.md.dims();
+    whole = d[0] == m && d[1] == n;
+    if (!whole && !(d[0] == 1 && d[1] == n)) return {};
+  }
+  const std::int64_t largest = static_cast<std::int64_t>(
+      std::bit_floor(static_cast<std::uint64_t>(std::max<std::int64_t>(1, (std::int64_t{1} << 22) / n))));
+  const dnnl::engine& eng = e.native<engine_state>().eng;
+  std::vector<block_step> steps;
+  std::int64_t first = 0;
+  for (std::int64_t rows : power_of_two_blocks(m, largest)) {
+    block_step st;
+    st.first_row = first;
+    st.rows = rows;
+    st.md = plain_md({rows, n});
+    st.operand_whole = whole;
+    if (is_binary(x.kind)) {
+      st.input = x.input;
+      st.operand_md = whole ? st.md : plain_md({1, n});
+    }
+    cache_key key;
+    key.add("block_step").add(static_cast<std::uint8_t>(x.kind)).add(whole);
+    add_md(key, st.md);
+    st.prim = primitive_for(e, key, [&] {
+      if (is_binary(x.kind)) {
+        dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(x.kind), st.md, st.operand_md, st.md),
+                                        eng);
+        return cached_primitive{dnnl::binary(pd), {}};
+      }
+      dnnl::eltwise_forward::primitive_desc pd(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_algorithm(x.kind), st.md, 0.f, 0.f),
+          eng);
+      return cached_primitive{dnnl::eltwise_forward(pd), {}};
+    });
+    steps.push_back(std::move(st));
+    first += rows;
+  }
+  return steps;
 }
 
 }  // namespace unicache::onednn_cpu::detail
