@@ -256,6 +256,16 @@ UNICACHE_API unicache_status_t unicache_engine_create_cpu(int index, unicache_en
 UNICACHE_API unicache_status_t unicache_engine_destroy(unicache_engine_t engine);
 UNICACHE_API unicache_status_t unicache_engine_get_kind(unicache_engine_t engine, unicache_engine_kind_t* kind);
 
+/* Kernels the engine's backend has built since the process started (every
+ * device of that backend): on the CPU, oneDNN primitives created; on a GPU,
+ * kernels built from source (`loaded`: from stored or preloaded binaries).
+ * What a frontend counts to show that new shapes build nothing. */
+typedef struct {
+  uint64_t built, loaded, build_ns;
+} unicache_build_stats_t;
+UNICACHE_API unicache_status_t unicache_engine_get_build_stats(unicache_engine_t engine,
+                                                               unicache_build_stats_t* stats);
+
 UNICACHE_API unicache_status_t unicache_stream_create(unicache_engine_t engine, unicache_stream_t* stream);
 UNICACHE_API unicache_status_t unicache_stream_destroy(unicache_stream_t stream);
 /* Waits until the work enqueued on the stream is finished. On a GPU,

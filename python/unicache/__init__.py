@@ -55,7 +55,7 @@ from .caches import (Cache, CacheStats, Capacity, EvictionEvent, EvictionSubscri
                      get_kernel_cache_capacity, set_cache_capacity, set_constant_tensor_cache_capacity,
                      set_kernel_cache_capacity)
 from .compiled import CompiledPartition
-from .engine import Backend, Engine, EngineKind, Stream, cuda_available
+from .engine import Backend, BuildStats, Engine, EngineKind, Stream, cuda_available
 from .errors import (BufferTooSmall, CacheError, CompileFailed, Error, ExecuteFailed, InvalidArgument, InvalidGraph,
                      InvalidHandle, InvalidTensorType, LibraryError, OutOfMemory, Status, StoreError, Unsupported)
 from .graph import UNKNOWN_DIM, Graph, LogicalTensor, OpAttr, OpKind, Partition
@@ -77,7 +77,7 @@ def library_path() -> str:
 __all__ = [
     "__version__", "library_version", "library_path", "store",
     "Graph", "Partition", "LogicalTensor", "OpKind", "OpAttr", "UNKNOWN_DIM",
-    "Engine", "EngineKind", "Backend", "Stream", "cuda_available",
+    "Engine", "EngineKind", "Backend", "BuildStats", "Stream", "cuda_available",
     "CompiledPartition", "Tensor", "DeviceBuffer", "OpenCLBuffer", "CudaBuffer",
     "Cache", "Policy", "Owner", "CacheStats", "Capacity", "EvictionEvent", "EvictionSubscription",
     "set_cache_capacity", "get_cache_capacity", "set_constant_tensor_cache_capacity",

@@ -38,6 +38,12 @@ class CacheStatsStruct(C.Structure):
     _fields_ = [(name, C.c_uint64) for name in CACHE_STATS_FIELDS]
 
 
+class BuildStatsStruct(C.Structure):
+    """unicache_build_stats_t"""
+
+    _fields_ = [("built", C.c_uint64), ("loaded", C.c_uint64), ("build_ns", C.c_uint64)]
+
+
 STORE_STATS_FIELDS = ("entries", "bytes", "devices", "temporary_files")
 
 

@@ -77,6 +77,7 @@ _CORE: Dict[str, List[Any]] = {
     "unicache_graph_set_op_attr_f32": [_VP, _U64, _ENUM, C.c_float],
     "unicache_graph_mark_output": [_VP, _U64],
     "unicache_graph_finalize": [_VP],
+    "unicache_engine_get_build_stats": [_VP, _P(_abi.BuildStatsStruct)],
     "unicache_graph_get_partition_count": [_VP, _PSZ],
     "unicache_graph_get_partition": [_VP, _SZ, _PVP],
     "unicache_partition_get_input_count": [_VP, _PSZ],

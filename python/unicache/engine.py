@@ -13,9 +13,10 @@ from __future__ import annotations
 import ctypes as C
 import enum
 import operator
+from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from . import _lib
+from . import _abi, _lib
 from ._handle import NativeHandle, Resource
 from .errors import InvalidArgument, InvalidTensorType
 
@@ -40,6 +41,16 @@ def _pointer(value: Any, what: str) -> int:
         return operator.index(value)
     except TypeError:
         raise InvalidArgument(f"{what}: expected a handle as an int, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class BuildStats:
+    """What Engine.build_stats() returns: kernels built, loaded from binaries, and
+    the nanoseconds spent building."""
+
+    built: int
+    loaded: int
+    build_ns: int
 
 
 class Engine(Resource):
@@ -118,6 +129,15 @@ class Engine(Resource):
         with self._handle() as e:
             _lib.call("unicache_engine_get_kind", e, C.byref(kind))
         return EngineKind(kind.value)
+
+    def build_stats(self) -> "BuildStats":
+        """Kernels this engine's backend built since the process started (every device
+        of the backend): on the CPU oneDNN primitives created, on a GPU kernels built
+        from source (`loaded`: from stored or preloaded binaries)."""
+        out = _abi.BuildStatsStruct()
+        with self._handle() as e:
+            _lib.call("unicache_engine_get_build_stats", e, C.byref(out))
+        return BuildStats(out.built, out.loaded, out.build_ns)
 
     def stream(self, cuda_stream: Any = None) -> "Stream":
         """A new stream of this engine. On CUDA, `cuda_stream` makes it over the caller's

@@ -3,6 +3,7 @@
 #include "unicache/unicache.h"
 
 #include "c_api_internal.hpp"
+#include "unicache/kernel_path.hpp"
 
 #ifdef UNICACHE_C_WITH_ONEDNN
 #include "unicache/onednn_cpu.hpp"
@@ -31,6 +32,29 @@ unicache_status_t unicache_engine_destroy(unicache_engine_t engine) { return des
 
 unicache_status_t unicache_engine_get_kind(unicache_engine_t engine, unicache_engine_kind_t* kind) {
   return guarded([&] { *need(kind, "kind") = from_kind(live(engine, kEngineMagic, "engine")->e.kind()); });
+}
+
+unicache_status_t unicache_engine_get_build_stats(unicache_engine_t engine, unicache_build_stats_t* stats) {
+  return guarded([&] {
+    const unicache::engine& e = live(engine, kEngineMagic, "engine")->e;
+    const engine_kind kind = e.kind();
+    const backend* b = e.get_backend();
+    need(stats, "stats");
+    unicache_build_stats_t out{};
+    if (kind == engine_kind::cpu) {
+#ifdef UNICACHE_C_WITH_ONEDNN
+      const onednn_cpu::backend_stats s = onednn_cpu::stats();  // oneDNN kernels are primitives, not the kernel path's
+      out.built = s.primitives_created;
+      out.build_ns = s.create_ns;
+#endif
+    } else if (b) {
+      const kernel_path_stats s = kernel_stats(b->cache_owner());
+      out.built = s.from_source;
+      out.loaded = s.from_binary;
+      out.build_ns = s.build_ns;
+    }
+    *stats = out;
+  });
 }
 
 unicache_status_t unicache_stream_create(unicache_engine_t engine, unicache_stream_t* stream) {

@@ -197,7 +197,12 @@ static int test_layer_norm(void) {
   const int64_t rows_shape[2] = {2, 4};
   const int64_t* shapes[3] = {rows_shape, ps, ps};
   unicache_compiled_partition_t cp = NULL;
+  unicache_build_stats_t before, after;
+  OK(unicache_engine_get_build_stats(eng, &before));
   OK(unicache_compile(p, 3, ndims, shapes, eng, &cp));
+  OK(unicache_engine_get_build_stats(eng, &after));
+  CHECK(after.built == before.built + 1);  /* one LayerNorm primitive: two rows, one block */
+  CHECK_STATUS(unicache_engine_get_build_stats(eng, NULL), UNICACHE_INVALID_ARGUMENT);
   float xv[8] = {1, 2, 3, 4, 11, 12, 13, 14}, gv[4] = {1, 2, 1, 2}, bv[4] = {0, 0, 1, 1}, yv[8] = {0};
   const float want[4] = {-0.75f, -0.5f, 1.25f, 2.5f};
   unicache_tensor_t in[3] = {{x, xv, 0}, {gamma, gv, 1}, {beta, bv, 1}}, out[1] = {{y, yv, 0}};
