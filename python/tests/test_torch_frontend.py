@@ -1,0 +1,180 @@
+"""unicache.torch on the CPU against torch eager: the BERT encoder of
+benchmarks/bert_encoder.py at shapes of the serving trace, new shapes that
+build nothing, ops the IR lacks left to torch, and bad inputs answered with
+exceptions. Skipped without torch (Debian: python3-torch)."""
+import os
+import subprocess
+import sys
+import unittest
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import unicache
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "benchmarks"))
+
+
+def close_to(test, got, want, what):
+    """Max abs difference <= 1e-4 of the output's scale (its largest magnitude)."""
+    scale = want.abs().max().item()
+    diff = (got - want).abs().max().item()
+    test.assertLessEqual(diff, 1e-4 * max(scale, 1.0), f"{what}: max abs diff {diff:.3g} at scale {scale:.3g}")
+
+
+@unittest.skipIf(torch is None, "torch is not installed (Debian: python3-torch)")
+class TorchFrontend(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import unicache.torch
+        from bert_encoder import BertEncoder, make_trace
+        cls.ut, cls.make_trace = unicache.torch, staticmethod(make_trace)
+        torch.manual_seed(0)
+        cls.small = BertEncoder(layers=2, hidden=64, heads=4, ffn=128).eval()
+        cls.fast_small = unicache.torch.compile(cls.small, [torch.randn(2, 8, 64)], dynamic_dims={0: (0, 1)})
+
+    def test_bert_base_matches_eager(self):
+        from bert_encoder import BertEncoder
+        torch.manual_seed(1)
+        model = BertEncoder().eval()  # 12 layers, hidden 768: the benchmark's model
+        fast = self.ut.compile(model, [torch.randn(1, 8, 768)], dynamic_dims={0: (0, 1)})
+        self.assertEqual(fast.partitions, 12 * 11, "per layer: Q, K, V, scores, softmax, context, "
+                         "projection+residual, LayerNorm, FFN up+GELU, FFN down+residual, LayerNorm")
+        for batch, length in ((1, 8), (2, 17), (3, 5)):
+            x = torch.randn(batch, length, 768)
+            with torch.no_grad():
+                want = model(x)
+            close_to(self, fast(x), want, f"BERT-base {batch}x{length}")
+
+    def test_the_encoder_matches_eager_at_20_shapes_of_the_trace(self):
+        for batch, length in self.make_trace(20, seed=7, max_seq=96):
+            x = torch.randn(batch, length, 64)
+            with torch.no_grad():
+                want = self.small(x)
+            close_to(self, self.fast_small(x), want, f"{batch}x{length}")
+
+    def test_everything_but_views_runs_in_unicache(self):
+        ran_in_torch = {name.rstrip("_0123456789") for name in self.fast_small.torch_nodes}
+        self.assertLessEqual(ran_in_torch, {"size", "getitem", "add", "view", "permute", "contiguous"})
+
+    def test_new_batch_sizes_build_no_kernels(self):
+        # A child process in the agnostic kernel mode, where nothing is built in
+        # the background: after lengths and row counts have been seen once, new
+        # batch sizes at those lengths build no kernel at all.
+        code = (
+            "import torch, unicache.torch as ut\n"
+            "from bert_encoder import BertEncoder\n"
+            "torch.manual_seed(0)\n"
+            "m = BertEncoder(layers=2, hidden=64, heads=4, ffn=128).eval()\n"
+            "f = ut.compile(m, [torch.randn(2, 8, 64)], dynamic_dims={0: (0, 1)})\n"
+            "for b in (1, 2, 4, 8, 16):\n"
+            "    f(torch.randn(b, 8, 64)); f(torch.randn(b, 24, 64))\n"
+            "before = f.engine.build_stats().built\n"
+            "for b in (3, 5, 6, 7, 9, 11, 13):\n"
+            "    for s in (8, 24):\n"
+            "        x = torch.randn(b, s, 64)\n"
+            "        assert (f(x) - m(x)).abs().max().item() < 1e-4\n"
+            "print(f.engine.build_stats().built - before, f.signatures)\n")
+        env = dict(os.environ, UNICACHE_KERNEL_SHAPES="agnostic",
+                   PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), sys.path[0]]))
+        with torch.no_grad():
+            run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        built, signatures = run.stdout.split()
+        self.assertEqual(int(signatures), 24)
+        self.assertEqual(int(built), 0, "14 new shapes built kernels")
+
+    def test_a_repeated_shape_compiles_nothing_more(self):
+        x = torch.randn(3, 11, 64)
+        self.fast_small(x)
+        compiles = self.fast_small.compiles
+        self.fast_small(torch.randn(3, 11, 64))
+        self.assertEqual(self.fast_small.compiles, compiles)
+
+    def test_ops_the_ir_lacks_run_in_torch(self):
+        class Odd(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+            def forward(self, x):
+                h = torch.exp(self.a(x)) - 1.0  # exp and sub: not in the IR
+                return torch.relu(self.b(h.flip(-1))) * 2.0 + torch.cumsum(h, dim=-1)
+
+        torch.manual_seed(2)
+        model = Odd().eval()
+        fast = self.ut.compile(model, [torch.randn(4, 16)])
+        self.assertGreaterEqual(fast.partitions, 2)
+        self.assertTrue({"exp", "sub", "flip", "cumsum"} <= set(fast.torch_nodes), fast.torch_nodes)
+        for batch in (1, 5, 9):
+            x = torch.randn(batch, 16)
+            with torch.no_grad():
+                close_to(self, fast(x), model(x), f"batch {batch}")
+
+    def test_an_intermediate_torch_reads_is_kept(self):
+        class Branch(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                h = self.a(x)  # read by GELU (fusable) and by torch's exp
+                return torch.nn.functional.gelu(h) + torch.exp(h)
+
+        torch.manual_seed(3)
+        model = Branch().eval()
+        fast = self.ut.compile(model, [torch.randn(3, 8)])
+        x = torch.randn(6, 8)
+        with torch.no_grad():
+            close_to(self, fast(x), model(x), "branch")
+
+    def test_a_changed_parameter_is_used(self):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+        fast = self.ut.compile(model, [torch.randn(2, 8)])
+        x = torch.randn(2, 8)
+        fast(x)
+        with torch.no_grad():
+            model[0].weight.mul_(-1.0)
+            close_to(self, fast(x), model(x), "after the weight changed in place")
+
+    def test_bad_inputs_raise_clear_exceptions(self):
+        f = self.fast_small
+        with self.assertRaises(unicache.InvalidTensorType) as caught:
+            f(torch.randn(2, 8, 64, dtype=torch.float64))
+        self.assertIn("float64", str(caught.exception))
+        with self.assertRaises(unicache.InvalidArgument) as caught:
+            f(torch.randn(2, 64, 8).transpose(1, 2))
+        self.assertIn("contiguous", str(caught.exception))
+        with self.assertRaises(unicache.InvalidArgument) as caught:
+            f(torch.randn(2, 8, 65))
+        self.assertIn("[-1, -1, 64]", str(caught.exception))
+        with self.assertRaises(unicache.InvalidArgument):
+            f(torch.randn(2, 8, 64), torch.randn(2, 8, 64))
+        with self.assertRaises(unicache.InvalidTensorType):
+            f([[1.0]])
+
+    def test_an_untraceable_module_names_fx_reason(self):
+        class Loop(torch.nn.Module):
+            def forward(self, x):
+                for _ in x.size():  # iterating over a traced size
+                    x = x + 1
+                return x
+
+        with self.assertRaises(self.ut.TraceFailed) as caught:
+            self.ut.compile(Loop().eval(), [torch.randn(2, 3)])
+        self.assertIn("torch.fx could not trace Loop", str(caught.exception))
+        self.assertIsInstance(caught.exception, unicache.Error)
+
+    def test_training_mode_and_bad_dynamic_dims_are_refused(self):
+        model = torch.nn.Linear(4, 4)
+        with self.assertRaises(unicache.InvalidArgument):
+            self.ut.compile(model.train(), [torch.randn(2, 4)])
+        with self.assertRaises(unicache.InvalidArgument):
+            self.ut.compile(model.eval(), [torch.randn(2, 4)], dynamic_dims={0: (5,)})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,471 @@
+"""Lowering: which FX nodes become unicache ops, and the one unicache graph
+they form.
+
+Every FX value that unicache reads or writes is a unicache tensor seen
+through a view of its torch shape:
+  plain  the torch shape itself;
+  rows   every dimension but the last flattened ([B, S, H] -> [B*S, H]): what
+         Linear, LayerNorm, Softmax and eltwise ops need, since each row is
+         independent;
+  batch  every dimension but the last two flattened ([B, h, S, d] ->
+         [B*h, S, d]): a batched MatMul's operands, rank 3 as the IR takes it.
+A contiguous tensor has the same bytes under every view, so a view costs
+nothing at run time. Where a value made by unicache is read under another
+view, or by torch, it becomes a partition's output (Graph.mark_output).
+Dimensions that differ between the two capture runs are -1.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from ..graph import Graph, LogicalTensor, OpAttr, OpKind
+from ._capture import Shape, TensorInfo
+
+PLAIN, ROWS, BATCH = "plain", "rows", "batch"
+ShapeFn = Callable[[List[Shape]], Shape]
+
+
+def view_shape(shape: Sequence[int], view: str) -> Shape:
+    """`shape` under `view` (see the module's docstring)."""
+    shape = tuple(shape)
+    if view == ROWS and len(shape) > 2:
+        return (math.prod(shape[:-1]), shape[-1])
+    if view == BATCH and len(shape) > 3:
+        return (math.prod(shape[:-2]),) + shape[-2:]
+    return shape
+
+
+def canonical(view: str, rank: int) -> str:
+    """The view's name, PLAIN where it changes nothing at this rank."""
+    if (view == ROWS and rank <= 2) or (view == BATCH and rank <= 3):
+        return PLAIN
+    return view
+
+
+@dataclass
+class Source:
+    """Where a unicache tensor's data comes from at run time: an FX node's value
+    (seen through `view`), or a constant tensor (a parameter, or a scalar made here)."""
+
+    node: Optional[torch.fx.Node]
+    view: str = PLAIN
+    constant: Optional[torch.Tensor] = None
+
+
+@dataclass
+class Lowered:
+    """What lowering made: the graph, each tensor's source, each node's unicache
+    value, and the shape rules of the nodes unicache computes."""
+
+    graph: Graph
+    sources: Dict[int, Source] = field(default_factory=dict)         # tensor id -> source
+    produced: Dict[torch.fx.Node, Tuple[LogicalTensor, str]] = field(default_factory=dict)
+    produced_by: Dict[int, torch.fx.Node] = field(default_factory=dict)  # tensor id -> node
+    shape_rules: Dict[torch.fx.Node, Tuple[ShapeFn, List[torch.fx.Node]]] = field(default_factory=dict)
+    aliases: Dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)  # identity nodes
+    folded: Set[torch.fx.Node] = field(default_factory=set)  # transposes read through a MatMul flag
+
+    def source_of(self, tensor_id: int) -> Source:
+        """Where a partition input comes from: a declared source, or another
+        partition's output (the node whose value it is)."""
+        if tensor_id in self.sources:
+            return self.sources[tensor_id]
+        node = self.produced_by[tensor_id]
+        return Source(node, self.produced[node][1])
+
+    def resolve(self, node: Any) -> Any:
+        while isinstance(node, torch.fx.Node) and node in self.aliases:
+            node = self.aliases[node]
+        return node
+
+
+_ELTWISE_FUNCTIONS = {F.relu: OpKind.RELU, torch.relu: OpKind.RELU, torch.sigmoid: OpKind.SIGMOID,
+                      torch.tanh: OpKind.TANH, F.sigmoid: OpKind.SIGMOID, F.tanh: OpKind.TANH}
+_ELTWISE_METHODS = {"relu": OpKind.RELU, "sigmoid": OpKind.SIGMOID, "tanh": OpKind.TANH}
+_ELTWISE_MODULES = {torch.nn.ReLU: OpKind.RELU, torch.nn.Sigmoid: OpKind.SIGMOID, torch.nn.Tanh: OpKind.TANH}
+_BINARY = {operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul: "mul",
+           operator.truediv: "div", torch.div: "div"}
+_BINARY_METHODS = {"add": "add", "mul": "mul", "div": "div"}
+_MATMUL = {torch.matmul, torch.bmm, operator.matmul}
+
+
+class Lowerer:
+    """Walks the FX graph once, in order, turning what the IR supports into ops."""
+
+    def __init__(self, gm: torch.fx.GraphModule, info: Dict[torch.fx.Node, Optional[TensorInfo]],
+                 device: torch.device) -> None:
+        self.gm, self.info, self.device = gm, info, device
+        self.modules = dict(gm.named_modules())
+        self.out = Lowered(Graph())
+        self._inputs: Dict[Tuple[torch.fx.Node, str], LogicalTensor] = {}
+        self._constants: Dict[int, LogicalTensor] = {}
+        self._read_outside: Set[int] = set()
+
+    # --- Tensors -------------------------------------------------------------
+
+    def _f32(self, node: Any) -> Optional[TensorInfo]:
+        """The node's TensorInfo if it is an f32 tensor on the compile device."""
+        node = self.out.resolve(node)
+        if not isinstance(node, torch.fx.Node):
+            return None
+        ti = self.info.get(node)
+        if ti is None or ti.dtype != torch.float32 or ti.device != self.device or ti.rank == 0 or ti.rank > 8:
+            return None
+        return ti
+
+    def _dims(self, ti: TensorInfo, view: str) -> Tuple[int, ...]:
+        a, b = view_shape(ti.shape, view), view_shape(ti.other_shape, view)
+        return tuple(x if x == y else -1 for x, y in zip(a, b))
+
+    def _use(self, node: torch.fx.Node, view: str) -> LogicalTensor:
+        """The unicache tensor of `node`'s value under `view`."""
+        node = self.out.resolve(node)
+        ti = self.info[node]
+        assert ti is not None
+        view = canonical(view, ti.rank)
+        made = self.out.produced.get(node)
+        if made is not None:
+            tensor, made_view = made
+            if made_view == view:
+                return tensor
+            self._read_outside.add(tensor.id)  # re-read under another view: materialized
+        key = (node, view)
+        if key not in self._inputs:
+            t = self.out.graph.add_tensor(self._dims(ti, view))
+            self._inputs[key] = t
+            self.out.sources[t.id] = Source(node, view)
+        return self._inputs[key]
+
+    def _constant(self, value: torch.Tensor) -> LogicalTensor:
+        """A constant tensor (a parameter: its version counts its changes)."""
+        key = id(value)
+        if key not in self._constants:
+            t = self.out.graph.add_tensor(tuple(value.shape), constant=True)
+            self._constants[key] = t
+            self.out.sources[t.id] = Source(None, PLAIN, value)
+        return self._constants[key]
+
+    def _scalar(self, value: float) -> LogicalTensor:
+        return self._constant(torch.tensor([float(value)], dtype=torch.float32, device=self.device))
+
+    def _parameter(self, value: Any) -> Optional[torch.Tensor]:
+        """`value` if it is an f32 tensor on the compile device (a usable constant), else None."""
+        ok = isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.device == self.device
+        return value if ok else None
+
+    def _attr(self, node: torch.fx.Node) -> Optional[torch.Tensor]:
+        if node.op != "get_attr":
+            return None
+        value: Any = self.gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        return self._parameter(value)
+
+    def _output(self, node: torch.fx.Node, view: str, rule: ShapeFn, args: List[torch.fx.Node]) -> LogicalTensor:
+        ti = self.info[node]
+        assert ti is not None
+        view = canonical(view, ti.rank)
+        t = self.out.graph.add_tensor(self._dims(ti, view))
+        self.out.produced[node] = (t, view)
+        self.out.produced_by[t.id] = node
+        self.out.shape_rules[node] = (rule, args)
+        return t
+
+    def _temporary(self, node: torch.fx.Node, view: str) -> LogicalTensor:
+        """A tensor inside a node's lowering (a MatMul's result before its bias)."""
+        ti = self.info[node]
+        assert ti is not None
+        return self.out.graph.add_tensor(self._dims(ti, canonical(view, ti.rank)))
+
+    def _view_of(self, node: torch.fx.Node) -> str:
+        """The view a row-wise op reads `node` in: the one unicache made it in, else rows."""
+        made = self.out.produced.get(self.out.resolve(node))
+        return made[1] if made else ROWS
+
+    # --- Ops -----------------------------------------------------------------
+
+    def lower(self, node: torch.fx.Node) -> bool:
+        """Lowers `node` if the IR supports it; False leaves it to torch."""
+        if node.op == "call_module":
+            return self._module(node, self.modules[str(node.target)])
+        if node.op == "call_function":
+            return self._function(node)
+        if node.op == "call_method":
+            return self._method(node)
+        return False
+
+    def _module(self, node: torch.fx.Node, m: torch.nn.Module) -> bool:
+        if isinstance(m, (torch.nn.Dropout, torch.nn.Identity)) and not m.training and len(node.args) == 1:
+            return self._alias(node, node.args[0])
+        if len(node.args) != 1 or node.kwargs:
+            return False
+        x = node.args[0]
+        if isinstance(m, torch.nn.Linear):
+            return self._linear(node, x, self._parameter(m.weight),
+                                None if m.bias is None else self._parameter(m.bias), m.bias is not None)
+        if isinstance(m, torch.nn.LayerNorm):
+            return self._layer_norm(node, x, tuple(m.normalized_shape), m.weight, m.bias, m.eps)
+        if type(m) in _ELTWISE_MODULES:
+            return self._eltwise(node, x, _ELTWISE_MODULES[type(m)])
+        if isinstance(m, torch.nn.GELU):
+            return self._gelu(node, x, getattr(m, "approximate", "none"))
+        if isinstance(m, torch.nn.Softmax):
+            return self._softmax(node, x, m.dim)
+        return False
+
+    def _function(self, node: torch.fx.Node) -> bool:
+        f, args, kwargs = node.target, node.args, dict(node.kwargs)
+        if f is F.dropout:
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+            return training is False and self._alias(node, args[0])
+        if f in _ELTWISE_FUNCTIONS and len(args) == 1 and not kwargs:
+            return self._eltwise(node, args[0], _ELTWISE_FUNCTIONS[f])
+        if f is F.gelu and len(args) == 1 and set(kwargs) <= {"approximate"}:
+            return self._gelu(node, args[0], kwargs.get("approximate", "none"))
+        if f in (F.softmax, torch.softmax) and kwargs.get("dtype") is None:
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            return self._softmax(node, args[0], dim)
+        if f is F.layer_norm:
+            return self._functional_layer_norm(node, args, kwargs)
+        if f is F.linear and not kwargs and len(args) in (2, 3):
+            w = self._attr(args[1]) if isinstance(args[1], torch.fx.Node) else None
+            b = args[2] if len(args) == 3 else None
+            bias = self._attr(b) if isinstance(b, torch.fx.Node) else None
+            return self._linear(node, args[0], w, bias, b is not None)
+        if f in _MATMUL and len(args) == 2 and not kwargs:
+            return self._matmul(node, args[0], args[1], batched_only=f is torch.bmm)
+        if f is torch.addmm and len(args) == 3 and not kwargs:
+            return self._addmm(node, *args)
+        if f in _BINARY and len(args) == 2 and not kwargs:
+            return self._binary(node, _BINARY[f], args[0], args[1])
+        return False
+
+    def _method(self, node: torch.fx.Node) -> bool:
+        name, args, kwargs = node.target, node.args, dict(node.kwargs)
+        if name == "contiguous" and len(args) == 1 and not kwargs and self.out.resolve(args[0]) in self.out.produced:
+            return self._alias(node, args[0])  # unicache's outputs are contiguous
+        if name in _ELTWISE_METHODS and len(args) == 1 and not kwargs:
+            return self._eltwise(node, args[0], _ELTWISE_METHODS[name])
+        if name == "softmax" and kwargs.get("dtype") is None:
+            return self._softmax(node, args[0], kwargs.get("dim", args[1] if len(args) > 1 else None))
+        if name == "matmul" and len(args) == 2 and not kwargs:
+            return self._matmul(node, args[0], args[1], batched_only=False)
+        if name in _BINARY_METHODS and len(args) == 2 and not kwargs:
+            return self._binary(node, _BINARY_METHODS[name], args[0], args[1])
+        return False
+
+    def _alias(self, node: torch.fx.Node, source: Any) -> bool:
+        if not isinstance(source, torch.fx.Node):
+            return False
+        self.out.aliases[node] = self.out.resolve(source)
+        return True
+
+    def _eltwise(self, node: torch.fx.Node, x: Any, kind: OpKind) -> bool:
+        if self._f32(x) is None or self._f32(node) is None:
+            return False
+        view = self._view_of(x)
+        xt = self._use(x, view)
+        self.out.graph.add_op(kind, [xt], [self._output(node, view, _same, [self.out.resolve(x)])])
+        return True
+
+    def _gelu(self, node: torch.fx.Node, x: Any, approximate: str) -> bool:
+        kinds = {"none": OpKind.GELU_ERF, "tanh": OpKind.GELU_TANH}
+        return approximate in kinds and self._eltwise(node, x, kinds[approximate])
+
+    def _softmax(self, node: torch.fx.Node, x: Any, dim: Any) -> bool:
+        ti = self._f32(x)
+        if ti is None or not isinstance(dim, int) or dim not in (-1, ti.rank - 1):
+            return False
+        return self._eltwise(node, x, OpKind.SOFTMAX)
+
+    def _functional_layer_norm(self, node: torch.fx.Node, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+        names = ["input", "normalized_shape", "weight", "bias", "eps"]
+        values = dict(zip(names, args))
+        values.update(kwargs)
+        if set(values) - set(names) or "input" not in values or "normalized_shape" not in values:
+            return False
+        weight, bias = values.get("weight"), values.get("bias")
+        w = self._attr(weight) if isinstance(weight, torch.fx.Node) else None
+        b = self._attr(bias) if isinstance(bias, torch.fx.Node) else None
+        if (weight is not None and w is None) or (bias is not None and b is None):
+            return False  # parameters computed in the model: torch's
+        shape = values["normalized_shape"]
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return self._layer_norm(node, values["input"], shape, w, b, values.get("eps", 1e-5))
+
+    def _layer_norm(self, node: torch.fx.Node, x: Any, normalized: Tuple[int, ...], weight: Optional[torch.Tensor],
+                    bias: Optional[torch.Tensor], eps: Any) -> bool:
+        ti = self._f32(x)
+        if ti is None or len(normalized) != 1 or normalized[0] != ti.shape[-1] or not isinstance(eps, (int, float)):
+            return False
+        channels = normalized[0]
+        gamma = self._parameter(weight) if weight is not None else torch.ones(channels, device=self.device)
+        beta = self._parameter(bias) if bias is not None else torch.zeros(channels, device=self.device)
+        if gamma is None or beta is None or gamma.shape != (channels,) or beta.shape != (channels,):
+            return False
+        view = self._view_of(x)
+        ins = [self._use(x, view), self._constant(gamma), self._constant(beta)]
+        op = self.out.graph.add_op(OpKind.LAYER_NORM, ins, [self._output(node, view, _same, [self.out.resolve(x)])])
+        self.out.graph.set_op_attr(op, OpAttr.EPSILON, float(eps))
+        return True
+
+    def _linear(self, node: torch.fx.Node, x: Any, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                has_bias: bool) -> bool:
+        ti = self._f32(x)
+        if ti is None or ti.rank < 2 or weight is None or weight.dim() != 2 or (has_bias and bias is None):
+            return False
+        n = weight.shape[0]
+        rule = _linear_rule(n)
+        xt, wt = self._use(x, ROWS), self._constant(weight)
+        if bias is None:
+            self.out.graph.add_op(OpKind.MATMUL, [xt, wt], [self._output(node, ROWS, rule, [self.out.resolve(x)])],
+                                  transpose_b=True)
+            return True
+        mm = self._temporary(node, ROWS)
+        self.out.graph.add_op(OpKind.MATMUL, [xt, wt], [mm], transpose_b=True)
+        out = self._output(node, ROWS, rule, [self.out.resolve(x)])
+        self.out.graph.add_op(OpKind.ADD, [mm, self._constant(bias)], [out])
+        return True
+
+    def _transposed(self, node: Any) -> Tuple[Any, bool]:
+        """(source, True) when `node` swaps the last two dims of `source`."""
+        node = self.out.resolve(node)
+        if not isinstance(node, torch.fx.Node) or self._f32(node) is None:
+            return node, False
+        rank = self.info[node].rank  # type: ignore[union-attr]
+        args = node.args
+        last_two = {rank - 2, rank - 1}
+        if node.op == "call_method" and node.target == "transpose" and len(args) == 3 or \
+                node.op == "call_function" and node.target is torch.transpose and len(args) == 3:
+            dims = {d % rank for d in args[1:] if isinstance(d, int)}
+            if dims == last_two and not node.kwargs:
+                return args[0], True
+        if node.op == "call_method" and node.target == "t" and len(args) == 1 and rank == 2:
+            return args[0], True
+        return node, False
+
+    def _matmul(self, node: torch.fx.Node, a: Any, b: Any, batched_only: bool) -> bool:
+        if self._f32(node) is None:
+            return False
+        b_source, tb = self._transposed(b)
+        a_source, ta = self._transposed(a)
+        b_weight = self._attr(b_source) if isinstance(b_source, torch.fx.Node) else None
+        ai = self._f32(a_source)
+        bi = None if b_weight is not None else self._f32(b_source)
+        if ai is None or (bi is None and b_weight is None):
+            return False
+        b_rank = b_weight.dim() if b_weight is not None else bi.rank  # type: ignore[union-attr]
+        if b_rank == 2 and ai.rank >= 2 and not ta and not batched_only:
+            view = ROWS
+        elif ai.rank == b_rank >= 3 and bi is not None and ai.shape[:-2] == bi.shape[:-2] \
+                and ai.other_shape[:-2] == bi.other_shape[:-2]:
+            view = BATCH
+        else:
+            return False
+        if view == ROWS and ta:
+            return False
+        at = self._use(a_source, view)
+        bt = self._constant(b_weight) if b_weight is not None else self._use(b_source, view)
+        args = [self.out.resolve(a_source)] + ([] if b_weight is not None else [self.out.resolve(b_source)])
+        rule = _matmul_rule(ta, tb, None if b_weight is None else tuple(b_weight.shape))
+        self.out.graph.add_op(OpKind.MATMUL, [at, bt], [self._output(node, view, rule, args)],
+                              transpose_a=ta, transpose_b=tb)
+        for original, source, flag in ((a, a_source, ta), (b, b_source, tb)):
+            if flag:
+                self.out.folded.add(self.out.resolve(original))
+        return True
+
+    def _addmm(self, node: torch.fx.Node, bias: Any, a: Any, b: Any) -> bool:
+        ai, bi, ci = self._f32(a), self._f32(b), self._f32(bias)
+        if ai is None or bi is None or ci is None or ai.rank != 2 or bi.rank != 2 or self._f32(node) is None:
+            return False
+        mm = self._temporary(node, PLAIN)
+        self.out.graph.add_op(OpKind.MATMUL, [self._use(a, PLAIN), self._use(b, PLAIN)], [mm])
+        args = [self.out.resolve(x) for x in (bias, a, b)]
+        out = self._output(node, PLAIN, lambda s: torch.broadcast_shapes(s[0], (s[1][0], s[2][1])), args)
+        self.out.graph.add_op(OpKind.ADD, [mm, self._use(bias, PLAIN)], [out])
+        return True
+
+    def _binary(self, node: torch.fx.Node, what: str, x: Any, y: Any) -> bool:
+        if self._f32(node) is None:
+            return False
+        kind = OpKind.ADD if what == "add" else OpKind.MULTIPLY
+        xs, ys = self._f32(x), self._f32(y)
+        if xs is not None and isinstance(y, (int, float)) and not isinstance(y, bool):
+            if what == "div":
+                if y == 0:
+                    return False
+                y = 1.0 / y
+            view = self._view_of(x)
+            ins = [self._use(x, view), self._scalar(y)]
+            self.out.graph.add_op(kind, ins, [self._output(node, view, _same, [self.out.resolve(x)])])
+            return True
+        if xs is None or ys is None or what == "div":
+            return False  # a number first (2 * x), or a tensor division: torch's
+        view = _binary_view(xs, ys, self._view_of(x) if self.out.resolve(x) in self.out.produced
+                            else self._view_of(y))
+        if view is None:
+            return False
+        args = [self.out.resolve(x), self.out.resolve(y)]
+        out = self._output(node, view, lambda s: tuple(torch.broadcast_shapes(s[0], s[1])), args)
+        self.out.graph.add_op(kind, [self._use(x, view), self._use(y, view)], [out])
+        return True
+
+    # --- The end -----------------------------------------------------------
+
+    def finish(self, torch_reads: Sequence[torch.fx.Node]) -> Lowered:
+        """Marks what torch reads (and every re-read view) as outputs, and finalizes."""
+        for node in torch_reads:
+            made = self.out.produced.get(self.out.resolve(node))
+            if made is not None:
+                self._read_outside.add(made[0].id)
+        g = self.out.graph
+        for tensor_id in sorted(self._read_outside):
+            g.mark_output(tensor_id)
+        g.finalize()
+        return self.out
+
+
+def _same(shapes: List[Shape]) -> Shape:
+    return tuple(shapes[0])
+
+
+def _linear_rule(n: int) -> ShapeFn:
+    return lambda s: tuple(s[0][:-1]) + (n,)
+
+
+def _matmul_rule(ta: bool, tb: bool, weight_shape: Optional[Shape]) -> ShapeFn:
+    def rule(s: List[Shape]) -> Shape:
+        a = tuple(s[0])
+        b = weight_shape if weight_shape is not None else tuple(s[1])
+        m = a[-1] if ta else a[-2]
+        n = b[-2] if tb else b[-1]
+        batch = tuple(torch.broadcast_shapes(a[:-2], b[:-2]))
+        return batch + (m, n)
+    return rule
+
+
+def _whole_or_one_row(t: Shape, out: Shape) -> bool:
+    """Whether `t`, broadcast to `out`, is all of it or one row repeated."""
+    padded = (1,) * (len(out) - len(t)) + tuple(t)
+    return padded[-1] == out[-1] and (padded[:-1] == tuple(out[:-1]) or all(d == 1 for d in padded[:-1]))
+
+
+def _binary_view(x: TensorInfo, y: TensorInfo, preferred: str) -> Optional[str]:
+    """A view both operands of a broadcasting op can be read in, or None."""
+    if x.shape == y.shape and x.other_shape == y.other_shape:
+        return preferred
+    rows = True
+    for a, b in ((x.shape, y.shape), (x.other_shape, y.other_shape)):
+        out = tuple(torch.broadcast_shapes(a, b))
+        rows = rows and _whole_or_one_row(a, out) and _whole_or_one_row(b, out)
+    if rows:
+        return ROWS
+    return PLAIN if max(x.rank, y.rank) <= 4 else None

@@ -1,0 +1,249 @@
+"""The compiled module: torch's nodes and unicache's partitions run in the
+FX graph's order. A partition is compiled once per input shape signature
+(a cache lookup in unicache when another signature compiled its kernels);
+what a signature needs (compiled partitions, the C tensor descriptions,
+output shapes) is kept, so a repeated shape costs pointer updates and one C
+call per partition.
+
+On CUDA every partition is enqueued on torch's current stream of the device
+and nothing waits: the caller synchronizes as with torch. Temporaries come
+from torch's caching allocator on that stream, which orders their reuse
+after the work enqueued before it.
+"""
+from __future__ import annotations
+
+import ctypes as C
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+
+from .. import _abi, _lib
+from ..compiled import CompiledPartition
+from ..engine import Engine, Stream
+from ..errors import Error, InvalidArgument, InvalidTensorType, error_for
+from ..graph import Partition
+from ._capture import TensorInfo
+from ._lowering import Lowered, Source, view_shape
+
+
+@dataclass
+class TorchStep:
+    """An FX node torch runs."""
+
+    node: torch.fx.Node
+    run: Callable[[Dict[torch.fx.Node, Any]], Any]
+
+
+@dataclass
+class PartitionStep:
+    """A unicache partition, run where the FX graph computes its output."""
+
+    partition: Partition
+    sources: List[Source]
+    output_node: torch.fx.Node
+    output_view: str
+
+
+@dataclass
+class _Prepared:
+    """A partition step for one input signature."""
+
+    compiled: CompiledPartition
+    pointer: int
+    inputs: Any   # TensorStruct array, shapes set; data set per call
+    outputs: Any
+    output_shape: Tuple[int, ...]
+
+
+@dataclass
+class InputSpec:
+    """What the module takes at one position: dtype, device, shape (None: dynamic)."""
+
+    dtype: torch.dtype
+    device: torch.device
+    dims: Tuple[Optional[int], ...]
+    feeds_unicache: bool
+
+    def describe(self) -> str:
+        return "[" + ", ".join("-1" if d is None else str(d) for d in self.dims) + "]"
+
+
+class CompiledModule(torch.nn.Module):
+    """What unicache.torch.compile returns: call it as the module it was made from.
+
+    Thread safety: one call at a time per CompiledModule (as torch modules
+    are used); distinct CompiledModules may run on distinct threads.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, lowered: Lowered, steps: List[Any],
+                 placeholders: List[torch.fx.Node], specs: List[InputSpec], output: Any, engine: Engine,
+                 device: torch.device) -> None:
+        super().__init__()
+        self.graph_module = gm  # keeps the parameters (the constants' storage) registered and alive
+        self._lowered, self._steps, self._placeholders = lowered, steps, placeholders
+        self._specs, self._output, self._engine, self.device = specs, output, engine, device
+        self._prepared: Dict[Tuple[torch.Size, ...], Dict[int, _Prepared]] = {}
+        self._streams: Dict[int, Stream] = {}
+        self._execute = _lib.function("unicache_compiled_partition_execute")
+        self.compiles = 0  # partitions compiled (one per partition per new signature)
+
+    # --- What was made -------------------------------------------------------
+
+    @property
+    def partitions(self) -> int:
+        """How many unicache partitions the module runs."""
+        return sum(isinstance(s, PartitionStep) for s in self._steps)
+
+    @property
+    def torch_nodes(self) -> List[str]:
+        """The FX nodes torch runs (views, reshapes, anything the IR lacks), by name."""
+        return [s.node.name for s in self._steps if isinstance(s, TorchStep)]
+
+    @property
+    def engine(self) -> Engine:
+        """The unicache engine the partitions run on (Engine.build_stats() counts its builds)."""
+        return self._engine
+
+    @property
+    def signatures(self) -> int:
+        """How many input shape signatures have been seen."""
+        return len(self._prepared)
+
+    # --- Running -------------------------------------------------------------
+
+    def forward(self, *inputs: Any) -> Any:
+        self._check(inputs)
+        signature = tuple(t.shape for t in inputs)
+        prepared = self._prepared.get(signature)
+        if prepared is None:
+            prepared = self._prepared[signature] = {}
+        env: Dict[torch.fx.Node, Any] = dict(zip(self._placeholders, inputs))
+        stream = self._stream_pointer()
+        for index, step in enumerate(self._steps):
+            if isinstance(step, TorchStep):
+                env[step.node] = step.run(env)
+            else:
+                env[step.output_node] = self._run_partition(index, step, env, prepared, stream)
+        return torch.fx.node.map_arg(self._output, lambda n: env[self._lowered.resolve(n)])
+
+    def _check(self, inputs: Sequence[Any]) -> None:
+        if len(inputs) != len(self._specs):
+            raise InvalidArgument(f"the compiled module takes {len(self._specs)} inputs, got {len(inputs)}")
+        for i, (t, spec) in enumerate(zip(inputs, self._specs)):
+            if not isinstance(t, torch.Tensor):
+                raise InvalidTensorType(f"input {i}: a torch.Tensor, got {type(t).__name__}")
+            if t.dtype != spec.dtype:
+                raise InvalidTensorType(f"input {i}: dtype {t.dtype}, but the module was compiled for "
+                                        f"{spec.dtype}")
+            if t.device != spec.device:
+                raise InvalidTensorType(f"input {i}: on {t.device}, but the module was compiled for {spec.device}")
+            fits = t.dim() == len(spec.dims) and all(d is None or d == s for d, s in zip(spec.dims, t.shape))
+            if not fits or (t.numel() == 0 and spec.feeds_unicache):
+                raise InvalidArgument(f"input {i}: shape {list(t.shape)} does not fit {spec.describe()} "
+                                      "(-1: a dynamic dimension, any positive size)")
+            if spec.feeds_unicache and not t.is_contiguous():
+                raise InvalidArgument(f"input {i}: not contiguous (strides {list(t.stride())}); pass "
+                                      "t.contiguous()")
+
+    def _stream_pointer(self) -> int:
+        if self.device.type != "cuda":
+            key = 0
+        else:
+            key = torch.cuda.current_stream(self.device).cuda_stream
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._engine.stream(key if self.device.type == "cuda" else None)
+            self._streams[key] = stream
+        return stream._handle().pointer
+
+    def _run_partition(self, index: int, step: PartitionStep, env: Dict[torch.fx.Node, Any],
+                       prepared: Dict[int, _Prepared], stream: int) -> torch.Tensor:
+        tensors = []
+        for source in step.sources:
+            t = source.constant if source.node is None else env[source.node]
+            if not t.is_contiguous():
+                t = t.contiguous()
+            if t.dtype != torch.float32:
+                raise InvalidTensorType(f"{source.node}: torch made a {t.dtype} tensor where unicache reads f32")
+            tensors.append(t)
+        p = prepared.get(index)
+        if p is None:
+            p = prepared[index] = self._prepare(step, tensors, env)
+        out = torch.empty(p.output_shape, dtype=torch.float32, device=self.device)
+        inputs = p.inputs
+        for i, t in enumerate(tensors):
+            inputs[i].data = t.data_ptr()
+            inputs[i].version = t._version
+        p.outputs[0].data = out.data_ptr()
+        status = self._execute(p.pointer, stream, inputs, len(tensors), p.outputs, 1)
+        if status:
+            raise error_for(status, _lib.last_error(), f"executing the partition of {step.output_node.name}")
+        return out
+
+    def _prepare(self, step: PartitionStep, tensors: List[torch.Tensor],
+                 env: Dict[torch.fx.Node, Any]) -> _Prepared:
+        shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
+                  for t, s in zip(tensors, step.sources)]
+        compiled = step.partition.compile(shapes, self._engine)
+        self.compiles += 1
+        output_shape = tuple(self._shape_of(step.output_node, env))
+        if view_shape(output_shape, step.output_view) != tuple(compiled.outputs[0].shape):
+            raise Error(f"{step.output_node.name}: unicache computes shape {list(compiled.outputs[0].shape)} "
+                        f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
+                        what="unicache.torch")
+        ins = (_abi.TensorStruct * len(tensors))()
+        for i, t in enumerate(compiled.inputs):
+            ins[i].desc = t._to_struct()
+        outs = (_abi.TensorStruct * 1)()
+        outs[0].desc = compiled.outputs[0]._to_struct()
+        # The C handle lives as long as _Prepared holds the compiled partition.
+        return _Prepared(compiled, compiled._handle().pointer, ins, outs, output_shape)
+
+    def _shape_of(self, node: torch.fx.Node, env: Dict[torch.fx.Node, Any]) -> Tuple[int, ...]:
+        if node in env:
+            return tuple(env[node].shape)
+        rule, args = self._lowered.shape_rules[node]
+        return tuple(rule([self._shape_of(a, env) for a in args]))
+
+    def __repr__(self) -> str:
+        return (f"<unicache.torch.CompiledModule: {self.partitions} partitions, {len(self.torch_nodes)} torch "
+                f"nodes, on {self.device}>")
+
+
+def torch_step(node: torch.fx.Node, gm: torch.fx.GraphModule, lowered: Lowered) -> TorchStep:
+    """How torch runs `node`, its arguments read from the environment."""
+    def fetch(args: Any, env: Dict[torch.fx.Node, Any]) -> Any:
+        return torch.fx.node.map_arg(args, lambda n: env[lowered.resolve(n)])
+
+    args, kwargs = node.args, node.kwargs
+    if node.op == "get_attr":
+        value: Any = gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        return TorchStep(node, lambda env: value)
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        return TorchStep(node, lambda env: module(*fetch(args, env), **fetch(kwargs, env)))
+    if node.op == "call_method":
+        name = str(node.target)
+
+        def call_method(env: Dict[torch.fx.Node, Any]) -> Any:
+            self_arg, *rest = fetch(args, env)
+            return getattr(self_arg, name)(*rest, **fetch(kwargs, env))
+        return TorchStep(node, call_method)
+    function = node.target
+    assert callable(function)
+    return TorchStep(node, lambda env: function(*fetch(args, env), **fetch(kwargs, env)))
+
+
+def input_specs(placeholders: List[torch.fx.Node], info: Dict[torch.fx.Node, Optional[TensorInfo]],
+                feeds: Sequence[bool]) -> List[InputSpec]:
+    specs = []
+    for node, feeds_unicache in zip(placeholders, feeds):
+        ti = info[node]
+        assert ti is not None
+        dims = tuple(a if a == b else None for a, b in zip(ti.shape, ti.other_shape))
+        specs.append(InputSpec(ti.dtype, ti.device, dims, feeds_unicache))
+    return specs
