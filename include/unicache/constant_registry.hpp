@@ -40,6 +40,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -129,11 +130,14 @@ class constant_registry {
   // the cache's entry under (layout, contents), built by `pack` on a miss.
   // `read` reads the constant's bytes (host_memory_reader for host memory).
   // `packed_bytes` is what the packed value counts against the capacity.
+  // `check`, when given, replaces current_constant_check() for this call (a
+  // stream whose caller versions its constants passes constant_check::none).
   // Exceptions of `read` and `pack` reach the caller, and nothing is cached.
   template <typename Reader, typename Pack>
   std::shared_ptr<T> get(const std::shared_ptr<slot>& s, const cache_scope& scope, const constant_source& src,
-                         const cache_key& layout, std::size_t packed_bytes, Reader&& read, Pack&& pack) {
-    const constant_check mode = current_constant_check();
+                         const cache_key& layout, std::size_t packed_bytes, Reader&& read, Pack&& pack,
+                         std::optional<constant_check> check = std::nullopt) {
+    const constant_check mode = check.value_or(current_constant_check());
     std::uint64_t sample = 0;
     content_fingerprint fingerprint;
     if (mode == constant_check::sampled) sample = sample_of(src, read);

@@ -46,6 +46,17 @@ UNICACHE_API unicache_status_t unicache_cuda_release_cached(unicache_engine_t en
 UNICACHE_API unicache_status_t unicache_cuda_stream_create(unicache_engine_t engine, CUstream cu_stream,
                                                            unicache_stream_t* stream);
 
+/* unicache_cuda_stream_create with flags: UNICACHE_CUDA_STREAM_VERSIONED_CONSTANTS
+ * declares that a constant input of work on this stream changes only with a
+ * version bump (unicache_tensor_t.version) and stays alive while in use, as
+ * a framework's parameters do: address and version identify it, and no
+ * execution reads it back for the contents check (which on the caller's
+ * stream waits for the stream's queued work). An unknown flag is
+ * UNICACHE_INVALID_ARGUMENT. */
+enum { UNICACHE_CUDA_STREAM_VERSIONED_CONSTANTS = 1 };
+UNICACHE_API unicache_status_t unicache_cuda_stream_create_with_flags(unicache_engine_t engine, CUstream cu_stream,
+                                                                      uint32_t flags, unicache_stream_t* stream);
+
 /* The engine cache blob (size-query pattern); a blob of another device,
  * driver or unicache build is UNICACHE_INVALID_ARGUMENT. */
 UNICACHE_API unicache_status_t unicache_cuda_engine_get_cache_blob_id(int ordinal, char* id, size_t* size);

@@ -63,6 +63,21 @@ unicache_status_t unicache_cuda_stream_create(unicache_engine_t engine, CUstream
   });
 }
 
+unicache_status_t unicache_cuda_stream_create_with_flags(unicache_engine_t engine, CUstream cu_stream,
+                                                         uint32_t flags, unicache_stream_t* stream) {
+  return guarded([&] {
+    need(stream, "stream");
+    if (flags & ~static_cast<uint32_t>(UNICACHE_CUDA_STREAM_VERSIONED_CONSTANTS)) {
+      raise(UNICACHE_INVALID_ARGUMENT, "unknown stream flags " + std::to_string(flags));
+    }
+    auto h = std::make_unique<unicache_stream>();
+    h->s = flags & UNICACHE_CUDA_STREAM_VERSIONED_CONSTANTS
+               ? cuda::make_stream_with_versioned_constants(cuda_engine(engine), cu_stream)
+               : cuda::make_stream(cuda_engine(engine), cu_stream);
+    *stream = created(std::move(h));
+  });
+}
+
 unicache_status_t unicache_cuda_engine_get_cache_blob_id(int ordinal, char* id, size_t* size) {
   return guarded([&] {
     need_driver();

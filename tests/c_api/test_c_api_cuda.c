@@ -35,6 +35,10 @@ int main(void) {
   OK(unicache_cuda_engine_create_default(&eng));
   unicache_stream_t strm = NULL;
   OK(unicache_stream_create(eng, &strm));
+  unicache_stream_t versioned = NULL;
+  OK(unicache_cuda_stream_create_with_flags(eng, NULL, UNICACHE_CUDA_STREAM_VERSIONED_CONSTANTS, &versioned));
+  OK(unicache_stream_destroy(versioned));
+  CHECK_STATUS(unicache_cuda_stream_create_with_flags(eng, NULL, 6, &versioned), UNICACHE_INVALID_ARGUMENT);
   CUcontext context = NULL;
   CUstream cu_stream = NULL;
   OK(unicache_cuda_engine_get_context(eng, &context));

@@ -3,6 +3,8 @@
 // OpenCL drivers enforce on strided reads) shows what each check reads.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -55,13 +57,17 @@ struct registry_fixture : ::testing::Test {
   int packs = 0;
 
   std::shared_ptr<packed> get(device_weight& w, std::uint64_t version = 0,
-                              const std::shared_ptr<constant_registry<packed>::slot>& s = nullptr) {
+                              const std::shared_ptr<constant_registry<packed>::slot>& s = nullptr,
+                              std::optional<constant_check> check = std::nullopt) {
     cache_key layout;
     layout.add("test-layout");
-    return registry.get(s ? s : slot, cpu_scope(), w.source(version), layout, w.bytes.size(), strict_reader{w}, [&] {
-      ++packs;
-      return std::make_shared<packed>(packed{w.bytes});
-    });
+    return registry.get(
+        s ? s : slot, cpu_scope(), w.source(version), layout, w.bytes.size(), strict_reader{w},
+        [&] {
+          ++packs;
+          return std::make_shared<packed>(packed{w.bytes});
+        },
+        check);
   }
 };
 
@@ -141,6 +147,27 @@ TEST_F(registry_fixture, FullReadsEverythingEachTimeAndNoneReadsNothing) {
     get(w, 3);
     EXPECT_EQ(w.bytes_read, 0u);
   }
+}
+
+// A stream whose caller versions its constants asks for no check on its
+// calls alone: address and version identify the weight there, while other
+// calls keep the process's sampled check.
+TEST_F(registry_fixture, ACallsCheckOverridesTheProcessSettingForThatCallOnly) {
+  device_weight w(64 * 1024);
+  const auto versioned = [&](std::uint64_t version) {
+    return get(w, version, nullptr, constant_check::none);
+  };
+  const auto first = versioned(1);
+  EXPECT_EQ(w.bytes_read, 0u) << "nothing read: not even a fingerprint";
+  w.fill(5);  // changed without a bump: not seen, as the caller promised it would not happen
+  EXPECT_EQ(versioned(1), first);
+  EXPECT_EQ(packs, 1);
+  EXPECT_NE(versioned(2), first) << "a bump packs again";
+  EXPECT_EQ(packs, 2);
+  EXPECT_EQ(w.bytes_read, 0u);
+  const auto sampled = get(w, 2, registry.make_slot());  // the process's check (sampled) on another call
+  EXPECT_GT(w.bytes_read, 0u);
+  EXPECT_EQ(sampled->copy, w.bytes);
 }
 
 TEST_F(registry_fixture, AnEvictedPackedCopyIsPackedAgainFromTheSameContents) {

@@ -562,6 +562,38 @@ TEST_F(gpu, AWeightIsPackedOncePerContentsAndEvictionFreesItsMemory) {
   EXPECT_GE(cuda::stats().weights_released - released, 1u) << "eviction freed the packed copy";
 }
 
+// On a stream whose caller versions its constants (torch's parameters),
+// address and version identify a weight: nothing is read back to check it
+// (a change without a bump is not seen, as the caller promised it cannot
+// happen), and a bump packs it again.
+TEST_F(gpu, AStreamWithVersionedConstantsIdentifiesAWeightByAddressAndVersion) {
+  const std::int64_t m = 5, k = 64, n = 48;  // N a multiple of no GEMM tile: the weight is packed
+  graph g = mlp_graph(k, n, /*constant_weight=*/true);
+  const auto w = random_data({k, n}, 72), w2 = random_data({k, n}, 73), b = random_data({n}, 74);
+  const auto x = random_data({m, k}, 75);
+  stream versioned = cuda::make_stream_with_versioned_constants(eng, nullptr);
+  buffers keep(eng);
+  void* wbuf = keep.make(w);
+  void* bbuf = keep.make(b);
+  void* xbuf = keep.make(x);
+  void* ybuf = keep.make(static_cast<std::size_t>(m * n));
+  compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
+  const auto run = [&](std::uint64_t version) {
+    cp.execute(versioned, {{cp.inputs()[0], xbuf, 0}, {cp.inputs()[1], wbuf, version}, {cp.inputs()[2], bbuf, 1}},
+               {{cp.outputs()[0], ybuf, 0}});
+    std::vector<float> y(static_cast<std::size_t>(m * n));
+    cuda::read_buffer(versioned, reinterpret_cast<CUdeviceptr>(ybuf), y.data(), y.size() * sizeof(float));
+    return y;
+  };
+  const cuda::backend_stats before = cuda::stats();
+  expect_close(run(1), mlp_reference(x, w, b, m, k, n), matmul_atol(k), 1e-5, "version 1");
+  cuda::write_buffer(versioned, reinterpret_cast<CUdeviceptr>(wbuf), w2.data(), w2.size() * sizeof(float));
+  expect_close(run(1), mlp_reference(x, w, b, m, k, n), matmul_atol(k), 1e-5, "changed without a bump: not read");
+  expect_close(run(2), mlp_reference(x, w2, b, m, k, n), matmul_atol(k), 1e-5, "version 2: packed again");
+  EXPECT_EQ(cuda::stats().weights_packed - before.weights_packed, 2u);
+  versioned.wait();
+}
+
 // A weight in the packed layout is read where it is at any address: 4 bytes
 // into a buffer (no float4 loads there) too, never packed.
 TEST_F(gpu, AWeightInThePackedLayoutIsReadWhereItIsAtAnyAddress) {

@@ -328,15 +328,22 @@ void release_cached(const engine& e) {
   s.release_events();
 }
 
-stream make_stream(const engine& e, CUstream s) {
+namespace {
+stream caller_stream(const engine& e, CUstream s, bool versioned_constants) {
   const engine_state& es = state_of(e);
   auto state = std::make_shared<stream_state>();
   state->stream = s;
   state->context = es.context;
   state->engine = e.native_shared<const engine_state>();
   state->owned = false;
+  state->resources.set_versioned_constants(versioned_constants);
   return stream(e, std::move(state));
 }
+}  // namespace
+
+stream make_stream(const engine& e, CUstream s) { return caller_stream(e, s, false); }
+
+stream make_stream_with_versioned_constants(const engine& e, CUstream s) { return caller_stream(e, s, true); }
 
 std::string get_engine_cache_blob_id(int ordinal) {
   return blob_id(identity_of(query_device(device_of(ordinal))), kEngineBlobKey);

@@ -158,6 +158,8 @@ std::shared_ptr<gemm_kernel::packed_weight> gemm_kernel::packed(const stream& s,
   const std::uint64_t serial = device_.resources(s).serial();
   counters& n = *counters_;
   auto slot = std::static_pointer_cast<weight_registry::slot>(slot_);
+  const std::optional<constant_check> check =
+      device_.resources(s).versioned_constants() ? std::optional(constant_check::none) : std::nullopt;
   std::shared_ptr<packed_weight> w = weights_->get(
       slot, e.scope(), {t.data, t.version, source_bytes}, g.packed_layout(), bytes, device_reader{device_, s, t}, [&] {
         const time_without_first_launches timer;  // the pack kernel's first launch counts as first_launch_ns
@@ -177,7 +179,8 @@ std::shared_ptr<gemm_kernel::packed_weight> gemm_kernel::packed(const stream& s,
         n.weights_packed.fetch_add(1, std::memory_order_relaxed);
         n.pack_ns.fetch_add(timer.ns(), std::memory_order_relaxed);
         return packed;
-      });
+      },
+      check);
   // Packed on another stream: this one waits for the packing, on the device.
   if (w->packed_on != serial && !w->packing_done.load(std::memory_order_acquire)) {
     switch (w->packing->query()) {

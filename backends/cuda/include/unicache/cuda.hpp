@@ -152,6 +152,13 @@ engine make_engine();
 // enqueued on `s` in order with the caller's own. unicache::make_stream(e)
 // makes a stream the engine owns.
 stream make_stream(const engine& e, CUstream s);
+// The same, for a caller that versions its constants: a constant input
+// changes only with a tensor::version bump and stays alive while its
+// address is in use (torch's parameters: torch counts their in-place
+// changes). Address and version then identify a constant, and no execution
+// reads it back for the contents check, which on a caller's stream would
+// wait for the stream's queued work.
+stream make_stream_with_versioned_constants(const engine& e, CUstream s);
 
 // --- Engine cache blob -------------------------------------------------------
 

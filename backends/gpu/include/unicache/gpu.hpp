@@ -157,11 +157,19 @@ class stream_resources {
   // which never writes a constant input. Set by the API's make_stream.
   void set_only_unicache_work(bool only) { only_unicache_work_ = only; }
   bool only_unicache_work() const { return only_unicache_work_; }
+  // Whether the caller declared that constant inputs of work on this stream
+  // change only with a tensor::version bump (a framework that counts its
+  // parameters' in-place changes, and keeps them alive): then address and
+  // version identify a constant, and no execution reads it from the device
+  // for the contents check (constant_check::none for this stream's work).
+  void set_versioned_constants(bool versioned) { versioned_constants_ = versioned; }
+  bool versioned_constants() const { return versioned_constants_; }
 
  private:
   friend class detail::stream_access;
   std::uint64_t serial_;
   bool only_unicache_work_ = false;
+  bool versioned_constants_ = false;
   std::mutex mu_;
   const class device* device_ = nullptr;  // the workspace's, set with it
   engine engine_;
