@@ -237,6 +237,11 @@ UNICACHE_API unicache_status_t unicache_graph_get_partition_count(unicache_graph
 /* The partition stays valid while its graph lives; it is not destroyed. */
 UNICACHE_API unicache_status_t unicache_graph_get_partition(unicache_graph_t graph, size_t index,
                                                             unicache_partition_t* partition);
+/* 32 hex digits identifying the partition's structure (ops, attributes,
+ * shapes with -1, properties; not tensor ids): equal for equal structures,
+ * in any process (size-query pattern). */
+UNICACHE_API unicache_status_t unicache_partition_get_fingerprint(unicache_partition_t partition, char* fingerprint,
+                                                                  size_t* size);
 UNICACHE_API unicache_status_t unicache_partition_get_input_count(unicache_partition_t partition, size_t* count);
 UNICACHE_API unicache_status_t unicache_partition_get_input(unicache_partition_t partition, size_t index,
                                                             unicache_logical_tensor_t* tensor);

@@ -101,6 +101,11 @@ unicache_status_t unicache_graph_get_partition(unicache_graph_t graph, size_t in
   });
 }
 
+unicache_status_t unicache_partition_get_fingerprint(unicache_partition_t partition, char* fingerprint,
+                                                     size_t* size) {
+  return guarded([&] { copy_out(part(partition).fingerprint(), fingerprint, size); });
+}
+
 unicache_status_t unicache_partition_get_input_count(unicache_partition_t partition, size_t* count) {
   return guarded([&] { *need(count, "count") = part(partition).inputs().size(); });
 }

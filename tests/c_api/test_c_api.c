@@ -247,6 +247,10 @@ static int test_compile_and_execute(void) {
   CHECK_STATUS(unicache_graph_get_partition(g, 1, &p), UNICACHE_INVALID_ARGUMENT);
   size_t inputs = 0;
   OK(unicache_partition_get_input_count(p, &inputs));
+  char fingerprint[33];
+  size_t fingerprint_size = sizeof fingerprint;
+  OK(unicache_partition_get_fingerprint(p, fingerprint, &fingerprint_size));
+  CHECK(fingerprint_size == 33 && strlen(fingerprint) == 32);
   CHECK(inputs == 3);
 
   float wv[K * N], bv[N];
