@@ -139,11 +139,15 @@ class Engine(Resource):
             _lib.call("unicache_engine_get_build_stats", e, C.byref(out))
         return BuildStats(out.built, out.loaded, out.build_ns)
 
-    def stream(self, cuda_stream: Any = None) -> "Stream":
+    def stream(self, cuda_stream: Any = None, versioned_constants: bool = False) -> "Stream":
         """A new stream of this engine. On CUDA, `cuda_stream` makes it over the caller's
         CUstream (an int, 0 for the legacy default stream, or an object with a
-        `cuda_stream` int such as torch.cuda.Stream); None: a stream of the library's."""
-        return Stream(self, cuda_stream)
+        `cuda_stream` int such as torch.cuda.Stream); None: a stream of the library's.
+        `versioned_constants` (over a caller's CUDA stream): the caller promises that a
+        constant input changes only with a version bump and stays alive while in use
+        (torch's parameters and their _version), so no execution reads it back to
+        check it, which on the caller's stream would wait for its queued work."""
+        return Stream(self, cuda_stream, versioned_constants)
 
     def cache_blob(self) -> bytes:
         """The engine cache blob (OpenCL and CUDA engines): create the next engine of this
@@ -185,14 +189,17 @@ class Stream(Resource):
     once per request, before reading outputs or changing or freeing inputs.
     """
 
-    def __init__(self, engine: Engine, cuda_stream: Any = None) -> None:
+    def __init__(self, engine: Engine, cuda_stream: Any = None, versioned_constants: bool = False) -> None:
         handle = C.c_void_p()
+        if versioned_constants and cuda_stream is None:
+            raise InvalidArgument("versioned_constants: for a stream over a caller's CUDA stream")
         with engine._handle() as e:
             if cuda_stream is None:
                 _lib.call("unicache_stream_create", e, C.byref(handle))
             else:
                 raw = getattr(cuda_stream, "cuda_stream", cuda_stream)
-                _lib.call("unicache_cuda_stream_create", e, _pointer(raw, "cuda_stream"), C.byref(handle))
+                _lib.call("unicache_cuda_stream_create_with_flags", e, _pointer(raw, "cuda_stream"),
+                          1 if versioned_constants else 0, C.byref(handle))
         self._own(NativeHandle(handle.value or 0, _lib.function("unicache_stream_destroy"), "stream"),
                   depends_on=[engine])
         self.engine = engine

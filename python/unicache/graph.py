@@ -195,6 +195,9 @@ class Partition(Resource):
         self._own(NativeHandle(pointer, lambda _: 0, "partition"), depends_on=[graph])
         self.inputs: List[LogicalTensor] = self._tensors("input")
         self.outputs: List[LogicalTensor] = self._tensors("output")
+        # 32 hex digits naming the structure: equal for equal partitions (the same
+        # layer repeated), in any process.
+        self.fingerprint: str = _lib.query_string("unicache_partition_get_fingerprint", pointer)
 
     def _tensors(self, which: str) -> List[LogicalTensor]:
         count, out = C.c_size_t(), _abi.LogicalTensorStruct()

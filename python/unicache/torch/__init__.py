@@ -28,7 +28,8 @@ input); every one derives from unicache.Error.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+import sys
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.fx
@@ -39,7 +40,7 @@ from ._capture import TraceFailed, describe, trace
 from ._lowering import Lowerer
 from ._runtime import CompiledModule, PartitionStep, TorchStep, input_specs, torch_step
 
-__all__ = ["compile", "CompiledModule", "TraceFailed"]
+__all__ = ["compile", "CompiledModule", "TraceFailed", "dynamo_backend", "register_dynamo_backend"]
 
 DynamicDims = Union[None, Mapping[int, Iterable[int]], Sequence[Iterable[int]]]
 
@@ -66,7 +67,7 @@ def _dynamic_dims(dynamic_dims: DynamicDims, inputs: Sequence[torch.Tensor]) -> 
     return out
 
 
-def _device(inputs: Sequence[torch.Tensor], module: torch.nn.Module) -> torch.device:
+def _device(inputs: Sequence[torch.Tensor]) -> torch.device:
     devices = {t.device for t in inputs if t.is_floating_point()} or {t.device for t in inputs}
     if len(devices) != 1:
         raise InvalidTensorType(f"example inputs on several devices: {sorted(str(d) for d in devices)}")
@@ -97,9 +98,16 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
     if not all(isinstance(t, torch.Tensor) for t in inputs):
         raise InvalidTensorType("example_inputs: torch tensors, one per positional input")
     dynamic = _dynamic_dims(dynamic_dims, inputs)
-    device = _device(inputs, module)
-    gm = trace(module)
-    info = describe(gm, inputs, dynamic)
+    return compile_graph(trace(module), inputs, dynamic, {})
+
+
+def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
+                  sizes: Dict[int, Tuple[int, int]]) -> CompiledModule:
+    """compile() on an FX graph whose inputs are tensors and, where `sizes` maps an
+    input to (tensor input, dimension), integers that are that tensor's size
+    (dynamo's symbolic sizes)."""
+    device = _device([t for t in inputs if isinstance(t, torch.Tensor)])
+    info = describe(gm, inputs, dynamic, sizes)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         raise InvalidArgument(f"the module takes {len(placeholders)} inputs, example_inputs has {len(inputs)}")
@@ -158,3 +166,11 @@ def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.No
             needed.update(s.node for s in step.sources if s.node is not None)
         kept.append(step)
     return kept[::-1]
+
+
+from ._dynamo import dynamo_backend, register_dynamo_backend  # noqa: E402
+
+# Registered now if dynamo is loaded already; else register_dynamo_backend()
+# does it (importing torch._dynamo takes seconds: not a cost of every import).
+if "torch._dynamo" in sys.modules:
+    register_dynamo_backend()

@@ -59,27 +59,50 @@ class _Recorder(torch.fx.Interpreter):
         return result
 
 
-def _run(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Dict[torch.fx.Node, Any]:
+def _meta(value: Any) -> Any:
+    return value.to("meta") if isinstance(value, torch.Tensor) else value
+
+
+def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:
+    """Every node's value: computed on the meta device where torch can (shapes
+    only: nothing runs on the device, no library such as cuBLAS starts),
+    else for real."""
+    state = {name: _meta(t) for name, t in list(gm.named_parameters()) + list(gm.named_buffers())}
+    try:
+        from torch.nn.utils.stateless import _reparametrize_module
+        recorder = _Recorder(gm)
+        with torch.no_grad(), _reparametrize_module(gm, state):
+            recorder.run(*[_meta(t) for t in inputs])
+        return recorder.values
+    except Exception:  # an op without a meta kernel, or a torch without the helper
+        pass
     recorder = _Recorder(gm)
     with torch.no_grad():
         recorder.run(*inputs)
     return recorder.values
 
 
-def other_inputs(inputs: Sequence[torch.Tensor], dynamic: Sequence[Sequence[int]], grow: int) -> List[torch.Tensor]:
-    """The inputs with each dynamic dimension `grow` larger (random data: only shapes matter)."""
-    out = []
+def other_inputs(inputs: Sequence[Any], dynamic: Sequence[Sequence[int]], grow: int,
+                 sizes: Dict[int, Tuple[int, int]]) -> List[Any]:
+    """The inputs with each dynamic dimension `grow` larger (random data: only shapes
+    matter), and each size input (sizes: input -> (tensor input, dim)) following it."""
+    out: List[Any] = []
     for t, dims in zip(inputs, dynamic):
+        if not isinstance(t, torch.Tensor):
+            out.append(t)
+            continue
         shape = list(t.shape)
         for d in dims:
             shape[d] += grow
         out.append(torch.randn(shape, dtype=t.dtype, device=t.device) if t.is_floating_point()
                    else torch.zeros(shape, dtype=t.dtype, device=t.device))
+    for i, (tensor, dim) in sizes.items():
+        out[i] = out[tensor].shape[dim]
     return out
 
 
-def describe(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
-             dynamic: Sequence[Sequence[int]]) -> Dict[torch.fx.Node, Optional[TensorInfo]]:
+def describe(gm: torch.fx.GraphModule, inputs: Sequence[Any], dynamic: Sequence[Sequence[int]],
+             sizes: Dict[int, Tuple[int, int]]) -> Dict[torch.fx.Node, Optional[TensorInfo]]:
     """Each node's TensorInfo (None for a value that is not a tensor), from a run on
     `inputs` and one on inputs whose dynamic dimensions are larger."""
     first = _run(gm, inputs)
@@ -87,7 +110,7 @@ def describe(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
     failures = []
     for grow in (1, 2, 8):  # a model may need, say, even lengths: try a few
         try:
-            second = _run(gm, other_inputs(inputs, dynamic, grow))
+            second = _run(gm, other_inputs(inputs, dynamic, grow, sizes))
             break
         except Exception as e:  # the model rejects that shape: the next growth may fit
             failures.append(f"+{grow}: {type(e).__name__}: {e}")
@@ -95,11 +118,14 @@ def describe(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
         raise InvalidArgument("the module did not run with its dynamic dimensions changed, so no dimension "
                               "can be shown to follow them (" + "; ".join(failures) + ")",
                               what="unicache.torch.compile")
+    devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
+    device = devices.pop() if len(devices) == 1 else None
     info: Dict[torch.fx.Node, Optional[TensorInfo]] = {}
     for node, value in first.items():
         other = second.get(node)
         if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor):
-            info[node] = TensorInfo(tuple(value.shape), tuple(other.shape), value.dtype, value.device)
+            where = device if value.device.type == "meta" and device is not None else value.device
+            info[node] = TensorInfo(tuple(value.shape), tuple(other.shape), value.dtype, where)
         else:
             info[node] = None
     return info

@@ -94,6 +94,7 @@ _BINARY = {operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul
            operator.truediv: "div", torch.div: "div"}
 _BINARY_METHODS = {"add": "add", "mul": "mul", "div": "div"}
 _MATMUL = {torch.matmul, torch.bmm, operator.matmul}
+_LINEAR = {F.linear, torch._C._nn.linear}  # dynamo records the latter
 
 
 class Lowerer:
@@ -234,7 +235,7 @@ class Lowerer:
             return self._softmax(node, args[0], dim)
         if f is F.layer_norm:
             return self._functional_layer_norm(node, args, kwargs)
-        if f is F.linear and not kwargs and len(args) in (2, 3):
+        if f in _LINEAR and not kwargs and len(args) in (2, 3):
             w = self._attr(args[1]) if isinstance(args[1], torch.fx.Node) else None
             b = args[2] if len(args) == 3 else None
             bias = self._attr(b) if isinstance(b, torch.fx.Node) else None

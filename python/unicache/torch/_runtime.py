@@ -61,8 +61,8 @@ class _Prepared:
 class InputSpec:
     """What the module takes at one position: dtype, device, shape (None: dynamic)."""
 
-    dtype: torch.dtype
-    device: torch.device
+    dtype: Optional[torch.dtype]  # None: an integer (a size dynamo passes)
+    device: Optional[torch.device]
     dims: Tuple[Optional[int], ...]
     feeds_unicache: bool
 
@@ -84,7 +84,10 @@ class CompiledModule(torch.nn.Module):
         self.graph_module = gm  # keeps the parameters (the constants' storage) registered and alive
         self._lowered, self._steps, self._placeholders = lowered, steps, placeholders
         self._specs, self._output, self._engine, self.device = specs, output, engine, device
-        self._prepared: Dict[Tuple[torch.Size, ...], Dict[int, _Prepared]] = {}
+        self._prepared: Dict[Tuple[Any, ...], Dict[int, _Prepared]] = {}
+        # Compiled partitions by (structure, shapes): the layers of a model repeat
+        # a few structures, so a new signature compiles each once, not per layer.
+        self._compiled: Dict[Tuple[str, Tuple[Tuple[int, ...], ...]], Tuple[CompiledPartition, Any, Any]] = {}
         self._streams: Dict[int, Stream] = {}
         self._execute = _lib.function("unicache_compiled_partition_execute")
         self.compiles = 0  # partitions compiled (one per partition per new signature)
@@ -107,6 +110,11 @@ class CompiledModule(torch.nn.Module):
         return self._engine
 
     @property
+    def compiled_partitions(self) -> int:
+        """Distinct (structure, shapes) compiled so far: what unicache was asked to compile."""
+        return len(self._compiled)
+
+    @property
     def signatures(self) -> int:
         """How many input shape signatures have been seen."""
         return len(self._prepared)
@@ -115,7 +123,7 @@ class CompiledModule(torch.nn.Module):
 
     def forward(self, *inputs: Any) -> Any:
         self._check(inputs)
-        signature = tuple(t.shape for t in inputs)
+        signature = tuple(t.shape if isinstance(t, torch.Tensor) else t for t in inputs)
         prepared = self._prepared.get(signature)
         if prepared is None:
             prepared = self._prepared[signature] = {}
@@ -132,6 +140,10 @@ class CompiledModule(torch.nn.Module):
         if len(inputs) != len(self._specs):
             raise InvalidArgument(f"the compiled module takes {len(self._specs)} inputs, got {len(inputs)}")
         for i, (t, spec) in enumerate(zip(inputs, self._specs)):
+            if spec.dtype is None:
+                if not isinstance(t, int):
+                    raise InvalidTensorType(f"input {i}: an int (a size), got {type(t).__name__}")
+                continue
             if not isinstance(t, torch.Tensor):
                 raise InvalidTensorType(f"input {i}: a torch.Tensor, got {type(t).__name__}")
             if t.dtype != spec.dtype:
@@ -154,7 +166,10 @@ class CompiledModule(torch.nn.Module):
             key = torch.cuda.current_stream(self.device).cuda_stream
         stream = self._streams.get(key)
         if stream is None:
-            stream = self._engine.stream(key if self.device.type == "cuda" else None)
+            # torch counts its parameters' in-place changes (_version, passed as the
+            # tensors' version), and the module keeps them alive: no contents check.
+            cuda = self.device.type == "cuda"
+            stream = self._engine.stream(key if cuda else None, versioned_constants=cuda)
             self._streams[key] = stream
         return stream._handle().pointer
 
@@ -184,21 +199,29 @@ class CompiledModule(torch.nn.Module):
 
     def _prepare(self, step: PartitionStep, tensors: List[torch.Tensor],
                  env: Dict[torch.fx.Node, Any]) -> _Prepared:
-        shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
-                  for t, s in zip(tensors, step.sources)]
-        compiled = step.partition.compile(shapes, self._engine)
-        self.compiles += 1
+        shapes = tuple(tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
+                       for t, s in zip(tensors, step.sources))
+        key = (step.partition.fingerprint, shapes)
+        made = self._compiled.get(key)
+        if made is None:
+            compiled = step.partition.compile(shapes, self._engine)
+            self.compiles += 1
+            ins = (_abi.TensorStruct * len(tensors))()
+            for i, t in enumerate(compiled.inputs):
+                ins[i].desc = t._to_struct()
+            outs = (_abi.TensorStruct * 1)()
+            outs[0].desc = compiled.outputs[0]._to_struct()
+            made = self._compiled[key] = (compiled, ins, outs)
+        compiled, ins_template, outs_template = made
         output_shape = tuple(self._shape_of(step.output_node, env))
         if view_shape(output_shape, step.output_view) != tuple(compiled.outputs[0].shape):
             raise Error(f"{step.output_node.name}: unicache computes shape {list(compiled.outputs[0].shape)} "
                         f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
                         what="unicache.torch")
-        ins = (_abi.TensorStruct * len(tensors))()
-        for i, t in enumerate(compiled.inputs):
-            ins[i].desc = t._to_struct()
-        outs = (_abi.TensorStruct * 1)()
-        outs[0].desc = compiled.outputs[0]._to_struct()
-        # The C handle lives as long as _Prepared holds the compiled partition.
+        # Each step its own arrays (their data pointers differ), copied from the template.
+        ins = type(ins_template).from_buffer_copy(ins_template)
+        outs = type(outs_template).from_buffer_copy(outs_template)
+        # The C handle lives as long as _compiled holds the compiled partition.
         return _Prepared(compiled, compiled._handle().pointer, ins, outs, output_shape)
 
     def _shape_of(self, node: torch.fx.Node, env: Dict[torch.fx.Node, Any]) -> Tuple[int, ...]:
@@ -243,7 +266,9 @@ def input_specs(placeholders: List[torch.fx.Node], info: Dict[torch.fx.Node, Opt
     specs = []
     for node, feeds_unicache in zip(placeholders, feeds):
         ti = info[node]
-        assert ti is not None
+        if ti is None:
+            specs.append(InputSpec(None, None, (), False))
+            continue
         dims = tuple(a if a == b else None for a, b in zip(ti.shape, ti.other_shape))
         specs.append(InputSpec(ti.dtype, ti.device, dims, feeds_unicache))
     return specs

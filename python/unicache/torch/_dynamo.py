@@ -1,0 +1,107 @@
+"""The torch.compile backend "unicache" (torch >= 2): dynamo captures the
+graph (any model it can capture, where torch.fx's symbolic tracing may
+fail), and unicache.torch compiles it as compile() does.
+
+    import unicache.torch
+    unicache.torch.register_dynamo_backend()
+    model = torch.compile(model, backend="unicache", dynamic=True)
+
+Dynamo passes a module's parameters as graph inputs on recent torch; they
+become unicache constants here (the same tensors every call). With
+dynamic=True, dynamo's symbolic sizes are inputs too: each is matched to the
+tensor dimension it is, so the dimensions dynamo marked dynamic are -1.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+import torch
+import torch.fx
+
+
+def _symbol(size: Any) -> str:
+    """A symbolic size's name ("s0"), "" for a plain int."""
+    return "" if isinstance(size, int) else str(size)
+
+
+def _real(t: Any) -> Any:
+    """A real tensor for an example dynamo may give as a fake one."""
+    if isinstance(t, torch.Tensor) and type(t).__name__ == "FakeTensor":
+        shape = [int(s) for s in t.shape]
+        return torch.randn(shape, device=t.device).to(t.dtype) if t.is_floating_point() \
+            else torch.zeros(shape, dtype=t.dtype, device=t.device)
+    return t
+
+
+def _lift_parameters(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> List[int]:
+    """Turns placeholders fed with parameters into attributes of `gm`; returns
+    their input positions (which the compiled function drops)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    lifted = []
+    for i, (node, value) in enumerate(zip(placeholders, inputs)):
+        if isinstance(value, torch.nn.Parameter):
+            name = f"_unicache_parameter_{i}"
+            setattr(gm, name, value)
+            with gm.graph.inserting_before(node):
+                attribute = gm.graph.get_attr(name)
+            node.replace_all_uses_with(attribute)
+            gm.graph.erase_node(node)
+            lifted.append(i)
+    gm.recompile()
+    return lifted
+
+
+def _dynamic(gm: torch.fx.GraphModule, inputs: List[Any]) -> Tuple[List[List[int]], Dict[int, Tuple[int, int]]]:
+    """Each tensor input's dynamic dims (dynamo's symbolic ones, else dim 0), and
+    each int input's (tensor input, dim) of the same symbol."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    dynamic: List[List[int]] = []
+    where: Dict[str, Tuple[int, int]] = {}
+    symbolic_seen = False
+    for i, (node, value) in enumerate(zip(placeholders, inputs)):
+        example = node.meta.get("example_value")
+        dims: List[int] = []
+        if isinstance(value, torch.Tensor) and example is not None and hasattr(example, "shape"):
+            for d, size in enumerate(example.shape):
+                name = _symbol(size)
+                if name:
+                    dims.append(d)
+                    where.setdefault(name, (i, d))
+                    symbolic_seen = True
+        dynamic.append(dims)
+    if not symbolic_seen:  # a static capture: the batch may still change between calls
+        dynamic = [[0] if isinstance(v, torch.Tensor) and v.dim() > 0 else [] for v in inputs]
+    sizes = {}
+    for i, (node, value) in enumerate(zip(placeholders, inputs)):
+        if not isinstance(value, torch.Tensor):
+            name = _symbol(node.meta.get("example_value", value))
+            if name in where:
+                sizes[i] = where[name]
+    return dynamic, sizes
+
+
+def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable[..., Any]:
+    """torch.compile's backend: `gm` through unicache.torch; returns the function dynamo calls."""
+    from . import compile_graph
+    inputs = [_real(t) for t in example_inputs]
+    lifted = set(_lift_parameters(gm, inputs))
+    kept = [t for i, t in enumerate(inputs) if i not in lifted]
+    dynamic, sizes = _dynamic(gm, kept)
+    compiled = compile_graph(gm, kept, dynamic, sizes)
+
+    def run(*args: Any) -> Any:
+        return compiled(*[a for i, a in enumerate(args) if i not in lifted])
+    return run
+
+
+def register_dynamo_backend() -> None:
+    """Registers the backend with dynamo under the name "unicache" (torch >= 2;
+    nothing on torch 1.x). `import unicache.torch` does it when dynamo is loaded."""
+    try:
+        from torch._dynamo import register_backend
+    except ImportError:  # torch 1.x: no dynamo
+        return
+    try:
+        register_backend(name="unicache")(dynamo_backend)
+    except Exception:  # registered already (the package imported twice under two names)
+        pass
