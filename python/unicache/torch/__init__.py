@@ -69,6 +69,10 @@ def _dynamic_dims(dynamic_dims: DynamicDims, inputs: Sequence[torch.Tensor]) -> 
 
 def _device(inputs: Sequence[torch.Tensor]) -> torch.device:
     devices = {t.device for t in inputs if t.is_floating_point()} or {t.device for t in inputs}
+    if len(devices) > 1 and any(d.type == "cuda" for d in devices):
+        # A CUDA model with a CPU scalar among its inputs (dynamo lifts some):
+        # the CPU ones stay torch's.
+        devices = {d for d in devices if d.type == "cuda"}
     if len(devices) != 1:
         raise InvalidTensorType(f"example inputs on several devices: {sorted(str(d) for d in devices)}")
     device = devices.pop()
