@@ -38,7 +38,7 @@ from ..engine import Engine
 from ..errors import InvalidArgument, InvalidTensorType
 from ._capture import TraceFailed, describe, trace
 from ._lowering import Lowerer
-from ._runtime import CompiledModule, PartitionStep, TorchStep, input_specs, torch_step
+from ._runtime import CompiledModule, PartitionStep, TorchStep, input_specs
 
 __all__ = ["compile", "CompiledModule", "TraceFailed", "dynamo_backend", "register_dynamo_backend"]
 
@@ -154,7 +154,7 @@ def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.No
     ordered: List[Any] = []
     for node in gm.graph.nodes:
         if node in torch_set:
-            ordered.append(torch_step(node, gm, lowered))
+            ordered.append(TorchStep(node))
         elif node in by_output:
             ordered.append(by_output[node])
     needed = {lowered.resolve(n) for n in _nodes_in(output)}

@@ -4,8 +4,9 @@ so that a dimension computed in the model is known to follow the input.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -63,18 +64,34 @@ def _meta(value: Any) -> Any:
     return value.to("meta") if isinstance(value, torch.Tensor) else value
 
 
+@contextlib.contextmanager
+def _on_meta(gm: torch.nn.Module) -> Iterator[None]:
+    """The module's parameters and buffers swapped for meta copies meanwhile
+    (by hand: torch's helpers for this import dynamo on torch 2, seconds)."""
+    swapped = []
+    try:
+        for module in gm.modules():
+            for table in (module._parameters, module._buffers):
+                for name, value in list(table.items()):
+                    if value is not None:
+                        swapped.append((table, name, value))
+                        table[name] = value.to("meta")
+        yield
+    finally:
+        for table, name, value in swapped:
+            table[name] = value
+
+
 def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:
     """Every node's value: computed on the meta device where torch can (shapes
     only: nothing runs on the device, no library such as cuBLAS starts),
     else for real."""
-    state = {name: _meta(t) for name, t in list(gm.named_parameters()) + list(gm.named_buffers())}
     try:
-        from torch.nn.utils.stateless import _reparametrize_module
         recorder = _Recorder(gm)
-        with torch.no_grad(), _reparametrize_module(gm, state):
+        with torch.no_grad(), _on_meta(gm):
             recorder.run(*[_meta(t) for t in inputs])
         return recorder.values
-    except Exception:  # an op without a meta kernel, or a torch without the helper
+    except Exception:  # an op without a meta kernel
         pass
     recorder = _Recorder(gm)
     with torch.no_grad():

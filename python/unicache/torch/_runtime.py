@@ -30,10 +30,9 @@ from ._lowering import Lowered, Source, view_shape
 
 @dataclass
 class TorchStep:
-    """An FX node torch runs."""
+    """An FX node torch runs (copied as it is into the generated forward)."""
 
     node: torch.fx.Node
-    run: Callable[[Dict[torch.fx.Node, Any]], Any]
 
 
 @dataclass
@@ -45,14 +44,21 @@ class PartitionStep:
     output_node: torch.fx.Node
     output_view: str
 
+    views: Tuple[str, ...] = ()  # the sources' and the output's, part of the compiled key
+
+    def __post_init__(self) -> None:
+        self.views = tuple(s.view for s in self.sources) + (self.output_view,)
+
 
 @dataclass
-class _Prepared:
-    """A partition step for one input signature."""
+class _Compiled:
+    """A partition structure compiled for one set of input shapes, shared by every
+    step of that structure and those shapes: the C tensor descriptions (a step sets
+    the data pointers just before its call) and the output's torch shape."""
 
     compiled: CompiledPartition
     pointer: int
-    inputs: Any   # TensorStruct array, shapes set; data set per call
+    inputs: Any   # TensorStruct array
     outputs: Any
     output_shape: Tuple[int, ...]
 
@@ -84,13 +90,15 @@ class CompiledModule(torch.nn.Module):
         self.graph_module = gm  # keeps the parameters (the constants' storage) registered and alive
         self._lowered, self._steps, self._placeholders = lowered, steps, placeholders
         self._specs, self._output, self._engine, self.device = specs, output, engine, device
-        self._prepared: Dict[Tuple[Any, ...], Dict[int, _Prepared]] = {}
-        # Compiled partitions by (structure, shapes): the layers of a model repeat
-        # a few structures, so a new signature compiles each once, not per layer.
-        self._compiled: Dict[Tuple[str, Tuple[Tuple[int, ...], ...]], Tuple[CompiledPartition, Any, Any]] = {}
+        # Compiled partitions by (structure, input shapes, views): the layers of a
+        # model repeat a few structures, so a new shape compiles each once.
+        self._compiled: Dict[Tuple[Any, ...], _Compiled] = {}
+        self._signatures: set = set()
         self._streams: Dict[int, Stream] = {}
+        self._stream = 0
         self._execute = _lib.function("unicache_compiled_partition_execute")
-        self.compiles = 0  # partitions compiled (one per partition per new signature)
+        self.compiles = 0  # partitions compiled (one per structure and new input shapes)
+        self._runner = self._generate_forward(gm)
 
     # --- What was made -------------------------------------------------------
 
@@ -117,24 +125,42 @@ class CompiledModule(torch.nn.Module):
     @property
     def signatures(self) -> int:
         """How many input shape signatures have been seen."""
-        return len(self._prepared)
+        return len(self._signatures)
 
     # --- Running -------------------------------------------------------------
 
+    def _generate_forward(self, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        """The steps as one FX graph whose Python code torch.fx generates: torch's
+        nodes as they were, each partition one call; no interpreter between them."""
+        graph = torch.fx.Graph()
+        env: Dict[torch.fx.Node, torch.fx.Node] = {}
+        resolve = self._lowered.resolve
+        for node in self._placeholders:
+            env[node] = graph.placeholder(node.name)
+        for step in self._steps:
+            if isinstance(step, TorchStep):
+                env[step.node] = graph.node_copy(step.node, lambda n: env[resolve(n)])
+            else:
+                args = tuple(env[s.node] for s in step.sources if s.node is not None)
+                env[step.output_node] = graph.call_function(self._partition_call(step), args)
+        graph.output(torch.fx.node.map_arg(self._output, lambda n: env[resolve(n)]))
+        return torch.fx.GraphModule(gm, graph)
+
+    def _partition_call(self, step: PartitionStep) -> Callable[..., torch.Tensor]:
+        sources = step.sources
+        run = self._run_partition
+
+        def unicache_partition(*tensors: torch.Tensor) -> torch.Tensor:
+            found = iter(tensors)
+            return run(step, [s.constant if s.node is None else next(found) for s in sources])
+        unicache_partition.__name__ = unicache_partition.__qualname__ = f"unicache_{step.output_node.name}"
+        return unicache_partition
+
     def forward(self, *inputs: Any) -> Any:
         self._check(inputs)
-        signature = tuple(t.shape if isinstance(t, torch.Tensor) else t for t in inputs)
-        prepared = self._prepared.get(signature)
-        if prepared is None:
-            prepared = self._prepared[signature] = {}
-        env: Dict[torch.fx.Node, Any] = dict(zip(self._placeholders, inputs))
-        stream = self._stream_pointer()
-        for index, step in enumerate(self._steps):
-            if isinstance(step, TorchStep):
-                env[step.node] = step.run(env)
-            else:
-                env[step.output_node] = self._run_partition(index, step, env, prepared, stream)
-        return torch.fx.node.map_arg(self._output, lambda n: env[self._lowered.resolve(n)])
+        self._signatures.add(tuple(t.shape if isinstance(t, torch.Tensor) else t for t in inputs))
+        self._stream = self._stream_pointer()
+        return self._runner(*inputs)
 
     def _check(self, inputs: Sequence[Any]) -> None:
         if len(inputs) != len(self._specs):
@@ -173,92 +199,57 @@ class CompiledModule(torch.nn.Module):
             self._streams[key] = stream
         return stream._handle().pointer
 
-    def _run_partition(self, index: int, step: PartitionStep, env: Dict[torch.fx.Node, Any],
-                       prepared: Dict[int, _Prepared], stream: int) -> torch.Tensor:
-        tensors = []
-        for source in step.sources:
-            t = source.constant if source.node is None else env[source.node]
+    def _run_partition(self, step: PartitionStep, tensors: List[torch.Tensor]) -> torch.Tensor:
+        for i, t in enumerate(tensors):
             if not t.is_contiguous():
-                t = t.contiguous()
+                tensors[i] = t = t.contiguous()
             if t.dtype != torch.float32:
-                raise InvalidTensorType(f"{source.node}: torch made a {t.dtype} tensor where unicache reads f32")
-            tensors.append(t)
-        p = prepared.get(index)
-        if p is None:
-            p = prepared[index] = self._prepare(step, tensors, env)
-        out = torch.empty(p.output_shape, dtype=torch.float32, device=self.device)
-        inputs = p.inputs
+                raise InvalidTensorType(f"{step.sources[i].node}: torch made a {t.dtype} tensor where unicache "
+                                        "reads f32")
+        key = (step.partition.fingerprint, step.views, tuple(t.shape for t in tensors))
+        c = self._compiled.get(key)
+        if c is None:
+            c = self._compiled[key] = self._compile(step, tensors)
+        out = torch.empty(c.output_shape, dtype=torch.float32, device=self.device)
+        inputs = c.inputs
         for i, t in enumerate(tensors):
             inputs[i].data = t.data_ptr()
             inputs[i].version = t._version
-        p.outputs[0].data = out.data_ptr()
-        status = self._execute(p.pointer, stream, inputs, len(tensors), p.outputs, 1)
+        c.outputs[0].data = out.data_ptr()
+        status = self._execute(c.pointer, self._stream, inputs, len(tensors), c.outputs, 1)
         if status:
             raise error_for(status, _lib.last_error(), f"executing the partition of {step.output_node.name}")
         return out
 
-    def _prepare(self, step: PartitionStep, tensors: List[torch.Tensor],
-                 env: Dict[torch.fx.Node, Any]) -> _Prepared:
-        shapes = tuple(tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
-                       for t, s in zip(tensors, step.sources))
-        key = (step.partition.fingerprint, shapes)
-        made = self._compiled.get(key)
-        if made is None:
-            compiled = step.partition.compile(shapes, self._engine)
-            self.compiles += 1
-            ins = (_abi.TensorStruct * len(tensors))()
-            for i, t in enumerate(compiled.inputs):
-                ins[i].desc = t._to_struct()
-            outs = (_abi.TensorStruct * 1)()
-            outs[0].desc = compiled.outputs[0]._to_struct()
-            made = self._compiled[key] = (compiled, ins, outs)
-        compiled, ins_template, outs_template = made
-        output_shape = tuple(self._shape_of(step.output_node, env))
+    def _compile(self, step: PartitionStep, tensors: List[torch.Tensor]) -> _Compiled:
+        shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
+                  for t, s in zip(tensors, step.sources)]
+        compiled = step.partition.compile(shapes, self._engine)
+        self.compiles += 1
+        known = {s.node: t.shape for s, t in zip(step.sources, tensors) if s.node is not None}
+        output_shape = tuple(self._shape_of(step.output_node, known))
         if view_shape(output_shape, step.output_view) != tuple(compiled.outputs[0].shape):
             raise Error(f"{step.output_node.name}: unicache computes shape {list(compiled.outputs[0].shape)} "
                         f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
                         what="unicache.torch")
-        # Each step its own arrays (their data pointers differ), copied from the template.
-        ins = type(ins_template).from_buffer_copy(ins_template)
-        outs = type(outs_template).from_buffer_copy(outs_template)
+        ins = (_abi.TensorStruct * len(tensors))()
+        for i, t in enumerate(compiled.inputs):
+            ins[i].desc = t._to_struct()
+        outs = (_abi.TensorStruct * 1)()
+        outs[0].desc = compiled.outputs[0]._to_struct()
         # The C handle lives as long as _compiled holds the compiled partition.
-        return _Prepared(compiled, compiled._handle().pointer, ins, outs, output_shape)
+        return _Compiled(compiled, compiled._handle().pointer, ins, outs, output_shape)
 
-    def _shape_of(self, node: torch.fx.Node, env: Dict[torch.fx.Node, Any]) -> Tuple[int, ...]:
-        if node in env:
-            return tuple(env[node].shape)
+    def _shape_of(self, node: torch.fx.Node, known: Dict[torch.fx.Node, Any]) -> Tuple[int, ...]:
+        """A node's torch shape from the partition's input shapes, by the lowered nodes' rules."""
+        if node in known:
+            return tuple(known[node])
         rule, args = self._lowered.shape_rules[node]
-        return tuple(rule([self._shape_of(a, env) for a in args]))
+        return tuple(rule([self._shape_of(a, known) for a in args]))
 
     def __repr__(self) -> str:
         return (f"<unicache.torch.CompiledModule: {self.partitions} partitions, {len(self.torch_nodes)} torch "
                 f"nodes, on {self.device}>")
-
-
-def torch_step(node: torch.fx.Node, gm: torch.fx.GraphModule, lowered: Lowered) -> TorchStep:
-    """How torch runs `node`, its arguments read from the environment."""
-    def fetch(args: Any, env: Dict[torch.fx.Node, Any]) -> Any:
-        return torch.fx.node.map_arg(args, lambda n: env[lowered.resolve(n)])
-
-    args, kwargs = node.args, node.kwargs
-    if node.op == "get_attr":
-        value: Any = gm
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
-        return TorchStep(node, lambda env: value)
-    if node.op == "call_module":
-        module = gm.get_submodule(str(node.target))
-        return TorchStep(node, lambda env: module(*fetch(args, env), **fetch(kwargs, env)))
-    if node.op == "call_method":
-        name = str(node.target)
-
-        def call_method(env: Dict[torch.fx.Node, Any]) -> Any:
-            self_arg, *rest = fetch(args, env)
-            return getattr(self_arg, name)(*rest, **fetch(kwargs, env))
-        return TorchStep(node, call_method)
-    function = node.target
-    assert callable(function)
-    return TorchStep(node, lambda env: function(*fetch(args, env), **fetch(kwargs, env)))
 
 
 def input_specs(placeholders: List[torch.fx.Node], info: Dict[torch.fx.Node, Optional[TensorInfo]],
