@@ -25,7 +25,10 @@ def _symbol(size: Any) -> str:
 
 
 def _real(t: Any) -> Any:
-    """A real tensor for an example dynamo may give as a fake one."""
+    """A real tensor for an example dynamo may give as a fake one; an int for a
+    symbolic size (its hint)."""
+    if isinstance(t, torch.SymInt):
+        return int(t)
     if isinstance(t, torch.Tensor) and type(t).__name__ == "FakeTensor":
         shape = [int(s) for s in t.shape]
         return torch.randn(shape, device=t.device).to(t.dtype) if t.is_floating_point() \
