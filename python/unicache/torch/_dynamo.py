@@ -80,7 +80,26 @@ def _dynamic(gm: torch.fx.GraphModule, inputs: List[Any]) -> Tuple[List[List[int
             name = _symbol(node.meta.get("example_value", value))
             if name in where:
                 sizes[i] = where[name]
-    return dynamic, sizes
+    return _changeable(gm, inputs, dynamic, sizes), sizes
+
+
+def _changeable(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
+                sizes: Dict[int, Tuple[int, int]]) -> List[List[int]]:
+    """The dims among `dynamic` the graph runs with when each alone changes: with
+    dynamic=True dynamo leaves a dimension symbolic in the graph's examples even
+    where a guard pins it (a Linear's input features)."""
+    from ._capture import _run, other_inputs
+    kept: List[List[int]] = [[] for _ in inputs]
+    for i, dims in enumerate(dynamic):
+        for d in dims:
+            trial = [[] for _ in inputs]
+            trial[i] = [d]
+            try:
+                _run(gm, other_inputs(inputs, trial, 1, sizes))
+            except Exception:  # pinned: changing it breaks the graph
+                continue
+            kept[i].append(d)
+    return kept
 
 
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable[..., Any]:
