@@ -390,7 +390,7 @@ class Lowerer:
         mm = self._temporary(node, PLAIN)
         self.out.graph.add_op(OpKind.MATMUL, [self._use(a, PLAIN), self._use(b, PLAIN)], [mm])
         args = [self.out.resolve(x) for x in (bias, a, b)]
-        out = self._output(node, PLAIN, lambda s: torch.broadcast_shapes(s[0], (s[1][0], s[2][1])), args)
+        out = self._output(node, PLAIN, lambda s: broadcast(s[0], (s[1][0], s[2][1])), args)
         self.out.graph.add_op(OpKind.ADD, [mm, self._use(bias, PLAIN)], [out])
         return True
 
@@ -415,7 +415,7 @@ class Lowerer:
         if view is None:
             return False
         args = [self.out.resolve(x), self.out.resolve(y)]
-        out = self._output(node, view, lambda s: tuple(torch.broadcast_shapes(s[0], s[1])), args)
+        out = self._output(node, view, lambda s: broadcast(s[0], s[1]), args)
         self.out.graph.add_op(kind, [self._use(x, view), self._use(y, view)], [out])
         return True
 
@@ -434,6 +434,15 @@ class Lowerer:
         return self.out
 
 
+def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
+    """numpy's broadcast of two shapes (torch.broadcast_shapes, without its cost
+    per call); the shapes were checked to broadcast when the graph was built."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
 def _same(shapes: List[Shape]) -> Shape:
     return tuple(shapes[0])
 
@@ -448,7 +457,7 @@ def _matmul_rule(ta: bool, tb: bool, weight_shape: Optional[Shape]) -> ShapeFn:
         b = weight_shape if weight_shape is not None else tuple(s[1])
         m = a[-1] if ta else a[-2]
         n = b[-2] if tb else b[-1]
-        batch = tuple(torch.broadcast_shapes(a[:-2], b[:-2]))
+        batch = broadcast(a[:-2], b[:-2])
         return batch + (m, n)
     return rule
 
@@ -465,7 +474,7 @@ def _binary_view(x: TensorInfo, y: TensorInfo, preferred: str) -> Optional[str]:
         return preferred
     rows = True
     for a, b in ((x.shape, y.shape), (x.other_shape, y.other_shape)):
-        out = tuple(torch.broadcast_shapes(a, b))
+        out = broadcast(a, b)
         rows = rows and _whole_or_one_row(a, out) and _whole_or_one_row(b, out)
     if rows:
         return ROWS
