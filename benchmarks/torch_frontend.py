@@ -188,6 +188,9 @@ def main() -> int:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor, UNICACHE_PERSISTENT_CACHE_DIR=store)
             result = run_mode(args, mode, env)
             report["modes"].append(result)
+            if args.json:  # after every mode: a run cut short keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump(report, f, indent=1)
             if "failed" not in result:
                 print(f"{mode:14s} first {result['first_request_ms']:9.1f} ms  fresh process to first result "
                       f"{result['fresh_process_to_first_result_ms']:9.1f} ms  p50 {result['p50_ms']:8.2f} ms  "
