@@ -4,12 +4,13 @@ so that a dimension computed in the model is known to follow the input.
 """
 from __future__ import annotations
 
-import contextlib
+import operator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 
 from ..errors import Error, InvalidArgument
 
@@ -47,59 +48,66 @@ def trace(module: torch.nn.Module) -> torch.fx.GraphModule:
                           "backend=\"unicache\")", what="unicache.torch.compile") from e
 
 
+_LINEAR = {F.linear, torch._C._nn.linear}
+_MATMUL = {torch.matmul, torch.bmm, operator.matmul}
+_SAME_SHAPE = {F.relu, torch.relu, torch.sigmoid, torch.tanh, F.gelu, F.softmax, torch.softmax, F.layer_norm,
+               F.dropout}
+_SAME_SHAPE_MODULES = (torch.nn.ReLU, torch.nn.GELU, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Softmax,
+                       torch.nn.LayerNorm, torch.nn.Dropout)
+
+
 class _Recorder(torch.fx.Interpreter):
-    """Runs the graph and keeps every node's result."""
+    """Runs the graph and keeps every node's result. The ops unicache lowers are
+    not computed: their results are empty tensors of the shape they would have
+    (their shapes are all that is wanted), so no GEMM runs and no library such
+    as cuBLAS starts (its first use took 123 ms on the GPU host)."""
 
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm)
         self.values: Dict[torch.fx.Node, Any] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
+        result = None
+        if n.op in ("call_function", "call_module") and not n.kwargs.get("out"):
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            module = self.fetch_attr(str(n.target)) if n.op == "call_module" else None
+            result = _shape_only(n.target, module, args, kwargs)
+        if result is None:
+            result = super().run_node(n)
         self.values[n] = result
         return result
 
 
-def _meta(value: Any) -> Any:
-    return value.to("meta") if isinstance(value, torch.Tensor) else value
+def _empty(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=x.dtype, device=x.device)
 
 
-@contextlib.contextmanager
-def _on_meta(gm: torch.nn.Module) -> Iterator[None]:
-    """The module's parameters and buffers swapped for meta copies meanwhile
-    (by hand: torch's helpers for this import dynamo on torch 2, seconds)."""
-    swapped = []
-    try:
-        for module in gm.modules():
-            for table in (module._parameters, module._buffers):
-                for name, value in list(table.items()):
-                    if value is not None:
-                        swapped.append((table, name, value))
-                        table[name] = value.to("meta")
-        yield
-    finally:
-        for table, name, value in swapped:
-            table[name] = value
-
-
-# torch 1.x computes shapes on the meta device in C++ (BERT-base: 12 ms where a
-# CPU run of Debian's torch takes 0.5 s); torch 2 loads its Python meta
-# kernels on first use, which took 4.5 s on the GPU host (torch 2.11), where
-# a real run takes milliseconds.
-_META_IS_FAST = int(torch.__version__.split(".")[0]) < 2
+def _shape_only(target: Any, module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.Tensor]:
+    """An empty tensor shaped as `target(*args)`'s result, for the ops whose shape
+    rule is plain; None: run it for real."""
+    if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() == 0:
+        return None
+    x = args[0]
+    if module is not None:
+        if isinstance(module, torch.nn.Linear) and len(args) == 1 and not kwargs:
+            return _empty(x, tuple(x.shape[:-1]) + (module.out_features,))
+        if isinstance(module, _SAME_SHAPE_MODULES) and len(args) == 1 and not kwargs:
+            return _empty(x, x.shape)
+        return None
+    if target in _LINEAR and len(args) >= 2 and isinstance(args[1], torch.Tensor) and args[1].dim() == 2:
+        return _empty(x, tuple(x.shape[:-1]) + (args[1].shape[0],))
+    if target in _MATMUL and len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs:
+        a, b = x.shape, args[1].shape
+        if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+            return _empty(x, tuple(torch.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-1]))
+        return None
+    if target in _SAME_SHAPE and kwargs.get("dtype") is None:
+        return _empty(x, x.shape)
+    return None
 
 
 def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:
-    """Every node's value: on torch 1.x computed on the meta device where torch
-    can (shapes only: nothing runs), else for real."""
-    if _META_IS_FAST:
-        try:
-            recorder = _Recorder(gm)
-            with torch.no_grad(), _on_meta(gm):
-                recorder.run(*[_meta(t) for t in inputs])
-            return recorder.values
-        except Exception:  # an op without a meta kernel
-            pass
+    """Every node's value (the lowered ops' only shaped: see _Recorder)."""
     recorder = _Recorder(gm)
     with torch.no_grad():
         recorder.run(*inputs)
@@ -112,8 +120,8 @@ def other_inputs(inputs: Sequence[Any], dynamic: Sequence[Sequence[int]], grow: 
     matter), and each size input (sizes: input -> (tensor input, dim)) following it."""
     out: List[Any] = []
     for t, dims in zip(inputs, dynamic):
-        if not isinstance(t, torch.Tensor):
-            out.append(t)
+        if not isinstance(t, torch.Tensor) or not dims:
+            out.append(t)  # unchanged (a lifted constant keeps its value)
             continue
         shape = list(t.shape)
         for d in dims:
