@@ -150,14 +150,11 @@ def describe(gm: torch.fx.GraphModule, inputs: Sequence[Any], dynamic: Sequence[
         raise InvalidArgument("the module did not run with its dynamic dimensions changed, so no dimension "
                               "can be shown to follow them (" + "; ".join(failures) + ")",
                               what="unicache.torch.compile")
-    devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
-    device = devices.pop() if len(devices) == 1 else None
     info: Dict[torch.fx.Node, Optional[TensorInfo]] = {}
     for node, value in first.items():
         other = second.get(node)
         if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor):
-            where = device if value.device.type == "meta" and device is not None else value.device
-            info[node] = TensorInfo(tuple(value.shape), tuple(other.shape), value.dtype, where)
+            info[node] = TensorInfo(tuple(value.shape), tuple(other.shape), value.dtype, value.device)
         else:
             info[node] = None
     return info
