@@ -51,7 +51,7 @@ def child(args) -> None:
     from bert_encoder import BertEncoder, make_trace
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = BertEncoder(layers=args.layers).eval().to(device)
+    model = BertEncoder(args.layers, args.hidden, args.heads, args.ffn).eval().to(device)
     trace = make_trace(args.requests, args.seed, max_seq=args.max_seq)
     hidden = model.hidden
     largest = max(b * s for b, s in trace)
@@ -110,7 +110,7 @@ def check(args) -> dict:
     from bert_encoder import BertEncoder, make_trace
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = BertEncoder(layers=args.layers).eval().to(device)
+    model = BertEncoder(args.layers, args.hidden, args.heads, args.ffn).eval().to(device)
     trace = make_trace(args.check, args.seed, max_seq=args.max_seq)
     worst = 0.0
     with torch.no_grad():
@@ -136,7 +136,8 @@ def run_mode(args, mode: str, env: dict) -> dict:
         out = f.name
     command = [sys.executable, os.path.abspath(__file__), "--child", mode, "--child-json", out,
                "--device", args.device, "--requests", str(args.requests), "--seed", str(args.seed),
-               "--layers", str(args.layers), "--max-seq", str(args.max_seq)]
+               "--layers", str(args.layers), "--max-seq", str(args.max_seq), "--hidden", str(args.hidden),
+               "--heads", str(args.heads), "--ffn", str(args.ffn)]
     start = time.time()
     run = subprocess.run(command, env=env, capture_output=True, text=True)
     if run.returncode != 0:
@@ -155,6 +156,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=768, help="smaller for a smoke run (with --heads, --ffn)")
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--ffn", type=int, default=3072)
     parser.add_argument("--max-seq", type=int, default=512)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--check", type=int, default=0, help="compare with eager on this many shapes first")
@@ -174,7 +178,8 @@ def main() -> int:
         modes = [m for m in modes if not m.startswith("compile")]
     report = {"benchmark": "torch_frontend", "backend": args.device, "device": device_name(args.device),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "model": f"BERT-base encoder, {args.layers} layers, hidden 768, fp32, no mask",
+              "model": f"BERT encoder, {args.layers} layers, hidden {args.hidden}, {args.heads} heads, FFN {args.ffn}, "
+                       "fp32, no mask",
               "requests": args.requests, "seed": args.seed, "max_seq": args.max_seq,
               "trace": "B ~ uniform{1..8}, L = longest of B lognormal(ln 48, 0.9) lengths, clamped to max_seq",
               "modes": []}
