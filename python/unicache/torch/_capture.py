@@ -99,7 +99,11 @@ def _shape_only(target: Any, module: Any, args: Tuple[Any, ...], kwargs: Dict[st
     if target in _MATMUL and len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs:
         a, b = x.shape, args[1].shape
         if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
-            return _empty(x, tuple(torch.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-1]))
+            # Not torch.broadcast_shapes: on torch 2 its first call imports sympy (2 s).
+            rank = max(len(a), len(b)) - 2
+            pa = (1,) * (rank - len(a) + 2) + tuple(a[:-2])
+            pb = (1,) * (rank - len(b) + 2) + tuple(b[:-2])
+            return _empty(x, tuple(q if p == 1 else p for p, q in zip(pa, pb)) + (a[-2], b[-1]))
         return None
     if target in _SAME_SHAPE and kwargs.get("dtype") is None:
         return _empty(x, x.shape)
