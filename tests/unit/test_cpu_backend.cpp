@@ -129,9 +129,9 @@ TEST_F(fixture, SpecializedKernelsAreOnePrimitivePerShape) {
   EXPECT_EQ(primitives_for_shapes(eng, strm, 41, 24, {1, 7, 129, 500, 3}), 5u);
 }
 
-// LayerNorm and Softmax run as power-of-two blocks of rows: 200 row counts
-// build the eight block sizes up to 128, not 200 primitives, and every row
-// count matches the reference.
+// LayerNorm runs as power-of-two blocks of rows: 200 row counts build the
+// eight block sizes up to 128, not 200 primitives; Softmax builds none. Every
+// row count matches the reference.
 TEST_F(fixture, RowWiseKernelsBuildAPrimitivePerPowerOfTwoNotPerShape) {
   constexpr std::int64_t cols = 53;  // a row length no other test uses: every block is built here
   for (const op_kind kind : {op_kind::layer_norm, op_kind::softmax}) {
@@ -160,8 +160,44 @@ TEST_F(fixture, RowWiseKernelsBuildAPrimitivePerPowerOfTwoNotPerShape) {
                            : ref_softmax(xv, rows, cols);
       expect_close(out, want, 2e-5, 2e-5, "rows " + std::to_string(rows));
     }
-    EXPECT_EQ(onednn_cpu::stats().primitives_created - before, 8u) << "blocks of 1, 2, 4, ..., 128 rows";
+    EXPECT_EQ(onednn_cpu::stats().primitives_created - before, kind == op_kind::layer_norm ? 8u : 0u)
+        << "LayerNorm: blocks of 1, 2, 4, ..., 128 rows; Softmax: none";
   }
+}
+
+// Softmax is plain C++: each of 300 row lengths (attention's sequence
+// length, new with each request) compiles and runs without building a
+// oneDNN primitive, within the numerics suite's tolerance: rows of one
+// element, tensors of one row, rows up to +-80 (exp(80) overflows a float
+// unless the row's max is taken first), rows shorter and longer than a
+// vector, and row lengths that are not a whole number of vectors.
+TEST_F(fixture, SoftmaxBuildsNoPrimitiveForAnyRowLength) {
+  graph g;
+  auto x = g.tensor({-1, -1, -1}), y = g.tensor({-1, -1, -1});
+  g.add_op(op_kind::softmax, {x}, {y});
+  g.finalize();
+  ASSERT_EQ(g.partitions().size(), 1u);
+  const std::uint64_t before = onednn_cpu::stats().primitives_created;
+  for (std::int64_t cols = 1; cols <= 300; ++cols) {
+    const std::int64_t batch = 1 + cols % 3, heads = 1 + cols % 2, rows = batch * heads;  // 1 to 6 rows
+    compiled_partition cp = compile(g.partitions()[0], {{batch, heads, cols}}, eng);
+    const auto seed = static_cast<unsigned>(cols);
+    auto xv = random_data({rows, cols}, seed, -4.f, 4.f);
+    // Row 1, where there is one, spans +-80 (exp(80) overflows a float unless
+    // the max is taken first); row 2 sits at -80 with one value at 80.
+    if (rows > 1) {
+      auto wide = random_data({cols}, seed + 1000, -80.f, 80.f);
+      std::copy(wide.begin(), wide.end(), xv.begin() + cols);
+    }
+    if (rows > 2) {
+      std::fill(xv.begin() + 2 * cols, xv.begin() + 3 * cols, -80.f);
+      xv[static_cast<std::size_t>(2 * cols + cols / 2)] = 80.f;
+    }
+    std::vector<float> out(xv.size());
+    cp.execute(strm, {{cp.inputs()[0], xv.data(), 0}}, {{cp.outputs()[0], out.data(), 0}});
+    expect_close(out, ref_softmax(xv, rows, cols), 2e-6, 2e-5, "row length " + std::to_string(cols));
+  }
+  EXPECT_EQ(onednn_cpu::stats().primitives_created - before, 0u);
 }
 
 // --- Constant weights and the caches ----------------------------------------

@@ -1,5 +1,6 @@
 // The eltwise / Softmax / LayerNorm kernel: one primitive per power-of-two
-// block of rows, each from the kernel cache, run block after block.
+// block of rows, each from the kernel cache, run block after block; Softmax
+// is softmax_rows over every row, with no primitive.
 #include "row_wise_kernel.hpp"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine_state.hpp"
+#include "softmax_rows.hpp"
 #include "unicache/cache_key.hpp"
 
 namespace unicache::onednn_cpu::detail {
@@ -18,12 +20,6 @@ namespace {
 constexpr std::int64_t kMaxBlockElements = std::int64_t{1} << 22;
 
 cached_primitive make_primitive(op_kind k, const dnnl::memory::desc& md, float epsilon, const dnnl::engine& eng) {
-  const int last_axis = md.data.ndims - 1;
-  if (k == op_kind::softmax) {
-    dnnl::softmax_forward::primitive_desc pd(
-        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, last_axis), eng);
-    return {dnnl::softmax_forward(pd), {}};
-  }
   if (k == op_kind::layer_norm) {
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     dnnl::layer_normalization_forward::primitive_desc pd(
@@ -47,18 +43,18 @@ std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t la
 }
 
 row_wise_kernel::row_wise_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e)
-    : layer_norm_(p.ops().front().kind == op_kind::layer_norm) {
+    : layer_norm_(p.ops().front().kind == op_kind::layer_norm), softmax_(p.ops().front().kind == op_kind::softmax) {
   const op& o = p.ops().front();
   const std::vector<std::int64_t>& shape = in[0].shape;
   row_length_ = shape.empty() ? 1 : shape.back();
-  std::int64_t rows = 1;
-  for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows_ *= shape[d];
+  if (softmax_) return;
   parameter_md_ = plain_md({row_length_});
   const auto largest = static_cast<std::int64_t>(
       std::bit_floor(static_cast<std::uint64_t>(std::max<std::int64_t>(1, kMaxBlockElements / row_length_))));
   const dnnl::engine& eng = e.native<engine_state>().eng;
   const float epsilon = layer_norm_ ? o.epsilon : 0.f;
-  for (std::int64_t block_rows : power_of_two_blocks(rows, largest)) {
+  for (std::int64_t block_rows : power_of_two_blocks(rows_, largest)) {
     block b{block_rows, plain_md({block_rows, row_length_}), nullptr};
     cache_key key;
     key.add("row_wise").add(static_cast<std::uint8_t>(o.kind)).add(std::bit_cast<std::uint32_t>(epsilon));
@@ -70,6 +66,10 @@ row_wise_kernel::row_wise_kernel(const partition& p, const std::vector<logical_t
 
 void row_wise_kernel::execute(stream& s, const std::vector<tensor>& inputs,
                               const std::vector<tensor>& outputs) const {
+  if (softmax_) {
+    softmax_rows(static_cast<const float*>(inputs[0].data), static_cast<float*>(outputs[0].data), rows_, row_length_);
+    return;
+  }
   const dnnl::engine& eng = s.get_engine().native<engine_state>().eng;
   dnnl::stream& strm = s.native<stream_state>().strm;
   auto* src = static_cast<float*>(inputs[0].data);

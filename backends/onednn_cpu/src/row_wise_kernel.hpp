@@ -1,5 +1,6 @@
 // The kernel of an eltwise, Softmax or LayerNorm partition: oneDNN
-// primitives over power-of-two blocks of rows, so that new shapes reuse them.
+// primitives over power-of-two blocks of rows, so that new shapes reuse
+// them, and Softmax in plain C++ with no primitive at all.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,10 @@ std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t la
 // independent, so the tensor runs as blocks of rows, one primitive per
 // block size from the kernel cache: every shape of a partition shares at
 // most log2(rows) + 1 primitives per row length, where a primitive per shape
-// would build one for each new batch or sequence length.
+// would build one for each new batch or sequence length. Softmax builds
+// none: oneDNN's would be one per row length too, and attention's row
+// length is the sequence length, new with almost every request, so it runs
+// softmax_rows (plain C++) on the whole tensor.
 class row_wise_kernel final : public compiled_kernel {
  public:
   row_wise_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e);
@@ -34,7 +38,9 @@ class row_wise_kernel final : public compiled_kernel {
     std::shared_ptr<const cached_primitive> prim;
   };
   std::int64_t row_length_ = 1;
+  std::int64_t rows_ = 1;
   bool layer_norm_ = false;
+  bool softmax_ = false;             // softmax_rows; blocks_ stays empty
   dnnl::memory::desc parameter_md_;  // LayerNorm's gamma and beta: [row length]
   std::vector<block> blocks_;        // in row order, covering every row once
 };
