@@ -112,7 +112,11 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Calla
     compiled = compile_graph(gm, kept, dynamic, sizes)
 
     def run(*args: Any) -> Any:
-        return compiled(*[a for i, a in enumerate(args) if i not in lifted])
+        # Dynamo calls with every input, or (torch 2.11) without the parameters
+        # it knows are static: those are bound already.
+        if len(args) == len(example_inputs):
+            args = tuple(a for i, a in enumerate(args) if i not in lifted)
+        return compiled(*args)
     return run
 
 
