@@ -31,6 +31,10 @@ class TorchFrontend(unittest.TestCase):
     def setUpClass(cls):
         import unicache.torch
         from bert_encoder import BertEncoder, make_trace
+        try:
+            unicache.Engine.cpu()
+        except unicache.Unsupported as e:
+            raise unittest.SkipTest(f"no CPU engine: {e.message}") from None
         cls.ut, cls.make_trace = unicache.torch, staticmethod(make_trace)
         torch.manual_seed(0)
         cls.small = BertEncoder(layers=2, hidden=64, heads=4, ffn=128).eval()
@@ -130,6 +134,56 @@ class TorchFrontend(unittest.TestCase):
         x = torch.randn(6, 8)
         with torch.no_grad():
             close_to(self, fast(x), model(x), "branch")
+
+    def test_in_place_ops_and_in_place_modules_stay_torchs_and_are_seen(self):
+        class Masked(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q, self.k, self.fc = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+                self.act = torch.nn.ReLU(inplace=True)
+
+            def forward(self, x):
+                s = torch.matmul(self.q(x), self.k(x).transpose(-1, -2)) / 4.0
+                s.masked_fill_(s > 0.5, -1e9)  # read by nothing: kept because it changes s
+                h = self.fc(x)
+                a = self.act(h)  # changes h too: eager's a + h is 2 * relu(h)
+                return torch.softmax(s, dim=-1), a + h
+
+        torch.manual_seed(4)
+        model = Masked().eval()
+        fast = self.ut.compile(model, [torch.randn(2, 5, 8)], dynamic_dims={0: (0, 1)})
+        for shape in ((2, 5, 8), (3, 7, 8)):
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                want = model(x)
+                got = fast(x)
+            for g, w, what in zip(got, want, ("masked softmax", "in-place relu")):
+                close_to(self, g, w, f"{what} {shape}")
+
+    def test_a_transpose_a_matmul_folds_and_another_op_reads_runs_for_both(self):
+        class Both(torch.nn.Module):
+            def forward(self, q, k):
+                kt = k.transpose(-1, -2)
+                return torch.matmul(q, kt), torch.relu(kt)
+
+        q, k = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
+        fast = self.ut.compile(Both().eval(), [q, k])
+        with torch.no_grad():
+            for g, w in zip(fast(q, k), Both()(q, k)):
+                close_to(self, g, w, "matmul and relu of one transpose")
+
+    def test_a_replaced_parameter_is_the_one_used(self):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval()
+        fast = self.ut.compile(model, [torch.randn(2, 8)])
+        x = torch.randn(3, 8)
+        fast(x)
+        model[0].weight = torch.nn.Parameter(torch.randn(8, 8))
+        with torch.no_grad():
+            close_to(self, fast(x), model(x), "after the weight was replaced")
+        model[0].weight = torch.nn.Parameter(torch.randn(8, 8, dtype=torch.float64))
+        with self.assertRaises(unicache.InvalidTensorType) as caught:
+            fast(x)
+        self.assertIn("compile again", str(caught.exception))
 
     def test_a_changed_parameter_is_used(self):
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()

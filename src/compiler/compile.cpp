@@ -306,6 +306,15 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
             } else {
               result = a;
             }
+            if (o.kind == op_kind::layer_norm) {  // gamma and beta as long as a row: kernels read C of each
+              for (std::size_t k = 1; k < 3; ++k) {
+                const auto& parameter = shape_of.at(o.inputs[k]);
+                if (a.empty() || parameter.size() != 1 || parameter[0] != a.back()) {
+                  throw graph_error(what + ": " + (k == 1 ? "gamma " : "beta ") + shape_to_string(parameter) +
+                                    " for rows of " + std::to_string(a.empty() ? 0 : a.back()));
+                }
+              }
+            }
           } catch (const graph_error& err) {
             throw compile_error(err.what());
           }

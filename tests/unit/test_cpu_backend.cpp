@@ -428,6 +428,18 @@ TEST_F(fixture, TheBackendNamesItsIdForDiagnostics) {
   EXPECT_EQ(owner_name(onednn_cpu::cache_owner_id), "onednn_cpu");
 }
 
+// A LayerNorm declared with -1 channels is compiled only for gamma and beta
+// as long as x's rows: the kernels read C elements of each.
+TEST_F(fixture, LayerNormParametersOfTheWrongLengthAreACompileError) {
+  graph g;
+  auto x = g.tensor({-1, -1}), gamma = g.tensor({-1}), beta = g.tensor({-1}), y = g.tensor({-1, -1});
+  g.add_op(op_kind::layer_norm, {x, gamma, beta}, {y});
+  g.finalize();
+  EXPECT_THROW(compile(g.partitions()[0], {{4, 16}, {8}, {16}}, eng), compile_error);
+  EXPECT_THROW(compile(g.partitions()[0], {{4, 16}, {16}, {17}}, eng), compile_error);
+  EXPECT_NO_THROW(compile(g.partitions()[0], {{4, 16}, {16}, {16}}, eng));
+}
+
 TEST_F(fixture, BadShapesAreRejectedWithClearErrors) {
   graph g;
   auto x = g.tensor({-1, 32}), w = g.tensor({32, 16}), y = g.tensor({-1, 16});

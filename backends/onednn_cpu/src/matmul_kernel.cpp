@@ -71,6 +71,7 @@ matmul_kernel::matmul_kernel(const partition& p, const std::vector<logical_tenso
     fused_ = posts;
   } catch (const dnnl::error&) {
     prim_ = make_matmul(e, {});
+    fused_.clear();
     for (const post& x : posts) steps_.push_back(make_step(e, x));
   }
 }

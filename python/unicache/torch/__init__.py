@@ -28,6 +28,7 @@ input); every one derives from unicache.Error.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -122,9 +123,9 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[Lis
             output = node.args[0]
         elif node.op != "placeholder" and not lowerer.lower(node):
             torch_nodes.append(node)
-    lowered_set = set(lowerer.out.produced) | set(lowerer.out.aliases)
-    live_torch = [n for n in torch_nodes
-                  if not (n in lowerer.out.folded and all(u in lowered_set for u in n.users))]
+    # A transpose every reader of which folded it into a MatMul flag is not run.
+    folded = lowerer.out.folded
+    live_torch = [n for n in torch_nodes if not (n in folded and set(n.users) <= folded[n])]
     reads = [a for n in live_torch for a in n.all_input_nodes]
     reads += _nodes_in(output)
     lowered = lowerer.finish(reads)
@@ -133,6 +134,20 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[Lis
              for p in placeholders]
     return CompiledModule(gm, lowered, steps, placeholders, input_specs(placeholders, info, feeds),
                           output, Engine.for_torch_device(device), device)
+
+
+def _mutates(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Whether the node changes a value in place (masked_fill_, x[i] = v, an
+    in-place module): kept though nothing reads its result."""
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.startswith("_")
+    if node.op == "call_function":
+        return node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_") or \
+            bool(node.kwargs.get("inplace")) or (hasattr(node, "is_impure") and node.is_impure())
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
+    return False
 
 
 def _nodes_in(value: Any) -> List[torch.fx.Node]:
@@ -161,7 +176,7 @@ def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.No
     kept: List[Any] = []
     for step in reversed(ordered):
         if isinstance(step, TorchStep):
-            if step.node not in needed:
+            if step.node not in needed and not _mutates(gm, step.node):
                 continue
             needed.update(lowered.resolve(n) for n in step.node.all_input_nodes)
         else:

@@ -87,27 +87,48 @@ def _shape_only(target: Any, module: Any, args: Tuple[Any, ...], kwargs: Dict[st
     rule is plain; None: run it for real."""
     if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() == 0:
         return None
+    # Each stub checks what torch would (a size that does not fit raises, as the
+    # real op does), so a dimension that cannot change is never taken for one
+    # that can; anything unusual runs for real.
     x = args[0]
     if module is not None:
-        if isinstance(module, torch.nn.Linear) and len(args) == 1 and not kwargs:
+        if len(args) != 1 or kwargs:
+            return None
+        if isinstance(module, torch.nn.Linear):
+            _fits(x.shape[-1] == module.in_features, x, f"a Linear of {module.in_features} inputs")
             return _empty(x, tuple(x.shape[:-1]) + (module.out_features,))
-        if isinstance(module, _SAME_SHAPE_MODULES) and len(args) == 1 and not kwargs:
+        if isinstance(module, torch.nn.LayerNorm):
+            shape = tuple(module.normalized_shape)
+            _fits(tuple(x.shape[-len(shape):]) == shape, x, f"a LayerNorm over {list(shape)}")
+            return _empty(x, x.shape)
+        if isinstance(module, _SAME_SHAPE_MODULES):
             return _empty(x, x.shape)
         return None
     if target in _LINEAR and len(args) >= 2 and isinstance(args[1], torch.Tensor) and args[1].dim() == 2:
+        _fits(x.shape[-1] == args[1].shape[1], x, f"a weight of shape {list(args[1].shape)}")
         return _empty(x, tuple(x.shape[:-1]) + (args[1].shape[0],))
     if target in _MATMUL and len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs:
-        a, b = x.shape, args[1].shape
-        if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
-            # Not torch.broadcast_shapes: on torch 2 its first call imports sympy (2 s).
-            rank = max(len(a), len(b)) - 2
-            pa = (1,) * (rank - len(a) + 2) + tuple(a[:-2])
-            pb = (1,) * (rank - len(b) + 2) + tuple(b[:-2])
-            return _empty(x, tuple(q if p == 1 else p for p, q in zip(pa, pb)) + (a[-2], b[-1]))
-        return None
-    if target in _SAME_SHAPE and kwargs.get("dtype") is None:
+        a, b = tuple(x.shape), tuple(args[1].shape)
+        if len(a) < 2 or len(b) < 2:
+            return None
+        # Not torch.broadcast_shapes: on torch 2 its first call imports sympy (2 s).
+        rank = max(len(a), len(b)) - 2
+        pa, pb = (1,) * (rank - len(a) + 2) + a[:-2], (1,) * (rank - len(b) + 2) + b[:-2]
+        _fits(a[-1] == b[-2] and all(p == q or 1 in (p, q) for p, q in zip(pa, pb)), x,
+              f"a MatMul with {list(b)}")
+        return _empty(x, tuple(q if p == 1 else p for p, q in zip(pa, pb)) + (a[-2], b[-1]))
+    if target is F.layer_norm and len(args) >= 2:
+        shape = (args[1],) if isinstance(args[1], int) else tuple(args[1])
+        _fits(tuple(x.shape[-len(shape):]) == shape, x, f"a LayerNorm over {list(shape)}")
+        return _empty(x, x.shape)
+    if target in _SAME_SHAPE and target is not F.layer_norm and kwargs.get("dtype") is None and len(args) <= 2:
         return _empty(x, x.shape)
     return None
+
+
+def _fits(ok: bool, x: torch.Tensor, what: str) -> None:
+    if not ok:
+        raise RuntimeError(f"shape {list(x.shape)} does not fit {what}")
 
 
 def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:

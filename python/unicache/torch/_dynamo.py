@@ -13,6 +13,7 @@ tensor dimension it is, so the dimensions dynamo marked dynamic are -1.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
@@ -58,46 +59,42 @@ def _dynamic(gm: torch.fx.GraphModule, inputs: List[Any]) -> Tuple[List[List[int
     """Each tensor input's dynamic dims (dynamo's symbolic ones, else dim 0), and
     each int input's (tensor input, dim) of the same symbol."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    dynamic: List[List[int]] = []
-    where: Dict[str, Tuple[int, int]] = {}
-    symbolic_seen = False
+    symbols: Dict[str, List[Tuple[int, int]]] = {}  # symbol -> every (tensor input, dim) it sizes
     for i, (node, value) in enumerate(zip(placeholders, inputs)):
         example = node.meta.get("example_value")
-        dims: List[int] = []
         if isinstance(value, torch.Tensor) and example is not None and hasattr(example, "shape"):
             for d, size in enumerate(example.shape):
                 name = _symbol(size)
                 if name:
-                    dims.append(d)
-                    where.setdefault(name, (i, d))
-                    symbolic_seen = True
-        dynamic.append(dims)
-    if not symbolic_seen:  # a static capture: the batch may still change between calls
-        dynamic = [[0] if isinstance(v, torch.Tensor) and v.dim() > 0 else [] for v in inputs]
+                    symbols.setdefault(name, []).append((i, d))
     sizes = {}
     for i, (node, value) in enumerate(zip(placeholders, inputs)):
         if not isinstance(value, torch.Tensor):
             name = _symbol(node.meta.get("example_value", value))
-            if name in where:
-                sizes[i] = where[name]
-    return _changeable(gm, inputs, dynamic, sizes), sizes
+            if name in symbols:
+                sizes[i] = symbols[name][0]
+    if not symbols:  # a static capture: the batch may still change between calls
+        return [[0] if isinstance(v, torch.Tensor) and v.dim() > 0 else [] for v in inputs], sizes
+    return _changeable(gm, inputs, symbols, sizes), sizes
 
 
-def _changeable(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
+def _changeable(gm: torch.fx.GraphModule, inputs: List[Any], symbols: Dict[str, List[Tuple[int, int]]],
                 sizes: Dict[int, Tuple[int, int]]) -> List[List[int]]:
-    """The dims among `dynamic` the graph runs with when each alone changes: with
-    dynamic=True dynamo leaves a dimension symbolic in the graph's examples even
-    where a guard pins it (a Linear's input features)."""
+    """The dims of the symbols the graph runs with when each symbol changes
+    (every dim it sizes at once: a batch shared by an input and its mask):
+    with dynamic=True dynamo leaves a dimension symbolic in the graph's
+    examples even where a guard pins it (a Linear's input features)."""
     from ._capture import _run, other_inputs
     kept: List[List[int]] = [[] for _ in inputs]
-    for i, dims in enumerate(dynamic):
-        for d in dims:
-            trial = [[] for _ in inputs]
-            trial[i] = [d]
-            try:
-                _run(gm, other_inputs(inputs, trial, 1, sizes))
-            except Exception:  # pinned: changing it breaks the graph
-                continue
+    for where in symbols.values():
+        trial: List[List[int]] = [[] for _ in inputs]
+        for i, d in where:
+            trial[i].append(d)
+        try:
+            _run(gm, other_inputs(inputs, trial, 1, sizes))
+        except Exception:  # pinned: changing it breaks the graph
+            continue
+        for i, d in where:
             kept[i].append(d)
     return kept
 
@@ -106,16 +103,24 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Calla
     """torch.compile's backend: `gm` through unicache.torch; returns the function dynamo calls."""
     from . import compile_graph
     inputs = [_real(t) for t in example_inputs]
-    lifted = set(_lift_parameters(gm, inputs))
-    kept = [t for i, t in enumerate(inputs) if i not in lifted]
+    # The graph as dynamo gave it, for calls with other parameters (its
+    # submodules and attributes shared, not copied).
+    as_given = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    lifted = _lift_parameters(gm, inputs)
+    bound = {i: inputs[i] for i in lifted}
+    kept = [t for i, t in enumerate(inputs) if i not in bound]
     dynamic, sizes = _dynamic(gm, kept)
     compiled = compile_graph(gm, kept, dynamic, sizes)
 
     def run(*args: Any) -> Any:
         # Dynamo calls with every input, or (torch 2.11) without the parameters
-        # it knows are static: those are bound already.
+        # it knows are static: those are bound already. One graph may serve
+        # several modules (a repeated layer): other parameters than the bound
+        # ones run the graph in torch, never with the wrong weights.
         if len(args) == len(example_inputs):
-            args = tuple(a for i, a in enumerate(args) if i not in lifted)
+            if any(args[i] is not p for i, p in bound.items()):
+                return as_given(*args)
+            args = tuple(a for i, a in enumerate(args) if i not in bound)
         return compiled(*args)
     return run
 

@@ -57,6 +57,17 @@ class Source:
     node: Optional[torch.fx.Node]
     view: str = PLAIN
     constant: Optional[torch.Tensor] = None
+    # A parameter or buffer: its owner module and attribute, read at every call,
+    # so a parameter replaced since compile() is the one used.
+    owner: Optional[torch.nn.Module] = None
+    attribute: str = ""
+
+    def current(self) -> torch.Tensor:
+        """The constant's tensor now."""
+        if self.owner is not None:
+            return getattr(self.owner, self.attribute)
+        assert self.constant is not None
+        return self.constant
 
 
 @dataclass
@@ -70,7 +81,8 @@ class Lowered:
     produced_by: Dict[int, torch.fx.Node] = field(default_factory=dict)  # tensor id -> node
     shape_rules: Dict[torch.fx.Node, Tuple[ShapeFn, List[torch.fx.Node]]] = field(default_factory=dict)
     aliases: Dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)  # identity nodes
-    folded: Set[torch.fx.Node] = field(default_factory=set)  # transposes read through a MatMul flag
+    # transposes read through a MatMul's flag -> the MatMuls that read them so
+    folded: Dict[torch.fx.Node, Set[torch.fx.Node]] = field(default_factory=dict)
 
     def source_of(self, tensor_id: int) -> Source:
         """Where a partition input comes from: a declared source, or another
@@ -108,6 +120,13 @@ class Lowerer:
         self._inputs: Dict[Tuple[torch.fx.Node, str], LogicalTensor] = {}
         self._constants: Dict[int, LogicalTensor] = {}
         self._read_outside: Set[int] = set()
+        # Each parameter's and buffer's owner and attribute (read again per call).
+        self._owners: Dict[int, Tuple[torch.nn.Module, str]] = {}
+        for module in gm.modules():
+            for table in (module._parameters, module._buffers):
+                for name, value in table.items():
+                    if value is not None:
+                        self._owners.setdefault(id(value), (module, name))
 
     # --- Tensors -------------------------------------------------------------
 
@@ -150,7 +169,8 @@ class Lowerer:
         if key not in self._constants:
             t = self.out.graph.add_tensor(tuple(value.shape), constant=True)
             self._constants[key] = t
-            self.out.sources[t.id] = Source(None, PLAIN, value)
+            owner, attribute = self._owners.get(key, (None, ""))
+            self.out.sources[t.id] = Source(None, PLAIN, None if owner is not None else value, owner, attribute)
         return self._constants[key]
 
     def _scalar(self, value: float) -> LogicalTensor:
@@ -158,7 +178,10 @@ class Lowerer:
 
     def _parameter(self, value: Any) -> Optional[torch.Tensor]:
         """`value` if it is an f32 tensor on the compile device (a usable constant), else None."""
-        ok = isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.device == self.device
+        # Contiguous: a copy made per call would be a new tensor (new address,
+        # version 0) each time, which versioned constants cannot follow.
+        ok = isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.device == self.device \
+            and value.is_contiguous()
         return value if ok else None
 
     def _attr(self, node: torch.fx.Node) -> Optional[torch.Tensor]:
@@ -203,6 +226,8 @@ class Lowerer:
         return False
 
     def _module(self, node: torch.fx.Node, m: torch.nn.Module) -> bool:
+        if getattr(m, "inplace", False):
+            return False  # it changes its input, which torch's later readers see: torch's
         if isinstance(m, (torch.nn.Dropout, torch.nn.Identity)) and not m.training and len(node.args) == 1:
             return self._alias(node, node.args[0])
         if len(node.args) != 1 or node.kwargs:
@@ -307,8 +332,10 @@ class Lowerer:
         if ti is None or len(normalized) != 1 or normalized[0] != ti.shape[-1] or not isinstance(eps, (int, float)):
             return False
         channels = normalized[0]
-        gamma = self._parameter(weight) if weight is not None else torch.ones(channels, device=self.device)
-        beta = self._parameter(bias) if bias is not None else torch.zeros(channels, device=self.device)
+        ones = torch.ones(channels, dtype=torch.float32, device=self.device)
+        zeros = torch.zeros(channels, dtype=torch.float32, device=self.device)
+        gamma = self._parameter(weight) if weight is not None else ones
+        beta = self._parameter(bias) if bias is not None else zeros
         if gamma is None or beta is None or gamma.shape != (channels,) or beta.shape != (channels,):
             return False
         view = self._view_of(x)
@@ -380,7 +407,7 @@ class Lowerer:
                               transpose_a=ta, transpose_b=tb)
         for original, source, flag in ((a, a_source, ta), (b, b_source, tb)):
             if flag:
-                self.out.folded.add(self.out.resolve(original))
+                self.out.folded.setdefault(self.out.resolve(original), set()).add(node)
         return True
 
     def _addmm(self, node: torch.fx.Node, bias: Any, a: Any, b: Any) -> bool:

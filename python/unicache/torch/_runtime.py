@@ -13,6 +13,8 @@ after the work enqueued before it.
 from __future__ import annotations
 
 import ctypes as C
+import itertools
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -26,6 +28,9 @@ from ..errors import Error, InvalidArgument, InvalidTensorType, error_for
 from ..graph import Partition
 from ._capture import TensorInfo
 from ._lowering import Lowered, Source, view_shape
+
+
+_serials = itertools.count(1)
 
 
 @dataclass
@@ -99,6 +104,11 @@ class CompiledModule(torch.nn.Module):
         self._execute = _lib.function("unicache_compiled_partition_execute")
         self.compiles = 0  # partitions compiled (one per structure and new input shapes)
         self._runner = self._generate_forward(gm)
+        self._lock = threading.Lock()
+        # Versions are this module's serial and the tensor's torch version: a
+        # weight at an address another (freed) module's weight had is not
+        # taken for it.
+        self._version_base = next(_serials) << 40
 
     # --- What was made -------------------------------------------------------
 
@@ -152,15 +162,16 @@ class CompiledModule(torch.nn.Module):
 
         def unicache_partition(*tensors: torch.Tensor) -> torch.Tensor:
             found = iter(tensors)
-            return run(step, [s.constant if s.node is None else next(found) for s in sources])
+            return run(step, [s.current() if s.node is None else next(found) for s in sources])
         unicache_partition.__name__ = unicache_partition.__qualname__ = f"unicache_{step.output_node.name}"
         return unicache_partition
 
     def forward(self, *inputs: Any) -> Any:
         self._check(inputs)
-        self._signatures.add(tuple(t.shape if isinstance(t, torch.Tensor) else t for t in inputs))
-        self._stream = self._stream_pointer()
-        return self._runner(*inputs)
+        with self._lock:  # the C descriptions and the stream are shared by calls
+            self._signatures.add(tuple(t.shape if isinstance(t, torch.Tensor) else t for t in inputs))
+            self._stream = self._stream_pointer()
+            return self._runner(*inputs)
 
     def _check(self, inputs: Sequence[Any]) -> None:
         if len(inputs) != len(self._specs):
@@ -201,11 +212,18 @@ class CompiledModule(torch.nn.Module):
 
     def _run_partition(self, step: PartitionStep, tensors: List[torch.Tensor]) -> torch.Tensor:
         for i, t in enumerate(tensors):
+            source = step.sources[i]
+            if source.node is None:
+                if t.device != self.device or t.dtype != torch.float32 or not t.is_contiguous():
+                    raise InvalidTensorType(f"parameter {source.attribute or 'constant'} is now {t.dtype} on "
+                                            f"{t.device}{'' if t.is_contiguous() else ', not contiguous'}; the "
+                                            f"module was compiled for contiguous float32 on {self.device}: "
+                                            "compile again")
+                continue
             if not t.is_contiguous():
                 tensors[i] = t = t.contiguous()
             if t.dtype != torch.float32:
-                raise InvalidTensorType(f"{step.sources[i].node}: torch made a {t.dtype} tensor where unicache "
-                                        "reads f32")
+                raise InvalidTensorType(f"{source.node}: torch made a {t.dtype} tensor where unicache reads f32")
         key = (step.partition.fingerprint, step.views, tuple(t.shape for t in tensors))
         c = self._compiled.get(key)
         if c is None:
@@ -214,7 +232,7 @@ class CompiledModule(torch.nn.Module):
         inputs = c.inputs
         for i, t in enumerate(tensors):
             inputs[i].data = t.data_ptr()
-            inputs[i].version = t._version
+            inputs[i].version = self._version_base | t._version
         c.outputs[0].data = out.data_ptr()
         status = self._execute(c.pointer, self._stream, inputs, len(tensors), c.outputs, 1)
         if status:
