@@ -2,8 +2,6 @@
 // primitives for a partition, and running them.
 #include "matmul_kernel.hpp"
 
-#include <algorithm>
-#include <bit>
 #include <unordered_map>
 #include <utility>
 
@@ -249,8 +247,7 @@ std::vector<matmul_kernel::block_step> matmul_kernel::make_block_steps(const eng
     whole = d[0] == m && d[1] == n;
     if (!whole && !(d[0] == 1 && d[1] == n)) return {};
   }
-  const std::int64_t largest = static_cast<std::int64_t>(
-      std::bit_floor(static_cast<std::uint64_t>(std::max<std::int64_t>(1, (std::int64_t{1} << 22) / n))));
+  const std::int64_t largest = largest_block_rows(n);
   const dnnl::engine& eng = e.native<engine_state>().eng;
   std::vector<block_step> steps;
   std::int64_t first = 0;

@@ -33,6 +33,11 @@ cached_primitive make_primitive(op_kind k, const dnnl::memory::desc& md, float e
 
 }  // namespace
 
+std::int64_t largest_block_rows(std::int64_t row_length) {
+  return static_cast<std::int64_t>(
+      std::bit_floor(static_cast<std::uint64_t>(std::max<std::int64_t>(1, kMaxBlockElements / row_length))));
+}
+
 std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t largest) {
   std::vector<std::int64_t> blocks;
   for (; rows >= largest; rows -= largest) blocks.push_back(largest);
@@ -50,8 +55,7 @@ row_wise_kernel::row_wise_kernel(const partition& p, const std::vector<logical_t
   for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows_ *= shape[d];
   if (softmax_) return;
   parameter_md_ = plain_md({row_length_});
-  const auto largest = static_cast<std::int64_t>(
-      std::bit_floor(static_cast<std::uint64_t>(std::max<std::int64_t>(1, kMaxBlockElements / row_length_))));
+  const std::int64_t largest = largest_block_rows(row_length_);
   const dnnl::engine& eng = e.native<engine_state>().eng;
   const float epsilon = layer_norm_ ? o.epsilon : 0.f;
   for (std::int64_t block_rows : power_of_two_blocks(rows_, largest)) {

@@ -15,6 +15,9 @@ namespace unicache::onednn_cpu::detail {
 // Row counts that add up to `rows`, largest first, each a power of two no
 // larger than `largest` (itself a power of two): 300 -> 256, 32, 8, 4.
 std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t largest);
+// The largest block of rows of `row_length` elements: a power of two, at most
+// 2^22 elements (16 MiB of f32) unless one row is longer.
+std::int64_t largest_block_rows(std::int64_t row_length);
 
 // ReLU, GELU, Sigmoid, Tanh, Softmax and LayerNorm (last axis), SRC -> DST
 // (LayerNorm: with gamma as SCALE and beta as SHIFT). Each row is

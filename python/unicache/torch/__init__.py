@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import operator
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
 
 import torch
 import torch.fx

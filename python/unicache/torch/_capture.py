@@ -48,8 +48,8 @@ def trace(module: torch.nn.Module) -> torch.fx.GraphModule:
                           "backend=\"unicache\")", what="unicache.torch.compile") from e
 
 
-_LINEAR = {F.linear, torch._C._nn.linear}
-_MATMUL = {torch.matmul, torch.bmm, operator.matmul}
+LINEAR_FUNCTIONS = {F.linear, torch._C._nn.linear}  # dynamo records the latter
+MATMUL_FUNCTIONS = {torch.matmul, torch.bmm, operator.matmul}
 _SAME_SHAPE = {F.relu, torch.relu, torch.sigmoid, torch.tanh, F.gelu, F.softmax, torch.softmax, F.layer_norm,
                F.dropout}
 _SAME_SHAPE_MODULES = (torch.nn.ReLU, torch.nn.GELU, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Softmax,
@@ -104,19 +104,18 @@ def _shape_only(target: Any, module: Any, args: Tuple[Any, ...], kwargs: Dict[st
         if isinstance(module, _SAME_SHAPE_MODULES):
             return _empty(x, x.shape)
         return None
-    if target in _LINEAR and len(args) >= 2 and isinstance(args[1], torch.Tensor) and args[1].dim() == 2:
+    if target in LINEAR_FUNCTIONS and len(args) >= 2 and isinstance(args[1], torch.Tensor) and args[1].dim() == 2:
         _fits(x.shape[-1] == args[1].shape[1], x, f"a weight of shape {list(args[1].shape)}")
         return _empty(x, tuple(x.shape[:-1]) + (args[1].shape[0],))
-    if target in _MATMUL and len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs:
+    if target in MATMUL_FUNCTIONS and len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs:
         a, b = tuple(x.shape), tuple(args[1].shape)
         if len(a) < 2 or len(b) < 2:
             return None
-        # Not torch.broadcast_shapes: on torch 2 its first call imports sympy (2 s).
         rank = max(len(a), len(b)) - 2
         pa, pb = (1,) * (rank - len(a) + 2) + a[:-2], (1,) * (rank - len(b) + 2) + b[:-2]
         _fits(a[-1] == b[-2] and all(p == q or 1 in (p, q) for p, q in zip(pa, pb)), x,
               f"a MatMul with {list(b)}")
-        return _empty(x, tuple(q if p == 1 else p for p, q in zip(pa, pb)) + (a[-2], b[-1]))
+        return _empty(x, broadcast(a[:-2], b[:-2]) + (a[-2], b[-1]))
     if target is F.layer_norm and len(args) >= 2:
         shape = (args[1],) if isinstance(args[1], int) else tuple(args[1])
         _fits(tuple(x.shape[-len(shape):]) == shape, x, f"a LayerNorm over {list(shape)}")
@@ -124,6 +123,15 @@ def _shape_only(target: Any, module: Any, args: Tuple[Any, ...], kwargs: Dict[st
     if target in _SAME_SHAPE and target is not F.layer_norm and kwargs.get("dtype") is None and len(args) <= 2:
         return _empty(x, x.shape)
     return None
+
+
+def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
+    """numpy's broadcast of two shapes that broadcast (torch.broadcast_shapes
+    without its cost: on torch 2 its first call imports sympy, 2 s)."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
 def _fits(ok: bool, x: torch.Tensor, what: str) -> None:

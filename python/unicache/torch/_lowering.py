@@ -26,7 +26,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from ..graph import Graph, LogicalTensor, OpAttr, OpKind
-from ._capture import Shape, TensorInfo
+from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, Shape, TensorInfo, broadcast
 
 PLAIN, ROWS, BATCH = "plain", "rows", "batch"
 ShapeFn = Callable[[List[Shape]], Shape]
@@ -105,8 +105,6 @@ _ELTWISE_MODULES = {torch.nn.ReLU: OpKind.RELU, torch.nn.Sigmoid: OpKind.SIGMOID
 _BINARY = {operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul: "mul",
            operator.truediv: "div", torch.div: "div"}
 _BINARY_METHODS = {"add": "add", "mul": "mul", "div": "div"}
-_MATMUL = {torch.matmul, torch.bmm, operator.matmul}
-_LINEAR = {F.linear, torch._C._nn.linear}  # dynamo records the latter
 
 
 class Lowerer:
@@ -260,12 +258,12 @@ class Lowerer:
             return self._softmax(node, args[0], dim)
         if f is F.layer_norm:
             return self._functional_layer_norm(node, args, kwargs)
-        if f in _LINEAR and not kwargs and len(args) in (2, 3):
+        if f in LINEAR_FUNCTIONS and not kwargs and len(args) in (2, 3):
             w = self._attr(args[1]) if isinstance(args[1], torch.fx.Node) else None
             b = args[2] if len(args) == 3 else None
             bias = self._attr(b) if isinstance(b, torch.fx.Node) else None
             return self._linear(node, args[0], w, bias, b is not None)
-        if f in _MATMUL and len(args) == 2 and not kwargs:
+        if f in MATMUL_FUNCTIONS and len(args) == 2 and not kwargs:
             return self._matmul(node, args[0], args[1], batched_only=f is torch.bmm)
         if f is torch.addmm and len(args) == 3 and not kwargs:
             return self._addmm(node, *args)
@@ -459,15 +457,6 @@ class Lowerer:
             g.mark_output(tensor_id)
         g.finalize()
         return self.out
-
-
-def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
-    """numpy's broadcast of two shapes (torch.broadcast_shapes, without its cost
-    per call); the shapes were checked to broadcast when the graph was built."""
-    rank = max(len(a), len(b))
-    a = (1,) * (rank - len(a)) + tuple(a)
-    b = (1,) * (rank - len(b)) + tuple(b)
-    return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
 def _same(shapes: List[Shape]) -> Shape:

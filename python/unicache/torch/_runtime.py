@@ -12,7 +12,6 @@ after the work enqueued before it.
 """
 from __future__ import annotations
 
-import ctypes as C
 import itertools
 import threading
 from dataclasses import dataclass
@@ -102,7 +101,6 @@ class CompiledModule(torch.nn.Module):
         self._streams: Dict[int, Stream] = {}
         self._stream = 0
         self._execute = _lib.function("unicache_compiled_partition_execute")
-        self.compiles = 0  # partitions compiled (one per structure and new input shapes)
         self._runner = self._generate_forward(gm)
         self._lock = threading.Lock()
         # Versions are this module's serial and the tensor's torch version: a
@@ -128,8 +126,9 @@ class CompiledModule(torch.nn.Module):
         return self._engine
 
     @property
-    def compiled_partitions(self) -> int:
-        """Distinct (structure, shapes) compiled so far: what unicache was asked to compile."""
+    def compiles(self) -> int:
+        """Partitions compiled so far: one per structure and new input shapes (a
+        repeated layer shares its compilation)."""
         return len(self._compiled)
 
     @property
@@ -243,7 +242,6 @@ class CompiledModule(torch.nn.Module):
         shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
                   for t, s in zip(tensors, step.sources)]
         compiled = step.partition.compile(shapes, self._engine)
-        self.compiles += 1
         known = {s.node: t.shape for s, t in zip(step.sources, tensors) if s.node is not None}
         output_shape = tuple(self._shape_of(step.output_node, known))
         if view_shape(output_shape, step.output_view) != tuple(compiled.outputs[0].shape):
