@@ -35,29 +35,16 @@ class CompiledPartition(Resource):
         self._own(NativeHandle(pointer, _lib.function("unicache_compiled_partition_destroy"), "compiled partition"),
                   depends_on=[engine])
         self.engine, self.inputs = engine, inputs
-        out = _abi.LogicalTensorStruct()
-        self.outputs: List[LogicalTensor] = []
-        for i in range(output_count):
-            _lib.call("unicache_compiled_partition_get_output", pointer, i, C.byref(out))
-            self.outputs.append(LogicalTensor._from_struct(out))
+        self.outputs: List[LogicalTensor] = compiled_outputs(pointer, output_count)
         self._input_structs = [t._to_struct() for t in inputs]
         self._output_structs = [t._to_struct() for t in self.outputs]
 
     @classmethod
     def _compile(cls, partition: "Partition", shapes: List[Tuple[int, ...]], engine: Engine,
                  cache_blob: Optional[bytes]) -> "CompiledPartition":
-        ndims, pointers, keep = _lib.shape_arrays(shapes)
-        handle = C.c_void_p()
-        what = f"compile partition {partition.index} for {[list(s) for s in shapes]}"
-        with partition._handle() as p, engine._handle() as e:
-            if cache_blob is None:
-                _lib.call("unicache_compile", p, len(shapes), ndims, pointers, e, C.byref(handle), what=what)
-            else:
-                blob = bytes(cache_blob)
-                _lib.call("unicache_compile_from_cache_blob", p, len(shapes), ndims, pointers, e, blob, len(blob),
-                          C.byref(handle), what=what)
+        pointer = compile_handle(partition, shapes, engine, cache_blob)
         inputs = [LogicalTensor(t.id, s, t.is_constant) for t, s in zip(partition.inputs, shapes)]
-        return cls(handle.value or 0, engine, inputs, len(partition.outputs))
+        return cls(pointer, engine, inputs, len(partition.outputs))
 
     def execute(self, stream: Stream, inputs: Sequence[Any], outputs: Optional[Sequence[Any]] = None) -> List[Any]:
         """Runs the partition on `stream` (of this engine's backend) and returns the outputs.
@@ -124,6 +111,34 @@ class CompiledPartition(Resource):
     def __repr__(self) -> str:
         ins = ", ".join(str(list(t.shape)) for t in self.inputs)
         return f"<unicache.CompiledPartition ({ins}) on {self.engine!r}{' closed' if self.closed else ''}>"
+
+
+def compile_handle(partition: "Partition", shapes: Sequence[Tuple[int, ...]], engine: Engine,
+                   cache_blob: Optional[bytes] = None) -> int:
+    """unicache_compile (or unicache_compile_from_cache_blob): the raw C handle of
+    the compiled partition. Its owner destroys it (unicache_compiled_partition_destroy)
+    while `engine` is alive; CompiledPartition is the owner Python code wants."""
+    ndims, pointers, keep = _lib.shape_arrays(list(shapes))
+    handle = C.c_void_p()
+    what = f"compile partition {partition.index} for {[list(s) for s in shapes]}"
+    with partition._handle() as p, engine._handle() as e:
+        if cache_blob is None:
+            _lib.call("unicache_compile", p, len(shapes), ndims, pointers, e, C.byref(handle), what=what)
+        else:
+            blob = bytes(cache_blob)
+            _lib.call("unicache_compile_from_cache_blob", p, len(shapes), ndims, pointers, e, blob, len(blob),
+                      C.byref(handle), what=what)
+    return handle.value or 0
+
+
+def compiled_outputs(pointer: int, count: int) -> List[LogicalTensor]:
+    """A compiled partition's output tensors (shapes inferred), from its C handle."""
+    out = _abi.LogicalTensorStruct()
+    outputs = []
+    for i in range(count):
+        _lib.call("unicache_compiled_partition_get_output", pointer, i, C.byref(out))
+        outputs.append(LogicalTensor._from_struct(out))
+    return outputs
 
 
 def _check_count(given: Sequence[Any], expected: List[LogicalTensor], what: str) -> None:

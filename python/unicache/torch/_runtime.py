@@ -12,8 +12,11 @@ after the work enqueued before it.
 """
 from __future__ import annotations
 
+import ctypes as C
 import itertools
+import struct
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -21,10 +24,10 @@ import torch
 import torch.fx
 
 from .. import _abi, _lib
-from ..compiled import CompiledPartition
+from ..compiled import compile_handle, compiled_outputs
 from ..engine import Engine, Stream
 from ..errors import Error, InvalidArgument, InvalidTensorType, error_for
-from ..graph import Partition
+from ..graph import LogicalTensor, Partition
 from ._capture import TensorInfo
 from ._lowering import Lowered, Source, view_shape
 
@@ -54,17 +57,19 @@ class PartitionStep:
         self.views = tuple(s.view for s in self.sources) + (self.output_view,)
 
 
-@dataclass
-class _Compiled:
-    """A partition structure compiled for one set of input shapes, shared by every
-    step of that structure and those shapes: the C tensor descriptions (a step sets
-    the data pointers just before its call) and the output's torch shape."""
-
-    compiled: CompiledPartition
-    pointer: int
-    inputs: Any   # TensorStruct array
-    outputs: Any
-    output_shape: Tuple[int, ...]
+# A partition structure compiled for one set of input shapes, shared by every step
+# of that structure and those shapes: (C handle, the address of `slots`, the
+# output's torch shape, slots). `slots` is a bytearray of TensorStructs, the
+# inputs' then the output's, whose data pointers and versions a call writes
+# before it executes. Everything kept per shape is a tuple of ints or bytes-like:
+# nothing the cyclic garbage collector keeps tracking, so a stream of new shapes
+# does not grow the objects a full collection walks (those took 100-170 ms, at
+# the same request of every process, when each shape kept ~300 Python objects).
+_SLOT = C.sizeof(_abi.TensorStruct)
+_DATA = _abi.TensorStruct.data.offset
+_DATA_AND_VERSION = struct.Struct("=QQ")
+_POINTER = struct.Struct("=Q")
+assert _abi.TensorStruct.version.offset == _DATA + 8
 
 
 @dataclass
@@ -94,19 +99,23 @@ class CompiledModule(torch.nn.Module):
         self.graph_module = gm  # keeps the parameters (the constants' storage) registered and alive
         self._lowered, self._steps, self._placeholders = lowered, steps, placeholders
         self._specs, self._output, self._engine, self.device = specs, output, engine, device
-        # Compiled partitions by (structure, input shapes, views): the layers of a
-        # model repeat a few structures, so a new shape compiles each once.
-        self._compiled: Dict[Tuple[Any, ...], _Compiled] = {}
+        self._compiled: Dict[Tuple[Any, ...], Tuple[int, int, Tuple[int, ...], bytearray]] = {}
         self._signatures: set = set()
         self._streams: Dict[int, Stream] = {}
         self._stream = 0
-        self._execute = _lib.function("unicache_compiled_partition_execute")
-        self._runner = self._generate_forward(gm)
-        self._lock = threading.Lock()
+        # Compiled partitions by (structure, input shapes, views): the layers of a
+        # model repeat a few structures, so a new shape compiles each once. Their C
+        # handles are destroyed with this module, before its engine.
+        self._handles: List[int] = []
+        weakref.finalize(self, _destroy_handles, self._handles, _lib.function("unicache_compiled_partition_destroy"),
+                         engine)
+        self._execute = _raw_execute()
         # Versions are this module's serial and the tensor's torch version: a
         # weight at an address another (freed) module's weight had is not
         # taken for it.
         self._version_base = next(_serials) << 40
+        self._runner = self._generate_forward(gm)
+        self._lock = threading.Lock()
 
     # --- What was made -------------------------------------------------------
 
@@ -156,19 +165,64 @@ class CompiledModule(torch.nn.Module):
         return torch.fx.GraphModule(gm, graph)
 
     def _partition_call(self, step: PartitionStep) -> Callable[..., torch.Tensor]:
+        """The step's call in the generated forward. It runs once per partition
+        per request, so what does not change between calls is bound here: which
+        sources are parameters (read from their module at each call), the key's
+        structure part, the device and dtype checked."""
         sources = step.sources
-        run = self._run_partition
+        getters = tuple(None if s.node is not None else s.current for s in sources)
+        reads_constants = any(g is not None for g in getters)
+        structure = (step.partition.fingerprint, step.views)
+        compiled = self._compiled
+        device = self.device
+        device_index = device.index if device.type == "cuda" else -1  # as Tensor.get_device() gives it
+        if device_index is None:
+            device_index = torch.cuda.current_device()
+        f32 = torch.float32
+        empty = torch.empty
+        version_base = self._version_base
+        pack_into, pack_pointer = _DATA_AND_VERSION.pack_into, _POINTER.pack_into
 
-        def unicache_partition(*tensors: torch.Tensor) -> torch.Tensor:
-            found = iter(tensors)
-            return run(step, [s.current() if s.node is None else next(found) for s in sources])
+        def unicache_partition(*found: torch.Tensor) -> torch.Tensor:
+            if reads_constants:
+                args = iter(found)
+                tensors = [next(args) if g is None else g() for g in getters]
+            else:
+                tensors = list(found)
+            for i, t in enumerate(tensors):
+                if getters[i] is None:
+                    if t.dtype is not f32:
+                        raise InvalidTensorType(f"{sources[i].node}: torch made a {t.dtype} tensor where unicache "
+                                                "reads f32")
+                    if not t.is_contiguous():
+                        tensors[i] = t.contiguous()
+                elif t.dtype is not f32 or t.get_device() != device_index or not t.is_contiguous():
+                    raise InvalidTensorType(f"parameter {sources[i].attribute or 'constant'} is now {t.dtype} on "
+                                            f"{t.device}{'' if t.is_contiguous() else ', not contiguous'}; the "
+                                            f"module was compiled for contiguous float32 on {device}: compile again")
+            shapes = tuple([t.shape for t in tensors])
+            c = compiled.get((structure, shapes))
+            if c is None:
+                c = self._compile(step, tensors)
+                compiled[(structure, tuple(map(tuple, shapes)))] = c  # plain tuples: untracked by the collector
+            pointer, address, output_shape, slots = c
+            out = empty(output_shape, dtype=f32, device=device)
+            offset = _DATA
+            for t in tensors:
+                pack_into(slots, offset, t.data_ptr(), version_base | t._version)
+                offset += _SLOT
+            pack_pointer(slots, offset, out.data_ptr())
+            status = self._execute(pointer, self._stream, address, len(tensors), address + offset - _DATA, 1)
+            if status:
+                raise error_for(status, _lib.last_error(), f"executing the partition of {step.output_node.name}")
+            return out
         unicache_partition.__name__ = unicache_partition.__qualname__ = f"unicache_{step.output_node.name}"
         return unicache_partition
 
     def forward(self, *inputs: Any) -> Any:
         self._check(inputs)
         with self._lock:  # the C descriptions and the stream are shared by calls
-            self._signatures.add(tuple(t.shape if isinstance(t, torch.Tensor) else t for t in inputs))
+            self._signatures.add(tuple(tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in inputs))
             self._stream = self._stream_pointer()
             return self._runner(*inputs)
 
@@ -209,52 +263,27 @@ class CompiledModule(torch.nn.Module):
             self._streams[key] = stream
         return stream._handle().pointer
 
-    def _run_partition(self, step: PartitionStep, tensors: List[torch.Tensor]) -> torch.Tensor:
-        for i, t in enumerate(tensors):
-            source = step.sources[i]
-            if source.node is None:
-                if t.device != self.device or t.dtype != torch.float32 or not t.is_contiguous():
-                    raise InvalidTensorType(f"parameter {source.attribute or 'constant'} is now {t.dtype} on "
-                                            f"{t.device}{'' if t.is_contiguous() else ', not contiguous'}; the "
-                                            f"module was compiled for contiguous float32 on {self.device}: "
-                                            "compile again")
-                continue
-            if not t.is_contiguous():
-                tensors[i] = t = t.contiguous()
-            if t.dtype != torch.float32:
-                raise InvalidTensorType(f"{source.node}: torch made a {t.dtype} tensor where unicache reads f32")
-        key = (step.partition.fingerprint, step.views, tuple(t.shape for t in tensors))
-        c = self._compiled.get(key)
-        if c is None:
-            c = self._compiled[key] = self._compile(step, tensors)
-        out = torch.empty(c.output_shape, dtype=torch.float32, device=self.device)
-        inputs = c.inputs
-        for i, t in enumerate(tensors):
-            inputs[i].data = t.data_ptr()
-            inputs[i].version = self._version_base | t._version
-        c.outputs[0].data = out.data_ptr()
-        status = self._execute(c.pointer, self._stream, inputs, len(tensors), c.outputs, 1)
-        if status:
-            raise error_for(status, _lib.last_error(), f"executing the partition of {step.output_node.name}")
-        return out
-
-    def _compile(self, step: PartitionStep, tensors: List[torch.Tensor]) -> _Compiled:
+    def _compile(self, step: PartitionStep,
+                 tensors: List[torch.Tensor]) -> Tuple[int, int, Tuple[int, ...], bytearray]:
         shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
                   for t, s in zip(tensors, step.sources)]
-        compiled = step.partition.compile(shapes, self._engine)
+        pointer = compile_handle(step.partition, shapes, self._engine)
+        self._handles.append(pointer)  # destroyed with the module, whatever happens next
+        produced = compiled_outputs(pointer, 1)[0]
         known = {s.node: t.shape for s, t in zip(step.sources, tensors) if s.node is not None}
         output_shape = tuple(self._shape_of(step.output_node, known))
-        if view_shape(output_shape, step.output_view) != tuple(compiled.outputs[0].shape):
-            raise Error(f"{step.output_node.name}: unicache computes shape {list(compiled.outputs[0].shape)} "
+        if view_shape(output_shape, step.output_view) != tuple(produced.shape):
+            raise Error(f"{step.output_node.name}: unicache computes shape {list(produced.shape)} "
                         f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
                         what="unicache.torch")
-        ins = (_abi.TensorStruct * len(tensors))()
-        for i, t in enumerate(compiled.inputs):
-            ins[i].desc = t._to_struct()
-        outs = (_abi.TensorStruct * 1)()
-        outs[0].desc = compiled.outputs[0]._to_struct()
-        # The C handle lives as long as _compiled holds the compiled partition.
-        return _Compiled(compiled, compiled._handle().pointer, ins, outs, output_shape)
+        slots = bytearray(_SLOT * (len(tensors) + 1))
+        described = [LogicalTensor(t.id, shape, t.is_constant) for t, shape in zip(step.partition.inputs, shapes)]
+        for i, t in enumerate(described + [produced]):
+            one = _abi.TensorStruct()
+            one.desc = t._to_struct()
+            slots[i * _SLOT:(i + 1) * _SLOT] = bytes(one)
+        address = C.addressof((C.c_char * len(slots)).from_buffer(slots))  # fixed: slots is never resized
+        return pointer, address, tuple(int(d) for d in output_shape), slots
 
     def _shape_of(self, node: torch.fx.Node, known: Dict[torch.fx.Node, Any]) -> Tuple[int, ...]:
         """A node's torch shape from the partition's input shapes, by the lowered nodes' rules."""
@@ -266,6 +295,20 @@ class CompiledModule(torch.nn.Module):
     def __repr__(self) -> str:
         return (f"<unicache.torch.CompiledModule: {self.partitions} partitions, {len(self.torch_nodes)} torch "
                 f"nodes, on {self.device}>")
+
+
+def _raw_execute() -> Any:
+    """unicache_compiled_partition_execute taking addresses (the slots' bytearrays)."""
+    function = _lib.library().cdll["unicache_compiled_partition_execute"]  # a new function object
+    function.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t, C.c_void_p, C.c_size_t]
+    function.restype = C.c_int
+    return function
+
+
+def _destroy_handles(handles: List[int], destroy: Callable[[int], int], engine: Engine) -> None:
+    """The module's compiled partitions, destroyed (the engine, kept alive until now, after them)."""
+    while handles:
+        destroy(handles.pop())
 
 
 def input_specs(placeholders: List[torch.fx.Node], info: Dict[torch.fx.Node, Optional[TensorInfo]],
