@@ -5,7 +5,7 @@ unicache.torch, each mode in a fresh process.
 
     python3 benchmarks/torch_frontend.py [--device cpu|cuda] [--requests 300] [--seed 7]
         [--layers 12] [--max-seq 512] [--modes eager,unicache_cold,unicache_warm,...]
-        [--check 20] [--json FILE]
+        [--check 20] [--rounds 1] [--json FILE]
 
 Modes, in this order, each a fresh process started by this one:
   eager           torch eager
@@ -14,6 +14,10 @@ Modes, in this order, each a fresh process started by this one:
   unicache_cold   unicache.torch.compile, UNICACHE_PERSISTENT_CACHE_DIR an empty folder
   unicache_warm   the same, with the store unicache_cold filled
 (torch.compile needs torch >= 2; without it those modes are left out.)
+--rounds N runs the modes N times in turn, each round with empty caches of
+its own, and reports each mode's median, over the rounds, of its ratio to
+the eager process of the same round: the host's speed differs between
+processes, so one pair of processes says little.
 Per mode: the first request (unicache's compile() included, as torch.compile's
 first call includes its compile), the time from starting the process to the
 first result, the same from when `import torch` returned (building the model
@@ -95,6 +99,9 @@ def child(args) -> None:
     result.update(first_request_ms=times[0], p50_ms=statistics.median(rest), p99_ms=percentile(rest, 99),
                   mean_ms=statistics.fmean(rest), requests_run=len(times),
                   distinct_shapes=len(set(trace)))
+    # The slowest requests after the first: what sets p99 (request index, batch, length, ms).
+    slowest = sorted(range(1, len(times)), key=lambda i: times[i], reverse=True)[:6]
+    result["slowest"] = [[i, trace[i][0], trace[i][1], round(times[i], 3)] for i in slowest]
     if engine is not None:
         stats = engine.build_stats()
         result["later_builds"] = stats.built - built_before[0]
@@ -165,6 +172,7 @@ def main() -> int:
     parser.add_argument("--max-seq", type=int, default=512)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--check", type=int, default=0, help="compare with eager on this many shapes first")
+    parser.add_argument("--rounds", type=int, default=1, help="run the modes this many times in turn")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-json", help=argparse.SUPPRESS)
@@ -191,10 +199,50 @@ def main() -> int:
     if args.check:
         report["check"] = check(args)
         print(f"check: {report['check']}", flush=True)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    for round_ in range(args.rounds):
+        run_round(args, modes, report, round_)
+    if args.rounds > 1:
+        report["ratios_to_eager"] = ratios_to_eager(report["modes"])
+        for mode, r in report["ratios_to_eager"].items():
+            print(f"{mode:14s} median over {r['rounds']} rounds, against eager's process of the same round: " +
+                  "  ".join(f"{key.replace('_ms', '')} {r[key]['median']:.2f}x ({r[key]['min']:.2f}-{r[key]['max']:.2f})"
+                            for key in RATIO_KEYS), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0 if all("failed" not in m for m in report["modes"]) and report.get("check", {}).get("ok", True) else 1
+
+
+RATIO_KEYS = ("p50_ms", "p99_ms", "fresh_process_to_first_result_ms", "after_import_to_first_result_ms")
+
+
+def ratios_to_eager(results: list) -> dict:
+    """Per mode, the median (and range) over rounds of its figures over eager's in that round."""
+    eager = {m["round"]: m for m in results if m["mode"] == "eager" and "failed" not in m}
+    out: dict = {}
+    for m in results:
+        base = eager.get(m["round"])
+        if m["mode"] == "eager" or base is None or "failed" in m:
+            continue
+        for key in RATIO_KEYS:
+            out.setdefault(m["mode"], {}).setdefault(key, []).append(m[key] / base[key])
+    summary = {}
+    for mode, by_key in out.items():
+        summary[mode] = {"rounds": len(by_key["p50_ms"])}
+        for key, values in by_key.items():
+            summary[mode][key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return summary
+
+
+def run_round(args, modes: list, report: dict, round_: int) -> None:
+    """Every mode once, in order, the warm modes over the caches their cold modes filled."""
     with tempfile.TemporaryDirectory() as inductor, tempfile.TemporaryDirectory() as store:
         for mode in modes:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor, UNICACHE_PERSISTENT_CACHE_DIR=store)
             result = run_mode(args, mode, env)
+            result["round"] = round_
             report["modes"].append(result)
             if args.json:  # after every mode: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
@@ -206,10 +254,6 @@ def main() -> int:
                       f"p99 {result['p99_ms']:8.2f} ms" +
                       (f"  builds later {result['later_builds']}" if "later_builds" in result else ""),
                       flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    return 0 if all("failed" not in m for m in report["modes"]) and report.get("check", {}).get("ok", True) else 1
 
 
 if __name__ == "__main__":
