@@ -119,6 +119,18 @@ class TorchFrontend(unittest.TestCase):
         self.assertGreaterEqual(self.fast_small.compiles - compiles, 20 * 8)  # every shape compiled its structures
         self.assertLess(kept, 20 * 10, f"{kept} tracked objects kept by 20 new shapes")
 
+    def test_the_compiled_table_keeps_at_most_max_compiled_and_stays_correct(self):
+        import unicache.torch._runtime as runtime
+        fast = self.ut.compile(self.small, [torch.randn(2, 8, 64)], dynamic_dims={0: (0, 1)})
+        self.assertEqual(fast.max_compiled, runtime.MAX_COMPILED)
+        fast.max_compiled = 12  # fewer than one shape's partitions: entries go while a call runs
+        with torch.no_grad():
+            for length in (5, 9, 5, 13, 9):
+                x = torch.randn(2, length, 64)
+                close_to(self, fast(x), self.small(x), f"length {length}")
+                self.assertLessEqual(fast.kept, 12)
+        self.assertGreater(fast.compiles, fast.kept)  # dropped ones compiled again
+
     def test_ops_the_ir_lacks_run_in_torch(self):
         class Odd(torch.nn.Module):
             def __init__(self):

@@ -99,16 +99,20 @@ class CompiledModule(torch.nn.Module):
         self.graph_module = gm  # keeps the parameters (the constants' storage) registered and alive
         self._lowered, self._steps, self._placeholders = lowered, steps, placeholders
         self._specs, self._output, self._engine, self.device = specs, output, engine, device
+        # Compiled partitions by (structure, input shapes, views): the layers of a
+        # model repeat a few structures, so a new shape compiles each once. At most
+        # max_compiled are kept, the oldest dropped first (compiling it again is a
+        # lookup in unicache's kernel cache); the C handles left are destroyed with
+        # this module, before its engine. Destroying one while queued work uses its
+        # kernels is safe: a GPU kernel is released after its last execution.
         self._compiled: Dict[Tuple[Any, ...], Tuple[int, int, Tuple[int, ...], bytearray]] = {}
+        self.max_compiled = MAX_COMPILED
+        self._compile_count = 0
+        self._destroy = _lib.function("unicache_compiled_partition_destroy")
+        weakref.finalize(self, _destroy_compiled, self._compiled, self._destroy, engine)
         self._signatures: set = set()
         self._streams: Dict[int, Stream] = {}
         self._stream = 0
-        # Compiled partitions by (structure, input shapes, views): the layers of a
-        # model repeat a few structures, so a new shape compiles each once. Their C
-        # handles are destroyed with this module, before its engine.
-        self._handles: List[int] = []
-        weakref.finalize(self, _destroy_handles, self._handles, _lib.function("unicache_compiled_partition_destroy"),
-                         engine)
         self._execute = _raw_execute()
         # Versions are this module's serial and the tensor's torch version: a
         # weight at an address another (freed) module's weight had is not
@@ -137,7 +141,13 @@ class CompiledModule(torch.nn.Module):
     @property
     def compiles(self) -> int:
         """Partitions compiled so far: one per structure and new input shapes (a
-        repeated layer shares its compilation)."""
+        repeated layer shares its compilation; one dropped for max_compiled and
+        met again counts again)."""
+        return self._compile_count
+
+    @property
+    def kept(self) -> int:
+        """Compiled partitions kept now (at most max_compiled)."""
         return len(self._compiled)
 
     @property
@@ -204,6 +214,8 @@ class CompiledModule(torch.nn.Module):
             c = compiled.get((structure, shapes))
             if c is None:
                 c = self._compile(step, tensors)
+                while len(compiled) >= self.max_compiled:
+                    self._destroy(compiled.pop(next(iter(compiled)))[0])
                 compiled[(structure, tuple(map(tuple, shapes)))] = c  # plain tuples: untracked by the collector
             pointer, address, output_shape, slots = c
             out = empty(output_shape, dtype=f32, device=device)
@@ -268,20 +280,24 @@ class CompiledModule(torch.nn.Module):
         shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
                   for t, s in zip(tensors, step.sources)]
         pointer = compile_handle(step.partition, shapes, self._engine)
-        self._handles.append(pointer)  # destroyed with the module, whatever happens next
-        produced = compiled_outputs(pointer, 1)[0]
-        known = {s.node: t.shape for s, t in zip(step.sources, tensors) if s.node is not None}
-        output_shape = tuple(self._shape_of(step.output_node, known))
-        if view_shape(output_shape, step.output_view) != tuple(produced.shape):
-            raise Error(f"{step.output_node.name}: unicache computes shape {list(produced.shape)} "
-                        f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
-                        what="unicache.torch")
-        slots = bytearray(_SLOT * (len(tensors) + 1))
-        described = [LogicalTensor(t.id, shape, t.is_constant) for t, shape in zip(step.partition.inputs, shapes)]
-        for i, t in enumerate(described + [produced]):
-            one = _abi.TensorStruct()
-            one.desc = t._to_struct()
-            slots[i * _SLOT:(i + 1) * _SLOT] = bytes(one)
+        self._compile_count += 1
+        try:
+            produced = compiled_outputs(pointer, 1)[0]
+            known = {s.node: t.shape for s, t in zip(step.sources, tensors) if s.node is not None}
+            output_shape = tuple(self._shape_of(step.output_node, known))
+            if view_shape(output_shape, step.output_view) != tuple(produced.shape):
+                raise Error(f"{step.output_node.name}: unicache computes shape {list(produced.shape)} "
+                            f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
+                            what="unicache.torch")
+            slots = bytearray(_SLOT * (len(tensors) + 1))
+            described = [LogicalTensor(t.id, shape, t.is_constant) for t, shape in zip(step.partition.inputs, shapes)]
+            for i, t in enumerate(described + [produced]):
+                one = _abi.TensorStruct()
+                one.desc = t._to_struct()
+                slots[i * _SLOT:(i + 1) * _SLOT] = bytes(one)
+        except BaseException:
+            self._destroy(pointer)
+            raise
         address = C.addressof((C.c_char * len(slots)).from_buffer(slots))  # fixed: slots is never resized
         return pointer, address, tuple(int(d) for d in output_shape), slots
 
@@ -305,10 +321,16 @@ def _raw_execute() -> Any:
     return function
 
 
-def _destroy_handles(handles: List[int], destroy: Callable[[int], int], engine: Engine) -> None:
+# Compiled partitions a CompiledModule keeps at most (eight per new batch and
+# length for BERT's structures): CompiledModule.max_compiled, per module.
+MAX_COMPILED = 4096
+
+
+def _destroy_compiled(compiled: Dict[Tuple[Any, ...], Tuple[int, int, Tuple[int, ...], bytearray]],
+                      destroy: Callable[[int], int], engine: Engine) -> None:
     """The module's compiled partitions, destroyed (the engine, kept alive until now, after them)."""
-    while handles:
-        destroy(handles.pop())
+    while compiled:
+        destroy(compiled.popitem()[1][0])
 
 
 def input_specs(placeholders: List[torch.fx.Node], info: Dict[torch.fx.Node, Optional[TensorInfo]],
