@@ -185,6 +185,8 @@ def main() -> int:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if int(torch.__version__.split(".")[0]) < 2:
         modes = [m for m in modes if not m.startswith("compile")]
     report = {"benchmark": "torch_frontend", "backend": args.device, "device": device_name(args.device),
@@ -199,8 +201,6 @@ def main() -> int:
     if args.check:
         report["check"] = check(args)
         print(f"check: {report['check']}", flush=True)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
     for round_ in range(args.rounds):
         run_round(args, modes, report, round_)
     if args.rounds > 1:

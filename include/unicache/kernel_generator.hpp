@@ -96,12 +96,14 @@ kernel_source gemm_reduce_source(dialect d, const gemm_config& c, int work_group
 //   global: (padded N rounded up to work_group, padded K), local (work_group, 1).
 kernel_source pack_source(dialect d, bool transpose_b, int work_group);
 
-// Softmax over the last axis, a team of softmax_team(work_group) work-items
-// per row, work_group / team rows per work-group (work_group a power of two).
-//   args: x, y, int cols, long rows.
+// Softmax over the last axis, a team of `team` work-items per row (a power
+// of two up to work_group, which is one), work_group / team rows per
+// work-group; softmax_team gives the team for rows of `cols`: 32, or the
+// whole group for rows longer than 1024.
+//   args: x, y, int cols, long rows, int team.
 //   global: (ceil(rows / (work_group / team)) * work_group), local (work_group).
 kernel_source softmax_source(dialect d, int work_group);
-int softmax_team(int work_group);
+int softmax_team(int work_group, std::int64_t cols);
 
 // LayerNorm over the last axis, one work-group per row: (x - mean) /
 // sqrt(var + epsilon) * gamma + beta.

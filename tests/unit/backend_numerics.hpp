@@ -186,7 +186,7 @@ TYPED_TEST_P(BackendNumerics, BinaryOpsBroadcastLikeNumpy) {
 TYPED_TEST_P(BackendNumerics, EltwiseOpsAndSoftmaxMatchTheReference) {
   for (const op_kind kind : {op_kind::relu, op_kind::gelu_erf, op_kind::gelu_tanh, op_kind::sigmoid, op_kind::tanh,
                              op_kind::softmax}) {
-    for (const shape_t& s : {shape_t{1}, shape_t{7, 129}, shape_t{1000, 7}, shape_t{3, 1, 1000}, shape_t{37, 512}}) {
+    for (const shape_t& s : {shape_t{1}, shape_t{7, 129}, shape_t{1000, 7}, shape_t{3, 1, 1000}, shape_t{37, 512}, shape_t{3, 5000}}) {
       SCOPED_TRACE(std::string(to_string(kind)) + " " + shape_to_string(s));
       graph g;
       auto x = g.tensor(s), y = g.tensor(s);

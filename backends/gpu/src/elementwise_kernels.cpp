@@ -41,7 +41,8 @@ unary_kernel::unary_kernel(const device& d, const partition& p, const std::vecto
     throw compile_error(std::string(d.name()) + ": Softmax over " + std::to_string(cols) +
                         " columns (at most 2147483647)");
   }
-  const std::int64_t rows_per_group = wg / kernels::softmax_team(wg);
+  team_ = kernels::softmax_team(wg, cols);
+  const std::int64_t rows_per_group = wg / team_;
   launch_ = softmax_ && cols > 0
                 ? checked_dims(d, {static_cast<std::size_t>((n / cols + rows_per_group - 1) / rows_per_group) * local, 1, 1},
                                {local, 1, 1}, "Softmax")
@@ -58,7 +59,7 @@ void unary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const s
   args.add(inputs[0].data).add(outputs[0].data);
   if (softmax_) {
     const std::int64_t cols = shape_.empty() ? 1 : shape_.back();
-    args.add(std::int32_t(cols)).add(std::int64_t{cols > 0 ? kernels::elements(shape_) / cols : 0});
+    args.add(std::int32_t(cols)).add(std::int64_t{cols > 0 ? kernels::elements(shape_) / cols : 0}).add(team_);
   } else {
     args.add(std::int64_t{kernels::elements(shape_)});
   }

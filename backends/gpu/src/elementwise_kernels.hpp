@@ -33,6 +33,7 @@ class unary_kernel final : public device_kernel {
  private:
   std::vector<std::int64_t> shape_;
   bool softmax_;
+  std::int32_t team_ = 1;  // Softmax: work-items per row
   launch_dims launch_;
   const kernel* program_ = nullptr;
 };

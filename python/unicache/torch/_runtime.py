@@ -109,7 +109,8 @@ class CompiledModule(torch.nn.Module):
         self.max_compiled = MAX_COMPILED
         self._compile_count = 0
         self._destroy = _lib.function("unicache_compiled_partition_destroy")
-        weakref.finalize(self, _destroy_compiled, self._compiled, self._destroy, engine)
+        # Not at interpreter exit: a daemon thread may still be in a call then.
+        weakref.finalize(self, _destroy_compiled, self._compiled, self._destroy, engine).atexit = False
         self._signatures: set = set()
         self._streams: Dict[int, Stream] = {}
         self._stream = 0
@@ -185,9 +186,6 @@ class CompiledModule(torch.nn.Module):
         structure = (step.partition.fingerprint, step.views)
         compiled = self._compiled
         device = self.device
-        device_index = device.index if device.type == "cuda" else -1  # as Tensor.get_device() gives it
-        if device_index is None:
-            device_index = torch.cuda.current_device()
         f32 = torch.float32
         empty = torch.empty
         version_base = self._version_base
@@ -206,7 +204,7 @@ class CompiledModule(torch.nn.Module):
                                                 "reads f32")
                     if not t.is_contiguous():
                         tensors[i] = t.contiguous()
-                elif t.dtype is not f32 or t.get_device() != device_index or not t.is_contiguous():
+                elif t.dtype is not f32 or t.device != device or not t.is_contiguous():
                     raise InvalidTensorType(f"parameter {sources[i].attribute or 'constant'} is now {t.dtype} on "
                                             f"{t.device}{'' if t.is_contiguous() else ', not contiguous'}; the "
                                             f"module was compiled for contiguous float32 on {device}: compile again")
@@ -214,7 +212,7 @@ class CompiledModule(torch.nn.Module):
             c = compiled.get((structure, shapes))
             if c is None:
                 c = self._compile(step, tensors)
-                while len(compiled) >= self.max_compiled:
+                while compiled and len(compiled) >= self.max_compiled:
                     self._destroy(compiled.pop(next(iter(compiled)))[0])
                 compiled[(structure, tuple(map(tuple, shapes)))] = c  # plain tuples: untracked by the collector
             pointer, address, output_shape, slots = c
