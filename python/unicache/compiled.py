@@ -43,8 +43,7 @@ class CompiledPartition(Resource):
     def _compile(cls, partition: "Partition", shapes: List[Tuple[int, ...]], engine: Engine,
                  cache_blob: Optional[bytes]) -> "CompiledPartition":
         pointer = compile_handle(partition, shapes, engine, cache_blob)
-        inputs = [LogicalTensor(t.id, s, t.is_constant) for t, s in zip(partition.inputs, shapes)]
-        return cls(pointer, engine, inputs, len(partition.outputs))
+        return cls(pointer, engine, concrete_inputs(partition, shapes), len(partition.outputs))
 
     def execute(self, stream: Stream, inputs: Sequence[Any], outputs: Optional[Sequence[Any]] = None) -> List[Any]:
         """Runs the partition on `stream` (of this engine's backend) and returns the outputs.
@@ -129,6 +128,11 @@ def compile_handle(partition: "Partition", shapes: Sequence[Tuple[int, ...]], en
             _lib.call("unicache_compile_from_cache_blob", p, len(shapes), ndims, pointers, e, blob, len(blob),
                       C.byref(handle), what=what)
     return handle.value or 0
+
+
+def concrete_inputs(partition: "Partition", shapes: Sequence[Tuple[int, ...]]) -> List[LogicalTensor]:
+    """The partition's input tensors with the shapes it was compiled for."""
+    return [LogicalTensor(t.id, s, t.is_constant) for t, s in zip(partition.inputs, shapes)]
 
 
 def compiled_outputs(pointer: int, count: int) -> List[LogicalTensor]:

@@ -24,10 +24,10 @@ import torch
 import torch.fx
 
 from .. import _abi, _lib
-from ..compiled import compile_handle, compiled_outputs
+from ..compiled import compile_handle, compiled_outputs, concrete_inputs
 from ..engine import Engine, Stream
 from ..errors import Error, InvalidArgument, InvalidTensorType, error_for
-from ..graph import LogicalTensor, Partition
+from ..graph import Partition
 from ._capture import TensorInfo
 from ._lowering import Lowered, Source, view_shape
 
@@ -217,12 +217,12 @@ class CompiledModule(torch.nn.Module):
                 compiled[(structure, tuple(map(tuple, shapes)))] = c  # plain tuples: untracked by the collector
             pointer, address, output_shape, slots = c
             out = empty(output_shape, dtype=f32, device=device)
-            offset = _DATA
+            at = 0  # the slot's offset in slots: the inputs', then the output's
             for t in tensors:
-                pack_into(slots, offset, t.data_ptr(), version_base | t._version)
-                offset += _SLOT
-            pack_pointer(slots, offset, out.data_ptr())
-            status = self._execute(pointer, self._stream, address, len(tensors), address + offset - _DATA, 1)
+                pack_into(slots, at + _DATA, t.data_ptr(), version_base | t._version)
+                at += _SLOT
+            pack_pointer(slots, at + _DATA, out.data_ptr())
+            status = self._execute(pointer, self._stream, address, len(tensors), address + at, 1)
             if status:
                 raise error_for(status, _lib.last_error(), f"executing the partition of {step.output_node.name}")
             return out
@@ -288,8 +288,7 @@ class CompiledModule(torch.nn.Module):
                             f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
                             what="unicache.torch")
             slots = bytearray(_SLOT * (len(tensors) + 1))
-            described = [LogicalTensor(t.id, shape, t.is_constant) for t, shape in zip(step.partition.inputs, shapes)]
-            for i, t in enumerate(described + [produced]):
+            for i, t in enumerate(concrete_inputs(step.partition, shapes) + [produced]):
                 one = _abi.TensorStruct()
                 one.desc = t._to_struct()
                 slots[i * _SLOT:(i + 1) * _SLOT] = bytes(one)
