@@ -14,7 +14,9 @@
 // Ops: MatMul (transpose flags; rank 2 or 3, a rank-3 pair is a batched
 // MatMul), Add and Multiply (numpy broadcasting), ReLU, GELU (erf and tanh
 // forms), Sigmoid, Tanh, Softmax (last axis), LayerNorm (last axis, with
-// gamma and beta and an epsilon attribute). Tensors are f32 with shapes
+// gamma and beta and an epsilon attribute), Transpose (any permutation of up
+// to 6 axes, as torch.permute: output dim i is input dim permutation[i]; the
+// output is dense). Tensors are f32 with shapes
 // whose -1 dims are known only at compile time. The partitioner fuses
 // MatMul -> (Add|Multiply)* -> eltwise* into one partition; every other op
 // is a partition of its own.
@@ -57,6 +59,7 @@ enum class op_kind : std::uint8_t {
   tanh,
   softmax,     // over the last axis
   layer_norm,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
+  transpose,   // permutes axes (the permutation attribute); writes a dense tensor
 };
 const char* to_string(op_kind kind);
 bool is_eltwise(op_kind kind);  // relu, gelu_*, sigmoid, tanh
@@ -64,9 +67,12 @@ bool is_binary(op_kind kind);   // add, multiply
 
 // An op's attributes besides its kind, set with graph::set_attribute.
 enum class op_attribute : std::uint8_t {
-  epsilon,  // LayerNorm: added to the variance; finite, >= 0; default 1e-5
+  epsilon,      // LayerNorm: added to the variance; finite, >= 0; default 1e-5
+  permutation,  // Transpose: output dim i is input dim permutation[i]; required
 };
 inline constexpr float kDefaultLayerNormEpsilon = 1e-5f;
+// Transpose's largest rank.
+inline constexpr std::size_t kMaxTransposeRank = 6;
 
 struct op {
   std::uint64_t id = 0;
@@ -76,6 +82,7 @@ struct op {
   bool transpose_a = false;  // matmul only
   bool transpose_b = false;
   float epsilon = kDefaultLayerNormEpsilon;  // layer_norm only
+  std::vector<std::int64_t> permutation;     // transpose only
 };
 
 // A malformed graph: the message names the op and the tensor.
@@ -87,7 +94,7 @@ class graph_error : public error {
 // A piece of the graph compiled as one unit.
 class partition {
  public:
-  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm };
+  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm, transpose };
 
   kind pattern() const { return kind_; }
   // The partition's ops in execution order (copies of the graph's ops).
@@ -132,6 +139,10 @@ class graph {
   // Throws graph_error for an unknown op, an attribute the op's kind does
   // not have, or a value out of range (epsilon: not finite, or negative).
   void set_attribute(std::uint64_t op_id, op_attribute attribute, float value);
+  // Sets an integer-list attribute (permutation: each of 0 .. rank-1 once,
+  // checked against the input's rank by finalize()). Throws graph_error as
+  // the float form does, and for a list longer than kMaxTransposeRank.
+  void set_attribute(std::uint64_t op_id, op_attribute attribute, const std::vector<std::int64_t>& values);
 
   // Validates and partitions. Throws graph_error for: an op of an unknown
   // kind, an op reading a tensor nobody declared, a tensor written twice, a
@@ -167,6 +178,11 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
 std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
                                           const std::vector<std::int64_t>& b,
                                           const std::string& what);
+// Transpose's output: input dim permutation[i] at i. Throws graph_error for
+// a permutation that is not one of the input's axes.
+std::vector<std::int64_t> transpose_output_shape(const std::vector<std::int64_t>& in,
+                                                 const std::vector<std::int64_t>& permutation,
+                                                 const std::string& what);
 // `shape` with leading 1s up to `rank` (numpy broadcasting aligns trailing
 // dims); a shape of that rank or more is returned as is.
 std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank);

@@ -111,6 +111,12 @@ int softmax_team(int work_group, std::int64_t cols);
 //   global: (rows * work_group), local (work_group).
 kernel_source layer_norm_source(dialect d, int work_group);
 
+// Transpose as plan_transpose gives it, padded in front to 6 dims of 1:
+// y[i] = x[sum of i's index along dim k times stride k].
+//   args: x, y, long n, int d1..d5, long s0..s5.
+//   global: n rounded up, local (work_group).
+kernel_source transpose_source(dialect d, int work_group);
+
 // y = f(x) elementwise.  args: x, y, long n.  global: n rounded up, local (work_group).
 kernel_source eltwise_source(dialect d, op_kind kind, int work_group);
 
@@ -130,6 +136,17 @@ std::int64_t elements(const std::vector<std::int64_t>& shape);
 std::size_t round_up(std::int64_t n, std::int64_t multiple);
 // Row-major strides of `shape`, 0 where a dim is 1 (a broadcast operand repeats).
 std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape);
+
+// A Transpose as a copy: the output's dims and, for each, the input's stride
+// along it, in elements, with axes of size 1 dropped and neighbours that read
+// one run of the input merged: [B, S, h, d] by (0, 2, 1, 3) is dims
+// {B, h, S, d} with strides {S*h*d, d, h*d, 1}. Never empty (one element:
+// {1}, {1}); never more dims than the input.
+struct transpose_plan {
+  std::vector<std::int64_t> dims;
+  std::vector<std::int64_t> strides;
+};
+transpose_plan plan_transpose(const std::vector<std::int64_t>& in_shape, const std::vector<std::int64_t>& permutation);
 
 // A MatMul's sizes from its inputs' shapes (rank 2 or 3) and transposes:
 // what gemm_problem and a backend's kernel_configuration derive them from.

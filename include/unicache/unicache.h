@@ -195,6 +195,7 @@ typedef enum {
   UNICACHE_OP_TANH = 7,
   UNICACHE_OP_SOFTMAX = 8,
   UNICACHE_OP_LAYER_NORM = 9, /* inputs {x, gamma, beta}; gamma and beta of shape [C], C = x's last dim */
+  UNICACHE_OP_TRANSPOSE = 10, /* permutes up to 6 axes (UNICACHE_OP_ATTR_PERMUTATION); dense output */
   UNICACHE_OP_KIND_FORCE_INT32 = 0x7fffffff
 } unicache_op_kind_t;
 
@@ -218,6 +219,7 @@ UNICACHE_API unicache_status_t unicache_graph_add_op(unicache_graph_t graph, uni
                                                      int32_t transpose_a, int32_t transpose_b, uint64_t* op_id);
 typedef enum {
   UNICACHE_OP_ATTR_EPSILON = 0, /* LayerNorm: added to the variance; finite, >= 0; default 1e-5 */
+  UNICACHE_OP_ATTR_PERMUTATION = 1, /* Transpose: output dim i is input dim values[i]; required */
   UNICACHE_OP_ATTR_FORCE_INT32 = 0x7fffffff
 } unicache_op_attr_t;
 
@@ -227,6 +229,13 @@ typedef enum {
  * reason. Nothing changes on failure. */
 UNICACHE_API unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_t op_id,
                                                               unicache_op_attr_t attr, float value);
+/* Sets an integer-list attribute of op `op_id` (UNICACHE_OP_ATTR_PERMUTATION:
+ * `count` values, each axis of the input once, at most 6). Errors as for
+ * unicache_graph_set_op_attr_f32; values may be NULL only when count is 0.
+ * The rank is checked by unicache_graph_finalize. */
+UNICACHE_API unicache_status_t unicache_graph_set_op_attr_i64s(unicache_graph_t graph, uint64_t op_id,
+                                                               unicache_op_attr_t attr, const int64_t* values,
+                                                               size_t count);
 /* Declares that the caller reads tensor `tensor_id` itself (between
  * partitions): it is then some partition's output, and no fused chain passes
  * through it. An undeclared tensor is UNICACHE_INVALID_GRAPH. */

@@ -75,6 +75,7 @@ _CORE: Dict[str, List[Any]] = {
     "unicache_graph_add_tensor": [_VP, _I32, _P(C.c_int64), _I32, _P(_abi.LogicalTensorStruct)],
     "unicache_graph_add_op": [_VP, _ENUM, _P(_U64), _SZ, _P(_U64), _SZ, _I32, _I32, _P(_U64)],
     "unicache_graph_set_op_attr_f32": [_VP, _U64, _ENUM, C.c_float],
+    "unicache_graph_set_op_attr_i64s": [_VP, _U64, _ENUM, _P(C.c_int64), _SZ],
     "unicache_graph_mark_output": [_VP, _U64],
     "unicache_graph_finalize": [_VP],
     "unicache_engine_get_build_stats": [_VP, _P(_abi.BuildStatsStruct)],

@@ -41,12 +41,14 @@ class OpKind(enum.IntEnum):
     TANH = 7
     SOFTMAX = 8  # over the last axis
     LAYER_NORM = 9  # over the last axis; inputs x, gamma, beta ([C]); epsilon via Graph.set_op_attr
+    TRANSPOSE = 10  # permutes axes as torch.permute (Graph.set_op_attr_ints PERMUTATION); dense output
 
 
 class OpAttr(enum.IntEnum):
-    """`unicache_op_attr_t`: an op's float attributes (Graph.set_op_attr)."""
+    """`unicache_op_attr_t`: an op's attributes (Graph.set_op_attr, set_op_attr_ints)."""
 
-    EPSILON = 0  # LayerNorm: added to the variance; finite, >= 0; default 1e-5
+    EPSILON = 0  # LayerNorm (float): added to the variance; finite, >= 0; default 1e-5
+    PERMUTATION = 1  # Transpose (ints): output dim i is input dim values[i]; required, rank <= 6
 
 
 UNKNOWN_DIM = _abi.UNKNOWN_DIM
@@ -149,6 +151,18 @@ class Graph(Resource):
         with self._handle() as g:
             _lib.call("unicache_graph_set_op_attr_f32", g, operator.index(op_id), operator.index(attr),
                       float(value), what="set_op_attr")
+
+    def set_op_attr_ints(self, op_id: int, attr: Union[OpAttr, int], values: Sequence[int]) -> None:
+        """Sets an integer-list attribute of op `op_id` (PERMUTATION: each axis of the
+        input once): InvalidGraph for an op without it or too many values; the
+        rank is checked by finalize()."""
+        try:
+            ints = [operator.index(v) for v in values]
+        except TypeError:
+            raise InvalidArgument(f"set_op_attr_ints: expected integers, got {values!r}") from None
+        with self._handle() as g:
+            _lib.call("unicache_graph_set_op_attr_i64s", g, operator.index(op_id), operator.index(attr),
+                      (C.c_int64 * max(len(ints), 1))(*ints), len(ints), what="set_op_attr_ints")
 
     def mark_output(self, tensor: TensorRef) -> None:
         """Declares that the caller reads `tensor` itself (between partitions): it is

@@ -73,6 +73,22 @@ unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_
   });
 }
 
+unicache_status_t unicache_graph_set_op_attr_i64s(unicache_graph_t graph, uint64_t op_id, unicache_op_attr_t attr,
+                                                  const int64_t* values, size_t count) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    if (attr != UNICACHE_OP_ATTR_PERMUTATION) {
+      raise(UNICACHE_INVALID_ARGUMENT, "unknown integer-list op attribute " + std::to_string(static_cast<int>(attr)));
+    }
+    if (count) need(values, "values");
+    if (count > kMaxTransposeRank) {
+      raise(UNICACHE_INVALID_GRAPH, "op " + std::to_string(op_id) + ": a permutation of " + std::to_string(count) +
+                                        " axes (at most " + std::to_string(kMaxTransposeRank) + ")");
+    }
+    g->g.set_attribute(op_id, op_attribute::permutation, std::vector<std::int64_t>(values, values + count));
+  });
+}
+
 unicache_status_t unicache_graph_finalize(unicache_graph_t graph) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");

@@ -497,6 +497,22 @@ KERNEL(WG, 1) eltwise(GLOBAL const float* RESTRICT x, GLOBAL float* RESTRICT y, 
 }
 )SRC";
 
+constexpr const char* kTranspose = R"SRC(
+KERNEL(WG, 1) transpose(GLOBAL const float* RESTRICT x, GLOBAL float* RESTRICT y, const long n,
+                        const int d1, const int d2, const int d3, const int d4, const int d5,
+                        const long s0, const long s1, const long s2, const long s3, const long s4, const long s5) {
+  const long i = GLOBAL_X;
+  if (i >= n) return;
+  long r = i;
+  long at = (r % d5) * s5; r /= d5;
+  at += (r % d4) * s4; r /= d4;
+  at += (r % d3) * s3; r /= d3;
+  at += (r % d2) * s2; r /= d2;
+  at += (r % d1) * s1; r /= d1;
+  y[i] = x[at + r * s0];
+}
+)SRC";
+
 constexpr const char* kBinary = R"SRC(
 KERNEL(WG, 1) binary(GLOBAL const float* RESTRICT a, GLOBAL const float* RESTRICT b,
                      GLOBAL float* RESTRICT y, const long n, const int d1, const int d2, const int d3,
@@ -638,6 +654,12 @@ kernel_source eltwise_source(dialect d, op_kind kind, int work_group) {
   cache_key key = config_key(d, "eltwise");
   key.add(kind).add(work_group);
   return make(d, key, define("WG", work_group) + "#define FUNC " + eltwise_function(kind) + "\n", kEltwise, "eltwise");
+}
+
+kernel_source transpose_source(dialect d, int work_group) {
+  cache_key key = config_key(d, "transpose");
+  key.add(work_group);
+  return make(d, key, define("WG", work_group), kTranspose, "transpose");
 }
 
 kernel_source binary_source(dialect d, op_kind kind, int work_group) {

@@ -20,6 +20,25 @@ std::size_t round_up(std::int64_t n, std::int64_t multiple) {
   return static_cast<std::size_t>((n + multiple - 1) / multiple * multiple);
 }
 
+transpose_plan plan_transpose(const std::vector<std::int64_t>& in_shape, const std::vector<std::int64_t>& permutation) {
+  std::vector<std::int64_t> in_strides(in_shape.size(), 1);
+  for (std::size_t d = in_shape.size(); d-- > 1;) in_strides[d - 1] = in_strides[d] * in_shape[d];
+  transpose_plan plan;
+  for (std::int64_t axis : permutation) {
+    const auto a = static_cast<std::size_t>(axis);
+    if (in_shape[a] == 1) continue;  // no stride to follow
+    if (!plan.dims.empty() && plan.strides.back() == in_strides[a] * in_shape[a]) {
+      plan.dims.back() *= in_shape[a];  // one run of input with the axis before
+      plan.strides.back() = in_strides[a];
+    } else {
+      plan.dims.push_back(in_shape[a]);
+      plan.strides.push_back(in_strides[a]);
+    }
+  }
+  if (plan.dims.empty()) plan = {{1}, {1}};
+  return plan;
+}
+
 std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape) {
   std::vector<long> out(shape.size());
   long stride = 1;

@@ -303,6 +303,8 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
               result = matmul_output_shape(a, shape_of.at(o.inputs[1]), o.transpose_a, o.transpose_b, what);
             } else if (is_binary(o.kind)) {
               result = broadcast_shape(a, shape_of.at(o.inputs[1]), what);
+            } else if (o.kind == op_kind::transpose) {
+              result = transpose_output_shape(a, o.permutation, what);
             } else {
               result = a;
             }

@@ -28,6 +28,7 @@ const char* to_string(op_kind kind) {
     case op_kind::tanh: return "Tanh";
     case op_kind::softmax: return "Softmax";
     case op_kind::layer_norm: return "LayerNorm";
+    case op_kind::transpose: return "Transpose";
   }
   return "?";
 }
@@ -83,6 +84,22 @@ void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, float val
     throw graph_error(what + ": epsilon " + std::to_string(value) + " is not a finite value >= 0");
   }
   o.epsilon = value;
+  finalized_ = false;
+}
+
+void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, const std::vector<std::int64_t>& values) {
+  if (op_id == 0 || op_id > ops_.size()) throw graph_error("op " + std::to_string(op_id) + " does not exist");
+  op& o = ops_[op_id - 1];
+  const std::string what = graph_passes::describe_op(o);
+  if (attribute != op_attribute::permutation) {
+    throw graph_error(what + ": unknown integer-list attribute " + std::to_string(static_cast<int>(attribute)));
+  }
+  if (o.kind != op_kind::transpose) throw graph_error(what + ": has no permutation (Transpose has)");
+  if (values.size() > kMaxTransposeRank) {
+    throw graph_error(what + ": a permutation of " + std::to_string(values.size()) + " axes (at most " +
+                      std::to_string(kMaxTransposeRank) + ")");
+  }
+  o.permutation = values;
   finalized_ = false;
 }
 

@@ -58,6 +58,28 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
   return out;
 }
 
+std::vector<std::int64_t> transpose_output_shape(const std::vector<std::int64_t>& in,
+                                                 const std::vector<std::int64_t>& permutation,
+                                                 const std::string& what) {
+  std::vector<bool> seen(in.size(), false);
+  bool valid = permutation.size() == in.size() && !in.empty() && in.size() <= kMaxTransposeRank;
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; valid && i < permutation.size(); ++i) {
+    const std::int64_t axis = permutation[i];
+    valid = axis >= 0 && static_cast<std::size_t>(axis) < in.size() && !seen[static_cast<std::size_t>(axis)];
+    if (valid) {
+      seen[static_cast<std::size_t>(axis)] = true;
+      out.push_back(in[static_cast<std::size_t>(axis)]);
+    }
+  }
+  if (!valid) {
+    throw graph_error(what + ": permutation " + shape_to_string(permutation) + " is not one of the axes of " +
+                      shape_to_string(in) + " (each of 0.." + std::to_string(static_cast<std::int64_t>(in.size()) - 1) +
+                      " once; rank 1 to " + std::to_string(kMaxTransposeRank) + ")");
+  }
+  return out;
+}
+
 std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank) {
   if (shape.size() < rank) shape.insert(shape.begin(), rank - shape.size(), 1);
   return shape;
@@ -104,6 +126,8 @@ void infer_shapes(const std::vector<logical_tensor>& tensors, const std::vector<
       expect = matmul_output_shape(in0, tensors[o.inputs[1] - 1].shape, o.transpose_a, o.transpose_b, what);
     } else if (is_binary(o.kind)) {
       expect = broadcast_shape(in0, tensors[o.inputs[1] - 1].shape, what);
+    } else if (o.kind == op_kind::transpose) {
+      expect = transpose_output_shape(in0, o.permutation, what);
     } else {
       expect = in0;
       if ((o.kind == op_kind::softmax || o.kind == op_kind::layer_norm) && in0.empty()) {

@@ -188,6 +188,17 @@ static int test_layer_norm(void) {
   CHECK_STATUS(unicache_graph_set_op_attr_f32(g, 77, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_GRAPH);
   CHECK_STATUS(unicache_graph_set_op_attr_f32(NULL, ln, UNICACHE_OP_ATTR_EPSILON, 1.0f), UNICACHE_INVALID_HANDLE);
   OK(unicache_graph_set_op_attr_f32(g, ln, UNICACHE_OP_ATTR_EPSILON, 2.75f));
+  {
+    const int64_t perm[7] = {1, 0, 2, 3, 4, 5, 6};
+    CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_PERMUTATION, perm, 2), UNICACHE_INVALID_GRAPH);
+    CHECK(strstr(unicache_last_error(), "has no permutation") != NULL);
+    CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, (unicache_op_attr_t)5, perm, 2), UNICACHE_INVALID_ARGUMENT);
+    CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_PERMUTATION, NULL, 2),
+                 UNICACHE_INVALID_ARGUMENT);
+    CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_PERMUTATION, perm, 7), UNICACHE_INVALID_GRAPH);
+    CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_PERMUTATION, perm, (size_t)-1),
+                 UNICACHE_INVALID_GRAPH);
+  }
   OK(unicache_graph_mark_output(g, y.id));  /* read by the caller: a partition's output anyway */
   CHECK_STATUS(unicache_graph_mark_output(g, 12345), UNICACHE_INVALID_GRAPH);
   OK(unicache_graph_finalize(g));

@@ -250,11 +250,34 @@ TYPED_TEST_P(BackendNumerics, AttentionScoresBatchedMatMulTransposedAndScaledMat
   expect_close(got, want, matmul_atol(head), 1e-5, "scaled Q K^T");
 }
 
+// Transpose: attention's head split and merge ([B, S, h, d] <-> [B, h, S,
+// d]), a full reversal, axes of size 1, a rank-6 tensor, the identity and a
+// tensor large enough to be split over threads; declared with -1 dims.
+TYPED_TEST_P(BackendNumerics, TransposeMatchesTheReference) {
+  struct transpose_case {
+    shape_t shape;
+    std::vector<std::int64_t> permutation;
+  };
+  for (const transpose_case& c : {transpose_case{{2, 7, 3, 5}, {0, 2, 1, 3}}, transpose_case{{2, 3, 7, 5}, {0, 2, 1, 3}},
+                                  transpose_case{{3, 4, 5}, {2, 1, 0}}, transpose_case{{1, 9, 1, 4}, {3, 2, 0, 1}},
+                                  transpose_case{{2, 1, 3, 2, 2, 3}, {5, 0, 4, 1, 3, 2}},
+                                  transpose_case{{6, 5}, {0, 1}}, transpose_case{{5}, {0}},
+                                  transpose_case{{4, 77, 12, 64}, {0, 2, 1, 3}}, transpose_case{{300, 257}, {1, 0}}}) {
+    SCOPED_TRACE(shape_to_string(c.shape) + " by " + shape_to_string(c.permutation));
+    graph g;
+    auto x = g.tensor(shape_t(c.shape.size(), -1)), y = g.tensor(shape_t(c.shape.size(), -1));
+    g.set_attribute(g.add_op(op_kind::transpose, {x}, {y}), op_attribute::permutation, c.permutation);
+    auto xv = random_data(c.shape, 25);
+    expect_close(this->run(g, {c.shape}, {&xv}), ref_transpose(xv, c.shape, c.permutation), 0, 0, "Transpose");
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(BackendNumerics, MatMulWithOddShapesTransposesAndConstantWeights,
                             FusedMatMulBiasGeluMatchesTheReference, FusedChainsWithEveryPostOpMatchTheReference,
                             BatchedMatMulWithASharedWeightMatchesTheReference,
                             BatchedMatMulWithBatchedOperandsMatchesTheReference, BinaryOpsBroadcastLikeNumpy,
                             EltwiseOpsAndSoftmaxMatchTheReference, LayerNormMatchesTheReference,
-                            AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference);
+                            AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference,
+                            TransposeMatchesTheReference);
 
 }  // namespace unicache::testing

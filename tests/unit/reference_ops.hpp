@@ -89,6 +89,27 @@ inline std::vector<float> ref_softmax(std::vector<float> x, std::int64_t rows, s
 }
 
 // LayerNorm over rows of `cols`, in double: (x - mean) / sqrt(var + eps) * gamma + beta.
+// torch.permute: output dim i is input dim permutation[i], written dense.
+inline std::vector<float> ref_transpose(const std::vector<float>& x, const shape_t& shape,
+                                        const std::vector<std::int64_t>& permutation) {
+  const std::size_t rank = shape.size();
+  std::vector<std::int64_t> in_strides(rank, 1), out_shape(rank);
+  for (std::size_t d = rank; d-- > 1;) in_strides[d - 1] = in_strides[d] * shape[d];
+  for (std::size_t d = 0; d < rank; ++d) out_shape[d] = shape[static_cast<std::size_t>(permutation[d])];
+  std::vector<float> out(x.size());
+  std::vector<std::int64_t> index(rank, 0);
+  for (std::size_t e = 0; e < out.size(); ++e) {
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d < rank; ++d) offset += index[d] * in_strides[static_cast<std::size_t>(permutation[d])];
+    out[e] = x[static_cast<std::size_t>(offset)];
+    for (std::size_t d = rank; d-- > 0;) {  // next output index, last axis fastest
+      if (++index[d] < out_shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
 inline std::vector<float> ref_layer_norm(std::vector<float> x, std::int64_t rows, std::int64_t cols,
                                          const std::vector<float>& gamma, const std::vector<float>& beta, double eps) {
   for (std::int64_t r = 0; r < rows; ++r) {

@@ -69,6 +69,7 @@ std::vector<kernel_source> every_kernel(dialect d) {
   for (bool tb : {false, true}) out.push_back(kernels::pack_source(d, tb, 256));
   out.push_back(kernels::softmax_source(d, 256));
   out.push_back(kernels::layer_norm_source(d, 256));
+  out.push_back(kernels::transpose_source(d, 256));
   for (op_kind k : {op_kind::relu, op_kind::gelu_erf, op_kind::gelu_tanh, op_kind::sigmoid, op_kind::tanh}) {
     out.push_back(kernels::eltwise_source(d, k, 256));
   }

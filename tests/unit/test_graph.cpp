@@ -313,6 +313,64 @@ TEST(GraphLayerNorm, BadParametersAndEpsilonsNameTheOp) {
   EXPECT_EQ(g.partitions()[0].ops()[0].epsilon, 0.f) << "a rejected value changed nothing";
 }
 
+// Attention's head split as a frontend maps it: a partition of its own,
+// whose output shape is the input's permuted (-1 dims too), and whose
+// permutation is part of the fingerprint.
+TEST(GraphTranspose, IsAPartitionOfItsOwnWithThePermutedShape) {
+  auto build = [](std::vector<std::int64_t> permutation, std::vector<std::int64_t> out_shape) {
+    graph g;
+    auto x = g.tensor({-1, -1, 12, 64}), y = g.tensor(std::move(out_shape));
+    g.set_attribute(g.add_op(op_kind::transpose, {x}, {y}), op_attribute::permutation, permutation);
+    g.finalize();
+    return g;
+  };
+  const graph heads = build({0, 2, 1, 3}, {-1, 12, -1, 64});
+  ASSERT_EQ(heads.partitions().size(), 1u);
+  const partition& p = heads.partitions()[0];
+  EXPECT_EQ(p.pattern(), partition::kind::transpose);
+  EXPECT_EQ(p.ops()[0].permutation, (std::vector<std::int64_t>{0, 2, 1, 3}));
+  EXPECT_NE(p.fingerprint(), build({0, 1, 2, 3}, {-1, -1, 12, 64}).partitions()[0].fingerprint());
+  EXPECT_EQ(p.fingerprint(), build({0, 2, 1, 3}, {-1, 12, -1, 64}).partitions()[0].fingerprint());
+  EXPECT_EQ(transpose_output_shape({2, 3, 5}, {2, 0, 1}, "t"), (std::vector<std::int64_t>{5, 2, 3}));
+}
+
+TEST(GraphTranspose, BadPermutationsAndOutputsNameTheOp) {
+  for (const std::vector<std::int64_t>& bad : std::vector<std::vector<std::int64_t>>{
+           {0, 1, 2}, {0, 1, 1, 3}, {0, 1, 2, 4}, {-1, 0, 1, 2}, {}, {0, 2, 1, 3, 4}}) {
+    graph g;
+    auto x = g.tensor({2, 3, 4, 5}), y = g.tensor({2, 4, 3, 5});
+    g.set_attribute(g.add_op(op_kind::transpose, {x}, {y}), op_attribute::permutation, bad);
+    const std::string err = finalize_error(g);
+    EXPECT_NE(err.find("op 1 (Transpose): permutation " + shape_to_string(bad) + " is not one of the axes of [2,3,4,5]"),
+              std::string::npos)
+        << err;
+  }
+  {
+    graph g;  // the output's shape is not the permuted input's
+    auto x = g.tensor({2, 3, 4, 5}), y = g.tensor({2, 3, 4, 5});
+    g.set_attribute(g.add_op(op_kind::transpose, {x}, {y}), op_attribute::permutation, {0, 2, 1, 3});
+    EXPECT_NE(finalize_error(g).find("produces [2,4,3,5]"), std::string::npos);
+  }
+  {
+    graph g;  // never given a permutation
+    auto x = g.tensor({2, 3}), y = g.tensor({3, 2});
+    g.add_op(op_kind::transpose, {x}, {y});
+    EXPECT_NE(finalize_error(g).find("permutation [] is not one of the axes"), std::string::npos);
+  }
+  graph g;
+  auto x = g.tensor({2, 3}), y = g.tensor({3, 2}), z = g.tensor({3, 2});
+  const std::uint64_t t = g.add_op(op_kind::transpose, {x}, {y});
+  const std::uint64_t relu = g.add_op(op_kind::relu, {y}, {z});
+  EXPECT_THROW(g.set_attribute(relu, op_attribute::permutation, {1, 0}), graph_error);
+  EXPECT_THROW(g.set_attribute(t, op_attribute::epsilon, 1e-5f), graph_error);
+  EXPECT_THROW(g.set_attribute(t, op_attribute::epsilon, std::vector<std::int64_t>{1, 0}), graph_error);
+  EXPECT_THROW(g.set_attribute(t, op_attribute::permutation, std::vector<std::int64_t>(7, 0)), graph_error);
+  EXPECT_THROW(g.set_attribute(99, op_attribute::permutation, {1, 0}), graph_error);
+  g.set_attribute(t, op_attribute::permutation, {1, 0});
+  g.finalize();
+  EXPECT_EQ(g.partitions()[0].pattern(), partition::kind::transpose);
+}
+
 TEST(GraphShapes, BroadcastAndMatMulRules) {
   EXPECT_EQ(broadcast_shape({4, 1, 3}, {5, 1}, "t"), (std::vector<std::int64_t>{4, 5, 3}));
   EXPECT_EQ(broadcast_shape({3}, {2, 3}, "t"), (std::vector<std::int64_t>{2, 3}));

@@ -1,4 +1,4 @@
-// The GPU core's binary, eltwise, Softmax and LayerNorm kernels.
+// The GPU core's binary, eltwise, Softmax, LayerNorm and Transpose kernels.
 #include "elementwise_kernels.hpp"
 
 #include <limits>
@@ -91,6 +91,37 @@ void layer_norm_kernel::execute(stream& s, const std::vector<tensor>& inputs,
   args.add(inputs[0].data).add(inputs[1].data).add(inputs[2].data).add(outputs[0].data);
   args.add(cols_).add(epsilon_);
   launch(*program_, s, args, launch_);
+  run.finish();
+}
+
+transpose_kernel::transpose_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
+                                   const engine& e, const std::vector<kernel_binary>& preloaded)
+    : device_kernel(d), elements_(kernels::elements(in[0].shape)) {
+  const kernels::transpose_plan plan = kernels::plan_transpose(in[0].shape, p.ops().front().permutation);
+  dims_.fill(1);
+  const std::size_t pad = kDims - plan.dims.size();
+  for (std::size_t k = 0; k < plan.dims.size(); ++k) {
+    dims_[pad + k] = plan.dims[k];
+    strides_[pad + k] = plan.strides[k];
+    if (pad + k > 0 && plan.dims[k] > std::numeric_limits<std::int32_t>::max()) {
+      throw compile_error(std::string(d.name()) + ": Transpose of " + shape_to_string(in[0].shape) +
+                          " has an inner run of " + std::to_string(plan.dims[k]) + " elements (at most 2147483647)");
+    }
+  }
+  const int wg = d.facts(e).vector_work_group;
+  launch_ = checked_dims(d, {kernels::round_up(elements_, wg), 1, 1}, {static_cast<std::size_t>(wg), 1, 1},
+                         "Transpose");
+  program_ = add_program(e, kernels::transpose_source(d.dialect(), wg), preloaded);
+}
+
+void transpose_kernel::execute(stream& s, const std::vector<tensor>& inputs,
+                               const std::vector<tensor>& outputs) const {
+  execution run(*this, s);
+  kernel_args args;
+  args.add(inputs[0].data).add(outputs[0].data).add(std::int64_t{elements_});
+  for (std::size_t k = 1; k < kDims; ++k) args.add(static_cast<std::int32_t>(dims_[k]));
+  for (std::int64_t st : strides_) args.add(std::int64_t{st});
+  launch(*program_, s, args, launch_);  // nothing for an empty tensor
   run.finish();
 }
 

@@ -3,6 +3,8 @@
 // last axis.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -49,6 +51,22 @@ class layer_norm_kernel final : public device_kernel {
  private:
   std::int32_t cols_ = 1;
   float epsilon_ = 0.f;
+  launch_dims launch_;
+  const kernel* program_ = nullptr;
+};
+
+// Transpose: one work-item per output element, reading the input along
+// kernels::plan_transpose's strides.
+class transpose_kernel final : public device_kernel {
+ public:
+  transpose_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in, const engine& e,
+                   const std::vector<kernel_binary>& preloaded);
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+
+ private:
+  static constexpr std::size_t kDims = 6;
+  std::int64_t elements_ = 0;
+  std::array<std::int64_t, kDims> dims_{}, strides_{};  // the plan, padded in front with dims of 1
   launch_dims launch_;
   const kernel* program_ = nullptr;
 };

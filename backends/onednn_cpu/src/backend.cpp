@@ -12,6 +12,7 @@
 #include "engine_state.hpp"
 #include "matmul_kernel.hpp"
 #include "row_wise_kernel.hpp"
+#include "transpose_kernel.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
 
@@ -27,6 +28,7 @@ std::shared_ptr<const compiled_kernel> onednn_cpu_backend::compile(
       case partition::kind::eltwise:
       case partition::kind::softmax:
       case partition::kind::layer_norm: return std::make_shared<row_wise_kernel>(p, in, e);
+      case partition::kind::transpose: return std::make_shared<transpose_kernel>(p, in);
     }
   } catch (const dnnl::error& err) {
     throw compile_error(std::string("onednn_cpu: oneDNN could not compile partition ") + p.fingerprint() + ": " +

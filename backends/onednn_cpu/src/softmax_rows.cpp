@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
+
+#include "parallel.hpp"
 
 // The vector helpers below return 64-byte vectors (and take them by
 // reference): GCC warns that such a return differs with and without
@@ -167,9 +167,7 @@ void softmax_rows(const float* x, float* y, std::int64_t rows, std::int64_t cols
     return;
   }
   const std::int64_t grain = std::max<std::int64_t>(1, kTaskElements / cols);
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, rows, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
-    softmax_row_range(x, y, cols, r.begin(), r.end());
-  });
+  parallel_ranges(rows, grain, [&](std::int64_t first, std::int64_t last) { softmax_row_range(x, y, cols, first, last); });
 }
 
 }  // namespace unicache::onednn_cpu::detail

@@ -12,8 +12,8 @@ namespace unicache::onednn_cpu::detail {
 // 87.7 below its row's maximum (a -inf mask, say) gives exactly 0, and a NaN
 // makes its row NaN. Vectorized for the machine it runs on (AVX-512, AVX2 or
 // baseline x86-64, chosen when the library loads) and, for tensors of more
-// than 2^16 elements, split over rows on oneTBB's threads. Thread-safe: it
-// keeps no state.
+// than 2^16 elements, split over rows on oneDNN's threads (parallel.hpp).
+// Thread-safe: it keeps no state.
 void softmax_rows(const float* x, float* y, std::int64_t rows, std::int64_t cols);
 
 }  // namespace unicache::onednn_cpu::detail

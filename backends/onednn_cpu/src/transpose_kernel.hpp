@@ -1,0 +1,28 @@
+// The kernel of a Transpose partition: a copy in plain C++, so that every
+// shape runs without building anything.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "primitives.hpp"
+#include "unicache/kernel_generator.hpp"
+
+namespace unicache::onednn_cpu::detail {
+
+// Writes `out` dense from `in` read along `plan` (kernels::plan_transpose), the output's last axis in
+// runs (a memcpy where its input stride is 1), rows split over oneDNN's
+// threads (parallel.hpp) above 2^16 elements. `in` and `out` must not
+// overlap. Thread-safe: it keeps no state.
+void copy_along(const kernels::transpose_plan& plan, const float* in, float* out);
+
+class transpose_kernel final : public compiled_kernel {
+ public:
+  transpose_kernel(const partition& p, const std::vector<logical_tensor>& in);
+  void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+
+ private:
+  kernels::transpose_plan plan_;
+};
+
+}  // namespace unicache::onednn_cpu::detail
