@@ -29,6 +29,7 @@ from ..graph import Graph, LogicalTensor, OpAttr, OpKind
 from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, Shape, TensorInfo, broadcast
 
 PLAIN, ROWS, BATCH = "plain", "rows", "batch"
+MAX_TRANSPOSE_RANK = 6  # the IR's Transpose
 ShapeFn = Callable[[List[Shape]], Shape]
 
 
@@ -269,6 +270,10 @@ class Lowerer:
             return self._addmm(node, *args)
         if f in _BINARY and len(args) == 2 and not kwargs:
             return self._binary(node, _BINARY[f], args[0], args[1])
+        if f is torch.permute and len(args) == 2 and not kwargs:
+            return self._permute(node, args[0], args[1])
+        if f is torch.transpose and len(args) == 3 and not kwargs:
+            return self._swap(node, args[0], args[1], args[2])
         return False
 
     def _method(self, node: torch.fx.Node) -> bool:
@@ -283,6 +288,10 @@ class Lowerer:
             return self._matmul(node, args[0], args[1], batched_only=False)
         if name in _BINARY_METHODS and len(args) == 2 and not kwargs:
             return self._binary(node, _BINARY_METHODS[name], args[0], args[1])
+        if name == "permute" and len(args) >= 2 and not kwargs:
+            return self._permute(node, args[0], args[1] if len(args) == 2 else args[1:])
+        if name == "transpose" and len(args) == 3 and not kwargs:
+            return self._swap(node, args[0], args[1], args[2])
         return False
 
     def _alias(self, node: torch.fx.Node, source: Any) -> bool:
@@ -341,6 +350,45 @@ class Lowerer:
         op = self.out.graph.add_op(OpKind.LAYER_NORM, ins, [self._output(node, view, _same, [self.out.resolve(x)])])
         self.out.graph.set_op_attr(op, OpAttr.EPSILON, float(eps))
         return True
+
+    def _permute(self, node: torch.fx.Node, x: Any, dims: Any) -> bool:
+        """torch.permute as a Transpose op: a dense copy where torch makes a view, so
+        only where nothing writes through the view (no in-place method reads it)."""
+        ti = self._f32(x)
+        if isinstance(dims, int):
+            dims = (dims,)
+        if ti is None or self._f32(node) is None or not isinstance(dims, (tuple, list)) or \
+                not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            return False
+        rank = ti.rank
+        if rank > MAX_TRANSPOSE_RANK or len(dims) != rank or any(d < -rank or d >= rank for d in dims):
+            return False
+        permutation = tuple(d % rank for d in dims)
+        if sorted(permutation) != list(range(rank)) or _written_through(node):
+            return False
+        if permutation == tuple(range(rank)):
+            return self._alias(node, x)
+        xt = self._use(x, PLAIN)
+        out = self._output(node, PLAIN, lambda s: tuple(s[0][d] for d in permutation), [self.out.resolve(x)])
+        op = self.out.graph.add_op(OpKind.TRANSPOSE, [xt], [out])
+        self.out.graph.set_op_attr_ints(op, OpAttr.PERMUTATION, permutation)
+        return True
+
+    def _swap(self, node: torch.fx.Node, x: Any, dim0: Any, dim1: Any) -> bool:
+        """x.transpose(dim0, dim1) as a Transpose op, except a swap of the last two
+        dims, which a MatMul reads through its transpose flag (_transposed)."""
+        ti = self._f32(x)
+        if ti is None or not all(isinstance(d, int) and not isinstance(d, bool) for d in (dim0, dim1)):
+            return False
+        rank = ti.rank
+        if not (-rank <= dim0 < rank and -rank <= dim1 < rank):
+            return False
+        a, b = dim0 % rank, dim1 % rank
+        if {a, b} == {rank - 2, rank - 1}:
+            return False
+        permutation = list(range(rank))
+        permutation[a], permutation[b] = b, a
+        return self._permute(node, x, permutation)
 
     def _linear(self, node: torch.fx.Node, x: Any, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                 has_bias: bool) -> bool:
@@ -457,6 +505,12 @@ class Lowerer:
             g.mark_output(tensor_id)
         g.finalize()
         return self.out
+
+
+def _written_through(node: torch.fx.Node) -> bool:
+    """Whether a reader of `node` is an in-place method (x.add_(y)), which in torch
+    would write through the view into the tensor viewed."""
+    return any(user.op == "call_method" and str(user.target).endswith("_") for user in node.users)
 
 
 def _same(shapes: List[Shape]) -> Shape:
