@@ -7,9 +7,10 @@
 compile() traces the module with torch.fx, maps what unicache's graph IR
 supports (Linear, matmul, bmm, addmm, Add and Multiply with tensors or
 numbers, division by a number, ReLU, GELU, Sigmoid, Tanh, Softmax on the
-last axis, LayerNorm on the last axis) to one unicache graph, which unicache
-partitions and fuses; everything else (views, reshapes, permutes, dropout in
-eval mode is dropped, unknown ops) runs in torch between partitions.
+last axis, LayerNorm on the last axis, permute and transpose) to one
+unicache graph, which unicache partitions and fuses; everything else (views,
+reshapes, dropout in eval mode is dropped, unknown ops) runs in torch
+between partitions.
 Dimensions named dynamic are -1 in the graph, so a new batch or sequence
 length is a compile() lookup, never a rebuild; shapes the model computes
 from its inputs (x.size(0), views built from it) follow them.
