@@ -15,8 +15,9 @@
 // MatMul), Add and Multiply (numpy broadcasting), ReLU, GELU (erf and tanh
 // forms), Sigmoid, Tanh, Softmax (last axis), LayerNorm (last axis, with
 // gamma and beta and an epsilon attribute), Transpose (any permutation of up
-// to 6 axes, as torch.permute: output dim i is input dim permutation[i]; the
-// output is dense). Tensors are f32 with shapes
+// to 6 axes, each of 0..rank-1 once: output dim i is input dim
+// permutation[i], as torch.permute with non-negative dims; the output is
+// dense). Tensors are f32 with shapes
 // whose -1 dims are known only at compile time. The partitioner fuses
 // MatMul -> (Add|Multiply)* -> eltwise* into one partition; every other op
 // is a partition of its own.

@@ -141,7 +141,9 @@ std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape);
 // along it, in elements, with axes of size 1 dropped and neighbours that read
 // one run of the input merged: [B, S, h, d] by (0, 2, 1, 3) is dims
 // {B, h, S, d} with strides {S*h*d, d, h*d, 1}. Never empty (one element:
-// {1}, {1}); never more dims than the input.
+// {1}, {1}); never more dims than the input. `permutation` must be valid for
+// `in_shape` (each axis once: graph::finalize checked it); it is not checked
+// here.
 struct transpose_plan {
   std::vector<std::int64_t> dims;
   std::vector<std::int64_t> strides;

@@ -149,6 +149,39 @@ class LayerNormNumerics(unittest.TestCase):
             g.set_op_attr(relu, unicache.OpAttr.EPSILON, 1e-5)
 
 
+class TransposeNumerics(unittest.TestCase):
+    """Transpose with its permutation set through Graph.set_op_attr_ints, against numpy."""
+
+    def test_attention_head_split_at_several_shapes(self):
+        g = unicache.Graph()
+        x, y = g.add_tensor([-1, -1, 4, 8]), g.add_tensor([-1, 4, -1, 8])
+        g.set_op_attr_ints(g.add_op(OpKind.TRANSPOSE, [x], [y]), unicache.OpAttr.PERMUTATION, (0, 2, 1, 3))
+        g.finalize()
+        engine = cpu_engine()
+        for b, s in ((1, 1), (3, 17), (2, 300)):
+            a = random((b, s, 4, 8), s)
+            (out,) = g.partitions[0].compile([a.shape], engine).execute(engine.stream(), [a])
+            np.testing.assert_array_equal(out, a.transpose(0, 2, 1, 3))
+
+    def test_bad_permutations_are_invalid_graphs_or_arguments(self):
+        g = unicache.Graph()
+        x, y = g.add_tensor([2, 3]), g.add_tensor([3, 2])
+        op = g.add_op(OpKind.TRANSPOSE, [x], [y])
+        with self.assertRaises(unicache.InvalidArgument):
+            g.set_op_attr_ints(op, unicache.OpAttr.PERMUTATION, [1, 2**64])
+        with self.assertRaises(unicache.InvalidArgument):
+            g.set_op_attr_ints(op, unicache.OpAttr.PERMUTATION, [1.0, 0])
+        with self.assertRaises(unicache.InvalidGraph):
+            g.set_op_attr_ints(op, unicache.OpAttr.PERMUTATION, range(7))
+        with self.assertRaises(unicache.InvalidArgument) as caught:
+            g.set_op_attr(op, unicache.OpAttr.PERMUTATION, 1.0)
+        self.assertIn("set_op_attr_i64s", str(caught.exception))
+        g.set_op_attr_ints(op, unicache.OpAttr.PERMUTATION, [0, 0])
+        with self.assertRaises(unicache.InvalidGraph) as caught:
+            g.finalize()
+        self.assertIn("permutation [0,0] is not one of the axes of [2,3]", str(caught.exception))
+
+
 class MarkedOutputs(unittest.TestCase):
     def test_a_marked_output_ends_the_fused_chain(self):
         g = unicache.Graph()

@@ -160,6 +160,8 @@ class Graph(Resource):
             ints = [operator.index(v) for v in values]
         except TypeError:
             raise InvalidArgument(f"set_op_attr_ints: expected integers, got {values!r}") from None
+        if any(not -2**63 <= v < 2**63 for v in ints):
+            raise InvalidArgument(f"set_op_attr_ints: {values!r} has a value outside int64")
         with self._handle() as g:
             _lib.call("unicache_graph_set_op_attr_i64s", g, operator.index(op_id), operator.index(attr),
                       (C.c_int64 * max(len(ints), 1))(*ints), len(ints), what="set_op_attr_ints")

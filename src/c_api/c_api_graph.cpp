@@ -66,6 +66,9 @@ unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_
                                                  float value) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");
+    if (attr == UNICACHE_OP_ATTR_PERMUTATION) {
+      raise(UNICACHE_INVALID_ARGUMENT, "the permutation is a list of integers: unicache_graph_set_op_attr_i64s sets it");
+    }
     if (attr != UNICACHE_OP_ATTR_EPSILON) {
       raise(UNICACHE_INVALID_ARGUMENT, "unknown op attribute " + std::to_string(static_cast<int>(attr)));
     }
@@ -77,8 +80,11 @@ unicache_status_t unicache_graph_set_op_attr_i64s(unicache_graph_t graph, uint64
                                                   const int64_t* values, size_t count) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");
+    if (attr == UNICACHE_OP_ATTR_EPSILON) {
+      raise(UNICACHE_INVALID_ARGUMENT, "epsilon is a float: unicache_graph_set_op_attr_f32 sets it");
+    }
     if (attr != UNICACHE_OP_ATTR_PERMUTATION) {
-      raise(UNICACHE_INVALID_ARGUMENT, "unknown integer-list op attribute " + std::to_string(static_cast<int>(attr)));
+      raise(UNICACHE_INVALID_ARGUMENT, "unknown op attribute " + std::to_string(static_cast<int>(attr)));
     }
     if (count) need(values, "values");
     if (count > kMaxTransposeRank) {

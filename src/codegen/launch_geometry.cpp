@@ -1,5 +1,6 @@
 // What the kernels are launched with: sizes, strides and work-items worked out
-// from a partition and its shapes (gemm_problem, binary_problem).
+// from a partition and its shapes (gemm_problem, binary_problem, a
+// Transpose's plan).
 #include <algorithm>
 #include <limits>
 #include <string>

@@ -198,6 +198,22 @@ static int test_layer_norm(void) {
     CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_PERMUTATION, perm, 7), UNICACHE_INVALID_GRAPH);
     CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_PERMUTATION, perm, (size_t)-1),
                  UNICACHE_INVALID_GRAPH);
+    CHECK_STATUS(unicache_graph_set_op_attr_i64s(g, ln, UNICACHE_OP_ATTR_EPSILON, perm, 2), UNICACHE_INVALID_ARGUMENT);
+    CHECK(strstr(unicache_last_error(), "unicache_graph_set_op_attr_f32") != NULL);
+    CHECK_STATUS(unicache_graph_set_op_attr_f32(g, ln, UNICACHE_OP_ATTR_PERMUTATION, 1.0f), UNICACHE_INVALID_ARGUMENT);
+    /* A Transpose of its own graph: [2,3] -> [3,2], finalized. */
+    unicache_graph_t tg = NULL;
+    OK(unicache_graph_create(&tg));
+    const int64_t ts[2] = {2, 3}, tts[2] = {3, 2};
+    unicache_logical_tensor_t tx, ty;
+    OK(unicache_graph_add_tensor(tg, 2, ts, 0, &tx));
+    OK(unicache_graph_add_tensor(tg, 2, tts, 0, &ty));
+    uint64_t tin[1] = {tx.id}, tout[1] = {ty.id}, top = 0;
+    OK(unicache_graph_add_op(tg, UNICACHE_OP_TRANSPOSE, tin, 1, tout, 1, 0, 0, &top));
+    CHECK_STATUS(unicache_graph_finalize(tg), UNICACHE_INVALID_GRAPH); /* no permutation yet */
+    OK(unicache_graph_set_op_attr_i64s(tg, top, UNICACHE_OP_ATTR_PERMUTATION, perm, 2));
+    OK(unicache_graph_finalize(tg));
+    OK(unicache_graph_destroy(tg));
   }
   OK(unicache_graph_mark_output(g, y.id));  /* read by the caller: a partition's output anyway */
   CHECK_STATUS(unicache_graph_mark_output(g, 12345), UNICACHE_INVALID_GRAPH);

@@ -88,7 +88,6 @@ inline std::vector<float> ref_softmax(std::vector<float> x, std::int64_t rows, s
   return x;
 }
 
-// LayerNorm over rows of `cols`, in double: (x - mean) / sqrt(var + eps) * gamma + beta.
 // torch.permute: output dim i is input dim permutation[i], written dense.
 inline std::vector<float> ref_transpose(const std::vector<float>& x, const shape_t& shape,
                                         const std::vector<std::int64_t>& permutation) {
@@ -110,6 +109,7 @@ inline std::vector<float> ref_transpose(const std::vector<float>& x, const shape
   return out;
 }
 
+// LayerNorm over rows of `cols`, in double: (x - mean) / sqrt(var + eps) * gamma + beta.
 inline std::vector<float> ref_layer_norm(std::vector<float> x, std::int64_t rows, std::int64_t cols,
                                          const std::vector<float>& gamma, const std::vector<float>& beta, double eps) {
   for (std::int64_t r = 0; r < rows; ++r) {

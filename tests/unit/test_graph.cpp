@@ -7,6 +7,9 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <utility>
+
+#include "unicache/kernel_generator.hpp"
 
 namespace unicache {
 namespace {
@@ -369,6 +372,22 @@ TEST(GraphTranspose, BadPermutationsAndOutputsNameTheOp) {
   g.set_attribute(t, op_attribute::permutation, {1, 0});
   g.finalize();
   EXPECT_EQ(g.partitions()[0].pattern(), partition::kind::transpose);
+}
+
+// The copy the backends run for a Transpose: axes of 1 dropped, neighbours
+// that read one run of input merged.
+TEST(GraphTranspose, ThePlanMergesRunsAndDropsAxesOfOne) {
+  auto plan = [](std::vector<std::int64_t> shape, std::vector<std::int64_t> permutation) {
+    const kernels::transpose_plan p = kernels::plan_transpose(shape, permutation);
+    return std::pair{p.dims, p.strides};
+  };
+  using v = std::vector<std::int64_t>;
+  EXPECT_EQ(plan({2, 7, 12, 64}, {0, 2, 1, 3}), std::pair(v{2, 12, 7, 64}, v{7 * 12 * 64, 64, 12 * 64, 1}));
+  EXPECT_EQ(plan({2, 3, 4}, {0, 1, 2}), std::pair(v{24}, v{1})) << "the identity is one run";
+  EXPECT_EQ(plan({2, 3, 4, 5}, {2, 3, 0, 1}), std::pair(v{20, 6}, v{1, 20})) << "two runs swapped";
+  EXPECT_EQ(plan({1, 1, 1}, {2, 0, 1}), std::pair(v{1}, v{1}));
+  EXPECT_EQ(plan({4, 1, 5}, {2, 1, 0}), std::pair(v{5, 4}, v{1, 5}));
+  EXPECT_EQ(plan({3, 1, 4}, {0, 2, 1}), std::pair(v{12}, v{1})) << "moving an axis of 1 moves nothing";
 }
 
 TEST(GraphShapes, BroadcastAndMatMulRules) {

@@ -13,14 +13,15 @@
 
 namespace unicache::onednn_cpu::detail {
 
-// Calls body(first, last) over [0, n) in ranges of at least `grain`
+// Calls body(first, last) over [0, n) in ranges of about `grain` or more
 // (first < last), in parallel, and returns when all are done. `body` must
 // not throw. Where this build uses GCC's OpenMP (UNICACHE_CPU_OPENMP), as
 // Debian's oneDNN does, the ranges run on the OpenMP threads oneDNN's
 // primitives run on: a second pool of busy-waiting threads beside oneDNN's
-// would take cores from its next primitive. Elsewhere (a clang build without
-// that OpenMP), on oneTBB's threads. A call from several threads at once is
-// safe; each runs its own ranges.
+// would take cores from its next primitive. Elsewhere (oneDNN on another
+// runtime, or a clang build), on oneTBB's threads. A call from several
+// threads at once is safe; each runs its own ranges, with OpenMP on a team of
+// its own (as each thread's oneDNN primitives do).
 template <class Body>
 void parallel_ranges(std::int64_t n, std::int64_t grain, const Body& body) {
   if (n <= 0) return;

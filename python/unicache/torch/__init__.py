@@ -29,7 +29,6 @@ input); every one derives from unicache.Error.
 """
 from __future__ import annotations
 
-import operator
 import sys
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
 
@@ -39,7 +38,7 @@ import torch.fx
 from ..engine import Engine
 from ..errors import InvalidArgument, InvalidTensorType
 from ._capture import TraceFailed, describe, trace
-from ._lowering import Lowerer
+from ._lowering import Lowerer, mutates
 from ._runtime import CompiledModule, PartitionStep, TorchStep, input_specs
 
 __all__ = ["compile", "CompiledModule", "TraceFailed", "dynamo_backend", "register_dynamo_backend"]
@@ -137,20 +136,6 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[Lis
                           output, Engine.for_torch_device(device), device)
 
 
-def _mutates(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Whether the node changes a value in place (masked_fill_, x[i] = v, an
-    in-place module): kept though nothing reads its result."""
-    if node.op == "call_method":
-        name = str(node.target)
-        return name.endswith("_") and not name.startswith("_")
-    if node.op == "call_function":
-        return node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_") or \
-            bool(node.kwargs.get("inplace")) or (hasattr(node, "is_impure") and node.is_impure())
-    if node.op == "call_module":
-        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
-    return False
-
-
 def _nodes_in(value: Any) -> List[torch.fx.Node]:
     found: List[torch.fx.Node] = []
     torch.fx.node.map_arg(value, lambda n: found.append(n) or n)
@@ -177,7 +162,7 @@ def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.No
     kept: List[Any] = []
     for step in reversed(ordered):
         if isinstance(step, TorchStep):
-            if step.node not in needed and not _mutates(gm, step.node):
+            if step.node not in needed and not mutates(gm, step.node):
                 continue
             needed.update(lowered.resolve(n) for n in step.node.all_input_nodes)
         else:

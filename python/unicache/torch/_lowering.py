@@ -119,6 +119,9 @@ class Lowerer:
         self._inputs: Dict[Tuple[torch.fx.Node, str], LogicalTensor] = {}
         self._constants: Dict[int, LogicalTensor] = {}
         self._read_outside: Set[int] = set()
+        # Whether anything changes a value in place: then a permute stays a
+        # torch view, which passes such writes on (unicache's copy would not).
+        self._mutating = any(mutates(gm, n) for n in gm.graph.nodes)
         # Each parameter's and buffer's owner and attribute (read again per call).
         self._owners: Dict[int, Tuple[torch.nn.Module, str]] = {}
         for module in gm.modules():
@@ -353,7 +356,8 @@ class Lowerer:
 
     def _permute(self, node: torch.fx.Node, x: Any, dims: Any) -> bool:
         """torch.permute as a Transpose op: a dense copy where torch makes a view, so
-        only where nothing writes through the view (no in-place method reads it)."""
+        only in a graph that changes nothing in place. A swap of the last two dims
+        stays torch's, for a MatMul to read through its flag (_transposed)."""
         ti = self._f32(x)
         if isinstance(dims, int):
             dims = (dims,)
@@ -364,7 +368,7 @@ class Lowerer:
         if rank > MAX_TRANSPOSE_RANK or len(dims) != rank or any(d < -rank or d >= rank for d in dims):
             return False
         permutation = tuple(d % rank for d in dims)
-        if sorted(permutation) != list(range(rank)) or _written_through(node):
+        if sorted(permutation) != list(range(rank)) or self._mutating or _swaps_last_two(permutation):
             return False
         if permutation == tuple(range(rank)):
             return self._alias(node, x)
@@ -375,8 +379,7 @@ class Lowerer:
         return True
 
     def _swap(self, node: torch.fx.Node, x: Any, dim0: Any, dim1: Any) -> bool:
-        """x.transpose(dim0, dim1) as a Transpose op, except a swap of the last two
-        dims, which a MatMul reads through its transpose flag (_transposed)."""
+        """x.transpose(dim0, dim1) as a Transpose op (as _permute)."""
         ti = self._f32(x)
         if ti is None or not all(isinstance(d, int) and not isinstance(d, bool) for d in (dim0, dim1)):
             return False
@@ -384,8 +387,6 @@ class Lowerer:
         if not (-rank <= dim0 < rank and -rank <= dim1 < rank):
             return False
         a, b = dim0 % rank, dim1 % rank
-        if {a, b} == {rank - 2, rank - 1}:
-            return False
         permutation = list(range(rank))
         permutation[a], permutation[b] = b, a
         return self._permute(node, x, permutation)
@@ -423,6 +424,12 @@ class Lowerer:
                 return args[0], True
         if node.op == "call_method" and node.target == "t" and len(args) == 1 and rank == 2:
             return args[0], True
+        if (node.op == "call_method" and node.target == "permute" or
+                node.op == "call_function" and node.target is torch.permute) and not node.kwargs:
+            dims = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
+            if len(dims) == rank and all(isinstance(d, int) and not isinstance(d, bool) for d in dims) and \
+                    _swaps_last_two(tuple(d % rank for d in dims)):
+                return args[0], True
         return node, False
 
     def _matmul(self, node: torch.fx.Node, a: Any, b: Any, batched_only: bool) -> bool:
@@ -507,10 +514,24 @@ class Lowerer:
         return self.out
 
 
-def _written_through(node: torch.fx.Node) -> bool:
-    """Whether a reader of `node` is an in-place method (x.add_(y)), which in torch
-    would write through the view into the tensor viewed."""
-    return any(user.op == "call_method" and str(user.target).endswith("_") for user in node.users)
+def mutates(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Whether the node changes a value in place (masked_fill_, x[i] = v, an
+    in-place module): kept though nothing reads its result."""
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.startswith("_")
+    if node.op == "call_function":
+        return node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_") or \
+            bool(node.kwargs.get("inplace")) or (hasattr(node, "is_impure") and node.is_impure())
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
+    return False
+
+
+def _swaps_last_two(permutation: Sequence[int]) -> bool:
+    """Whether the permutation swaps the last two axes and keeps the others."""
+    rank = len(permutation)
+    return rank >= 2 and tuple(permutation) == tuple(range(rank - 2)) + (rank - 1, rank - 2)
 
 
 def _same(shapes: List[Shape]) -> Shape:
