@@ -2,6 +2,7 @@
 // (kernels::plan_transpose), then rows of the output copied in parallel.
 #include "transpose_kernel.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "parallel.hpp"
@@ -11,10 +12,8 @@ namespace {
 
 // Below this many elements a copy runs on the calling thread.
 constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
-// A parallel copy splits its rows into ranges of at least this many elements.
+// A parallel copy splits its rows into ranges of about this many elements.
 constexpr std::int64_t kTaskElements = std::int64_t{1} << 14;
-
-}  // namespace
 
 void copy_along(const kernels::transpose_plan& plan, const float* in, float* out) {
   const std::size_t rank = plan.dims.size();
@@ -43,6 +42,8 @@ void copy_along(const kernels::transpose_plan& plan, const float* in, float* out
   }
   parallel_ranges(rows, std::max<std::int64_t>(1, kTaskElements / cols), run);
 }
+
+}  // namespace
 
 transpose_kernel::transpose_kernel(const partition& p, const std::vector<logical_tensor>& in)
     : plan_(kernels::plan_transpose(in[0].shape, p.ops().front().permutation)) {}

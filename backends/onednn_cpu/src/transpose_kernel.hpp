@@ -10,12 +10,10 @@
 
 namespace unicache::onednn_cpu::detail {
 
-// Writes `out` dense from `in` read along `plan` (kernels::plan_transpose), the output's last axis in
-// runs (a memcpy where its input stride is 1), rows split over oneDNN's
-// threads (parallel.hpp) above 2^16 elements. `in` and `out` must not
-// overlap. Thread-safe: it keeps no state.
-void copy_along(const kernels::transpose_plan& plan, const float* in, float* out);
-
+// Writes the output dense from the input read along kernels::plan_transpose,
+// the output's last axis in runs (a memcpy where its input stride is 1), rows
+// split over oneDNN's threads (parallel.hpp) above 2^16 elements. Input and
+// output must not overlap. Thread-safe: it keeps no state but its plan.
 class transpose_kernel final : public compiled_kernel {
  public:
   transpose_kernel(const partition& p, const std::vector<logical_tensor>& in);

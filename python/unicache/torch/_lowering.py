@@ -274,7 +274,7 @@ class Lowerer:
         if f in _BINARY and len(args) == 2 and not kwargs:
             return self._binary(node, _BINARY[f], args[0], args[1])
         if f is torch.permute and len(args) == 2 and not kwargs:
-            return self._permute(node, args[0], args[1])
+            return self._permute(node, args[0], args[1:])
         if f is torch.transpose and len(args) == 3 and not kwargs:
             return self._swap(node, args[0], args[1], args[2])
         return False
@@ -292,7 +292,7 @@ class Lowerer:
         if name in _BINARY_METHODS and len(args) == 2 and not kwargs:
             return self._binary(node, _BINARY_METHODS[name], args[0], args[1])
         if name == "permute" and len(args) >= 2 and not kwargs:
-            return self._permute(node, args[0], args[1] if len(args) == 2 else args[1:])
+            return self._permute(node, args[0], args[1:])
         if name == "transpose" and len(args) == 3 and not kwargs:
             return self._swap(node, args[0], args[1], args[2])
         return False
@@ -354,21 +354,16 @@ class Lowerer:
         self.out.graph.set_op_attr(op, OpAttr.EPSILON, float(eps))
         return True
 
-    def _permute(self, node: torch.fx.Node, x: Any, dims: Any) -> bool:
+    def _permute(self, node: torch.fx.Node, x: Any, dims: Sequence[Any]) -> bool:
         """torch.permute as a Transpose op: a dense copy where torch makes a view, so
         only in a graph that changes nothing in place. A swap of the last two dims
         stays torch's, for a MatMul to read through its flag (_transposed)."""
         ti = self._f32(x)
-        if isinstance(dims, int):
-            dims = (dims,)
-        if ti is None or self._f32(node) is None or not isinstance(dims, (tuple, list)) or \
-                not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        if ti is None or self._f32(node) is None or ti.rank > MAX_TRANSPOSE_RANK:
             return False
         rank = ti.rank
-        if rank > MAX_TRANSPOSE_RANK or len(dims) != rank or any(d < -rank or d >= rank for d in dims):
-            return False
-        permutation = tuple(d % rank for d in dims)
-        if sorted(permutation) != list(range(rank)) or self._mutating or _swaps_last_two(permutation):
+        permutation = _permutation(dims, rank)
+        if permutation is None or self._mutating or _swaps_last_two(permutation):
             return False
         if permutation == tuple(range(rank)):
             return self._alias(node, x)
@@ -426,9 +421,8 @@ class Lowerer:
             return args[0], True
         if (node.op == "call_method" and node.target == "permute" or
                 node.op == "call_function" and node.target is torch.permute) and not node.kwargs:
-            dims = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
-            if len(dims) == rank and all(isinstance(d, int) and not isinstance(d, bool) for d in dims) and \
-                    _swaps_last_two(tuple(d % rank for d in dims)):
+            permutation = _permutation(args[1:], rank)
+            if permutation is not None and _swaps_last_two(permutation):
                 return args[0], True
         return node, False
 
@@ -526,6 +520,19 @@ def mutates(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     if node.op == "call_module":
         return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
     return False
+
+
+def _permutation(dims: Sequence[Any], rank: int) -> Optional[Tuple[int, ...]]:
+    """A permute's arguments after the tensor (dims, or one tuple of them) as a
+    permutation of range(rank), negative dims counted from the end; None if they
+    are not one."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    if len(dims) != rank or not all(isinstance(d, int) and not isinstance(d, bool) and -rank <= d < rank
+                                    for d in dims):
+        return None
+    permutation = tuple(d % rank for d in dims)
+    return permutation if sorted(permutation) == list(range(rank)) else None
 
 
 def _swaps_last_two(permutation: Sequence[int]) -> bool:
