@@ -296,6 +296,36 @@ class TorchFrontend(unittest.TestCase):
         self.assertIn("torch.fx could not trace Loop", str(caught.exception))
         self.assertIsInstance(caught.exception, unicache.Error)
 
+    def test_compile_leaves_the_garbage_collector_as_it_found_it(self):
+        import gc
+        seen = []
+
+        class Probe(torch.nn.Module):  # records the collector's state when torch.fx traces it
+            def forward(self, x):
+                seen.append(gc.isenabled())
+                return torch.relu(x)
+
+        class Fixed(torch.nn.Module):  # fails at compile(): its batch, named dynamic, cannot change
+            def forward(self, x):
+                torch._assert(x.size(0) == 2, "a batch of 2 only")
+                return torch.relu(x)
+
+        self.assertTrue(gc.isenabled())
+        self.ut.compile(Probe().eval(), [torch.randn(2, 4)])
+        self.assertEqual(seen, [False], "the collector is off while compile() traces")
+        self.assertTrue(gc.isenabled())
+        with self.assertRaises(unicache.InvalidArgument) as caught:
+            self.ut.compile(Fixed().eval(), [torch.randn(2, 4)])
+        self.assertIn("a batch of 2 only", str(caught.exception))
+        self.assertIn("While executing", str(caught.exception), "the node that failed is named")
+        self.assertTrue(gc.isenabled(), "on again after a failure")
+        gc.disable()
+        try:
+            self.ut.compile(Probe().eval(), [torch.randn(2, 4)])
+            self.assertFalse(gc.isenabled(), "left off where the caller turned it off")
+        finally:
+            gc.enable()
+
     def test_training_mode_and_bad_dynamic_dims_are_refused(self):
         model = torch.nn.Linear(4, 4)
         with self.assertRaises(unicache.InvalidArgument):

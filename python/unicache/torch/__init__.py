@@ -37,7 +37,7 @@ import torch.fx
 
 from ..engine import Engine
 from ..errors import InvalidArgument, InvalidTensorType
-from ._capture import TraceFailed, describe, trace
+from ._capture import TraceFailed, collector_paused, describe, trace
 from ._lowering import Lowerer, mutates
 from ._runtime import CompiledModule, PartitionStep, TorchStep, input_specs
 
@@ -103,7 +103,8 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
     if not all(isinstance(t, torch.Tensor) for t in inputs):
         raise InvalidTensorType("example_inputs: torch tensors, one per positional input")
     dynamic = _dynamic_dims(dynamic_dims, inputs)
-    return compile_graph(trace(module), inputs, dynamic, {})
+    with collector_paused():
+        return compile_graph(trace(module), inputs, dynamic, {})
 
 
 def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
@@ -111,6 +112,12 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[Lis
     """compile() on an FX graph whose inputs are tensors and, where `sizes` maps an
     input to (tensor input, dimension), integers that are that tensor's size
     (dynamo's symbolic sizes)."""
+    with collector_paused():
+        return _compile_graph(gm, inputs, dynamic, sizes)
+
+
+def _compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
+                   sizes: Dict[int, Tuple[int, int]]) -> CompiledModule:
     device = _device([t for t in inputs if isinstance(t, torch.Tensor)])
     info = describe(gm, inputs, dynamic, sizes)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

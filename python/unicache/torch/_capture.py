@@ -4,9 +4,11 @@ so that a dimension computed in the model is known to follow the input.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import operator
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -35,6 +37,25 @@ class TensorInfo:
         return len(self.shape)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while compile() runs, then as it was.
+    compile() makes tens of thousands of objects (FX nodes and their arguments),
+    which start full collections: each walks every object of the process, torch's
+    included (a third of a fresh process's compile() on this machine). What
+    compile() makes is kept or freed by reference counts; cyclic garbage waits for
+    the next collection after it. The collector's switch is the process's: a thread
+    that turns it off meanwhile finds it on again afterwards."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def trace(module: torch.nn.Module) -> torch.fx.GraphModule:
     """The module's FX graph (a GraphModule is taken as it is)."""
     if isinstance(module, torch.fx.GraphModule):
@@ -54,28 +75,6 @@ _SAME_SHAPE = {F.relu, torch.relu, torch.sigmoid, torch.tanh, F.gelu, F.softmax,
                F.dropout}
 _SAME_SHAPE_MODULES = (torch.nn.ReLU, torch.nn.GELU, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Softmax,
                        torch.nn.LayerNorm, torch.nn.Dropout)
-
-
-class _Recorder(torch.fx.Interpreter):
-    """Runs the graph and keeps every node's result. The ops unicache lowers are
-    not computed: their results are empty tensors of the shape they would have
-    (their shapes are all that is wanted), so no GEMM runs and no library such
-    as cuBLAS starts (its first use took 123 ms on the GPU host)."""
-
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        super().__init__(gm)
-        self.values: Dict[torch.fx.Node, Any] = {}
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        result = None
-        if n.op in ("call_function", "call_module") and not n.kwargs.get("out"):
-            args, kwargs = self.fetch_args_kwargs_from_env(n)
-            module = self.fetch_attr(str(n.target)) if n.op == "call_module" else None
-            result = _shape_only(n.target, module, args, kwargs)
-        if result is None:
-            result = super().run_node(n)
-        self.values[n] = result
-        return result
 
 
 def _empty(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -140,11 +139,74 @@ def _fits(ok: bool, x: torch.Tensor, what: str) -> None:
 
 
 def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:
-    """Every node's value (the lowered ops' only shaped: see _Recorder)."""
-    recorder = _Recorder(gm)
+    """Every node's value, the graph run on `inputs` by a plain loop over its nodes
+    (torch.fx.Interpreter's bookkeeping per node cost more than the node's op). The
+    ops unicache lowers are not computed: their results are empty tensors of the
+    shape they would have (their shapes are all that is wanted), so no GEMM runs
+    and no library such as cuBLAS starts (its first use took 123 ms on the GPU host)."""
+    values: Dict[torch.fx.Node, Any] = {}
+
+    def load(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return values[a]
+        if isinstance(a, tuple):
+            loaded = tuple(load(x) for x in a)
+            return type(a)(*loaded) if hasattr(a, "_fields") else loaded  # a named tuple keeps its type
+        if isinstance(a, list):
+            return [load(x) for x in a]
+        if isinstance(a, dict):
+            return {k: load(v) for k, v in a.items()}
+        if isinstance(a, slice):
+            return slice(load(a.start), load(a.stop), load(a.step))
+        return a
+
+    given = iter(inputs)
     with torch.no_grad():
-        recorder.run(*inputs)
-    return recorder.values
+        for n in gm.graph.nodes:
+            try:
+                values[n] = _run_node(gm, n, load, given)
+            except Exception as e:  # as torch.fx.Interpreter does: the node is named
+                if e.args and isinstance(e.args[0], str):
+                    e.args = (f"{e.args[0]}\n\nWhile executing {n.format_node()}",) + e.args[1:]
+                raise
+            if n.op == "output":
+                break
+    return values
+
+
+def _run_node(gm: torch.fx.GraphModule, n: torch.fx.Node, load: Callable[[Any], Any], given: Iterator[Any]) -> Any:
+    """One node's value, as torch.fx.Interpreter computes it (see _run)."""
+    if n.op == "placeholder":
+        if str(n.target).startswith("*"):
+            return list(given)
+        try:
+            return next(given)
+        except StopIteration:
+            if n.args:
+                return n.args[0]  # the argument's default
+            raise RuntimeError(f"expected an input for {n.target}") from None
+    if n.op == "get_attr":
+        return _attribute(gm, str(n.target))
+    if n.op == "output":
+        return load(n.args[0])
+    args, kwargs = load(n.args), load(n.kwargs)
+    if n.op == "call_method":
+        return getattr(args[0], str(n.target))(*args[1:], **kwargs)
+    module = _attribute(gm, str(n.target)) if n.op == "call_module" else None
+    if not kwargs.get("out"):
+        shaped = _shape_only(n.target, module, args, kwargs)
+        if shaped is not None:
+            return shaped
+    return module(*args, **kwargs) if module is not None else n.target(*args, **kwargs)
+
+
+def _attribute(root: torch.nn.Module, target: str) -> Any:
+    value: Any = root
+    for atom in target.split("."):
+        if not hasattr(value, atom):
+            raise RuntimeError(f"node target {target} does not exist in the module")
+        value = getattr(value, atom)
+    return value
 
 
 def other_inputs(inputs: Sequence[Any], dynamic: Sequence[Sequence[int]], grow: int,
