@@ -203,6 +203,8 @@ struct gemm_problem {
 // kernel of its own, so a configuration has at most two. Measured on the
 // H100 over a BERT layer's matmuls (docs/benchmarks.md).
 int gemm_splits(const gemm_problem& g, int compute_units);
+// The parts gemm_splits shares K out in when it does.
+inline constexpr int kGenericSplitK = 4;
 // The same for a GEMM of these sizes with `tiles` (what a backend's
 // kernel_configuration knows before it has a problem).
 int gemm_splits(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, const gemm_tiles& tiles,

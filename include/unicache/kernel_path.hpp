@@ -39,6 +39,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,6 +203,16 @@ std::shared_ptr<const kernel> cached_kernel(owner_id owner, const cache_scope& s
 // Throws what the builder's build() throws when a kernel does not build.
 std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded);
+
+// Runs `task` on the background threads that build specialized kernels
+// (specialize_settings::threads of them, at low priority): for a backend
+// that gets a kernel through get_kernel before an execution needs it, so
+// that the kernel cache has it then. Returns false, running nothing, where
+// there are none (threads is 0), while the process exits, or in a child of
+// fork(); the caller then does without (builds in line, say). A task that
+// throws is ended quietly: it reports its own failures.
+// wait_for_specializations() waits for queued tasks too.
+bool build_in_background(std::function<void()> task);
 
 // The binaries of `kernels` (null ones skipped), for compiled_kernel::binaries().
 std::vector<kernel_binary> binaries_of(std::initializer_list<const kernel*> kernels);

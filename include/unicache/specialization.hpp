@@ -59,7 +59,8 @@ specialization_stats specialization_statistics();
 
 // Waits until no specialization is queued or being built: for tests, and for
 // benchmarks before they measure a steady state. Thread-safe; an execution
-// that makes a class hot meanwhile extends the wait.
+// that makes a class hot meanwhile extends the wait. Kernels a backend
+// builds ahead with build_in_background (kernel_path.hpp) count too.
 void wait_for_specializations();
 
 // The names these had when adaptive kernels were called tiered kernels.

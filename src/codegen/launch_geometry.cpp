@@ -135,7 +135,7 @@ int gemm_splits(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t bat
   if (batch != 1 || compute_units < 1 || k < 512 || m < 1 || n < 1 || t.bm < 1 || t.bn < 1) return 1;
   const std::int64_t tiles = (m + t.bm - 1) / t.bm * ((n + t.bn - 1) / t.bn);
   const std::int64_t enough = k >= 2048 ? std::int64_t{4} * compute_units : std::int64_t{3} * compute_units / 2;
-  return tiles <= enough ? 4 : 1;
+  return tiles <= enough ? kGenericSplitK : 1;
 }
 
 int gemm_splits(const gemm_problem& g, int compute_units) {

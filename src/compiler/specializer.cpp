@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <optional>
 
 #include "compiler/shape_class_table.hpp"
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/kernel_path.hpp"
 #include "unicache/specialization.hpp"
 #include "util/env.hpp"
 #include "util/log.hpp"
@@ -188,27 +190,17 @@ void trace(const char* event, const class_table& f, const class_state& c, const 
   write_line(line);
 }
 
-void enqueue(std::shared_ptr<class_table> f, std::shared_ptr<class_state> c, engine e, std::vector<logical_tensor> in,
-             std::vector<logical_tensor> out, unsigned threads) {
+// Queues `task` on the arena (made at the first call, with `threads`
+// workers); false, queuing nothing, in a child of fork() (whose arena has no
+// workers and whose `mu` may be held by a thread that does not exist there),
+// while the process exits, or without memory or a thread to be had.
+bool queue_task(std::function<void()> task, unsigned threads) {
   specializer& sp = the_specializer();
-  // Exiting (or the initial thread ended with pthread_exit), or a child of
-  // fork(), whose arena has no workers and whose `mu` may be held by a
-  // thread that does not exist there: the class goes back to cold.
-  auto give_up = [&] {
-    c->status.store(class_status::cold, std::memory_order_release);
-    f->variants.fetch_sub(1, std::memory_order_relaxed);
-  };
   const pid_t owner = sp.owner.load(std::memory_order_acquire);
-  if (owner != 0 && owner != ::getpid()) return give_up();
+  if (owner != 0 && owner != ::getpid()) return false;
   hold_exit_guard();  // before the lock: it may take the loader's lock
   scoped_lock lock(&sp.mu);
-  if (sp.stopping) return give_up();
-  struct job {
-    std::shared_ptr<class_table> f;
-    std::shared_ptr<class_state> c;
-    engine e;
-    std::vector<logical_tensor> in, out;
-  };
+  if (sp.stopping) return false;
   try {
     if (!sp.arena) {
       sp.arena = std::make_unique<oneapi::tbb::task_arena>(static_cast<int>(threads), 0,
@@ -219,37 +211,52 @@ void enqueue(std::shared_ptr<class_table> f, std::shared_ptr<class_state> c, eng
       sp.stop_registered = true;
       std::atexit(&stop_specializing);
     }
-    auto j = std::make_shared<job>(job{f, c, std::move(e), std::move(in), std::move(out)});
+    auto t = std::make_shared<std::function<void()>>(std::move(task));
     // Counted once queued: the task takes `mu` before it counts itself
     // done, so it cannot do so before this.
-    sp.arena->enqueue([j] {
+    sp.arena->enqueue([t] {
       specializer& s = the_specializer();
       {
         scoped_lock l(&s.mu);
         if (s.stopping) {
-          // The process is exiting: the job's engine, kernels and driver
-          // objects are left to the exit rather than destroyed on a worker
-          // while the drivers are torn down.
-          static auto* const left = new std::vector<std::shared_ptr<job>>();
-          left->push_back(j);
+          // The process is exiting: what the task holds (engines, kernels,
+          // driver objects) is left to the exit rather than destroyed on a
+          // worker while the drivers are torn down.
+          static auto* const left = new std::vector<std::shared_ptr<std::function<void()>>>();
+          left->push_back(t);
           --s.pending;
           s.idle.notify_all();
           return;
         }
         ++s.running;
       }
-      specialize_now(j->f, j->c, j->e, j->in, j->out);
-      *j = job{};  // free what the task holds before it says it is done
+      try {
+        (*t)();
+      } catch (...) {
+        // A task reports its own failures; nothing may leave a worker.
+      }
+      *t = nullptr;  // free what the task holds before it says it is done
       scoped_lock l(&s.mu);
       --s.running;
       --s.pending;
       s.idle.notify_all();
     });
     ++sp.pending;
+    return true;
   } catch (...) {
-    // No memory, or no thread to be had: nothing was queued, nothing waits
-    // for it, and the class may try again later.
-    give_up();
+    return false;  // nothing was queued, and nothing waits for it
+  }
+}
+
+void enqueue(std::shared_ptr<class_table> f, std::shared_ptr<class_state> c, engine e, std::vector<logical_tensor> in,
+             std::vector<logical_tensor> out, unsigned threads) {
+  const bool queued = queue_task(
+      [f, c, e = std::move(e), in = std::move(in), out = std::move(out)] { specialize_now(f, c, e, in, out); },
+      threads);
+  if (!queued) {
+    // The class goes back to cold, and may try again later.
+    c->status.store(class_status::cold, std::memory_order_release);
+    f->variants.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
@@ -273,6 +280,11 @@ specialization_stats specialization_statistics() {
   s.build_ns = n.build_ns.load();
   s.saved_ns = n.saved_ns.load();
   return s;
+}
+
+bool build_in_background(std::function<void()> task) {
+  const unsigned threads = current_specialize_settings().threads;
+  return threads > 0 && detail::queue_task(std::move(task), threads);
 }
 
 void wait_for_specializations() {

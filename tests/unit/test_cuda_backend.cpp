@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend_numerics.hpp"
+#include "split_variant_check.hpp"
 #include "cuda_internal.hpp"
 #include "mlp_partition.hpp"
 #include "temp_dir.hpp"
@@ -414,6 +415,12 @@ TEST_F(gpu, ACompiledPartitionBlobRecreatesItWithoutCompiling) {
   expect_close(run_compiled(eng, strm, cp, {&x, &w, &b}), mlp_reference(x, w, b, m, k, n), matmul_atol(k), 1e-5,
                "from the blob");
   EXPECT_EQ(cuda::stats().binaries_stored - after.binaries_stored, 0u) << "a blob's binaries are not stored";
+}
+
+TEST_F(gpu, AShapeWhoseSplitVariantIsNotBuiltRunsOnTheOtherWhileItBuildsInTheBackground) {
+  check_split_variant_built_in_background(eng, cuda::stats, [&](const compiled_partition& cp, const std::vector<const std::vector<float>*>& data) {
+    return run_compiled(eng, strm, cp, data);
+  });
 }
 
 TEST_F(gpu, ABlobOfASplitKShapeHoldsItsKernelsAndIsNotTheUnsplitShapesBlob) {

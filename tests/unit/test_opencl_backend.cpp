@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend_numerics.hpp"
+#include "split_variant_check.hpp"
 #include "mlp_partition.hpp"
 #include "opencl_internal.hpp"
 #include "temp_dir.hpp"
@@ -158,6 +159,12 @@ TEST_F(fixture, TheKernelCacheCountsEachProgramAtItsRealSize) {
   const cache_stats s = kernel_cache().stats(ctx.eng.scope());
   EXPECT_EQ(s.entries, built.size());
   EXPECT_EQ(s.bytes, sum) << "the kernel cache counts the sum of the kernels' real sizes";
+}
+
+TEST_F(fixture, AShapeWhoseSplitVariantIsNotBuiltRunsOnTheOtherWhileItBuildsInTheBackground) {
+  check_split_variant_built_in_background(eng, opencl::stats, [&](const compiled_partition& cp, const std::vector<const std::vector<float>*>& data) {
+    return run_compiled(eng, strm, cp, data);
+  });
 }
 
 TEST_F(fixture, ConcurrentFirstCompilesBuildOnce) {

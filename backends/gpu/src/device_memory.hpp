@@ -13,7 +13,7 @@ namespace unicache::gpu::detail {
 
 struct counters {
   std::atomic<std::uint64_t> probe_builds{0}, weights_packed{0}, weights_released{0}, out_of_memory_retries{0},
-      deferred_releases{0}, pack_ns{0};
+      deferred_releases{0}, pack_ns{0}, split_variants_deferred{0};
 };
 // The counters of the backend whose cache owner id is `owner` (made on first use).
 counters& counters_of(owner_id owner);

@@ -2,9 +2,12 @@
 #include "gemm_kernel.hpp"
 
 #include <map>
+#include <mutex>
 #include <string>
 
+#include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
+#include "unicache/kernel_path.hpp"
 #include "unicache/constant_registry.hpp"
 
 namespace unicache::gpu::detail {
@@ -53,13 +56,83 @@ struct device_reader {
   }
 };
 
-// The engine's generic tiles, split-K as the shapes ask (gemm_splits).
+// The split-K variants of generic GEMMs given to a background build, by
+// context and kernel configuration, and whether that build is over. A
+// variant is given to the background once: a shape that needs it after a
+// background build that failed (or whose kernel the cache evicted) builds
+// it in line, where the failure reaches the caller.
+class background_variants {
+ public:
+  // True if the background has it now, queued by this call or before.
+  bool build_later(const engine& e, kernels::dialect dialect, const kernels::gemm_config& config,
+                   int vector_work_group, const std::string& config_key) {
+    const std::string key = scoped_key(e.scope(), config_key);
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = done_.find(key); it != done_.end()) return !it->second;
+      done_[key] = false;
+    }
+    const bool queued = build_in_background([this, e, dialect, config, vector_work_group, key] {
+      try {
+        // The sum first: once the GEMM is in the kernel cache, a compile()
+        // takes this variant and must find every kernel of it there.
+        if (config.tiles.split_k > 1) get_program(e, kernels::gemm_reduce_source(dialect, config, vector_work_group), {});
+        get_program(e, kernels::gemm_source(dialect, config), {});
+      } catch (...) {
+        // Built in line by the next shape that needs it, which reports it.
+      }
+      std::lock_guard lock(mu_);
+      done_[key] = true;
+    });
+    if (!queued) {
+      std::lock_guard lock(mu_);
+      done_.erase(key);
+    }
+    return queued;
+  }
+
+ private:
+  static std::string scoped_key(const cache_scope& scope, const std::string& config_key) {
+    cache_key k;
+    k.add(static_cast<int>(scope.kind)).add(scope.device_id).add(scope.context_id).add(config_key);
+    return std::string(k.bytes());
+  }
+  std::mutex mu_;
+  std::map<std::string, bool> done_;  // queued variants: true once their build is over
+};
+
+background_variants& variants_in_background() {
+  static auto* const v = new background_variants();  // outlives every background task
+  return *v;
+}
+
+// The engine's generic tiles, split-K as the shapes ask (gemm_splits), with
+// one exception: where the kernel of that split is not in the kernel cache
+// and the configuration's other split (1 or kGenericSplitK parts) is, the other one runs now
+// and this one is built in the background. Both compute the same product;
+// a new shape's request then never waits for a build its configuration has
+// an alternative to. (A shape compiled meanwhile keeps the other variant.)
+// Not for a blob's binaries, which load, and not without background threads.
 kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std::vector<logical_tensor>& in,
-                                  const std::vector<logical_tensor>& out, const engine& e) {
+                                  const std::vector<logical_tensor>& out, const engine& e,
+                                  const std::vector<kernel_binary>& preloaded, counters& n) {
   const engine_facts& facts = d.facts(e);
+  const kernel_shapes mode = current_kernel_shapes();
   kernels::gemm_tiles t = facts.gemm;
-  t.split_k = kernels::gemm_splits(kernels::gemm_problem(p, in, out, t, current_kernel_shapes()), facts.compute_units);
-  return t;
+  const kernels::gemm_problem wanted(p, in, out, t, mode);
+  t.split_k = kernels::gemm_splits(wanted, facts.compute_units);
+  if (!preloaded.empty() || mode == kernel_shapes::specialized) return t;
+  const kernels::dialect dialect = d.dialect();
+  const kernels::gemm_config want = kernels::gemm_problem(p, in, out, t, mode).config;
+  const std::string want_key = kernels::gemm_kernel_config(dialect, want);
+  if (cached_kernel(d.cache_owner(), e.scope(), want_key)) return t;
+  kernels::gemm_tiles other = t;
+  other.split_k = t.split_k > 1 ? 1 : kernels::kGenericSplitK;
+  const std::string other_key = kernels::gemm_kernel_config(dialect, kernels::gemm_problem(p, in, out, other, mode).config);
+  if (!cached_kernel(d.cache_owner(), e.scope(), other_key)) return t;
+  if (!variants_in_background().build_later(e, dialect, want, facts.vector_work_group, want_key)) return t;
+  n.split_variants_deferred.fetch_add(1, std::memory_order_relaxed);
+  return other;
 }
 
 void add_posts(kernel_args& args, const kernels::gemm_problem& g, const std::vector<buffer>& posts) {
@@ -75,7 +148,8 @@ void add_posts(kernel_args& args, const kernels::gemm_problem& g, const std::vec
 gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                          const std::vector<logical_tensor>& out, const engine& e,
                          const std::vector<kernel_binary>& preloaded)
-    : gemm_kernel(d, p, in, out, e, preloaded, generic_tiles(d, p, in, out, e), false) {}
+    : gemm_kernel(d, p, in, out, e, preloaded, generic_tiles(d, p, in, out, e, preloaded, counters_of(d.cache_owner())),
+                  false) {}
 
 gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                          const std::vector<logical_tensor>& out, const engine& e,

@@ -276,6 +276,7 @@ backend_stats stats(owner_id owner) {
   s.weights_released = c.weights_released.load();
   s.out_of_memory_retries = c.out_of_memory_retries.load();
   s.deferred_releases = c.deferred_releases.load();
+  s.split_variants_deferred = c.split_variants_deferred.load();
   s.build_ns = k.build_ns;
   s.load_ns = k.load_ns;
   s.pack_ns = c.pack_ns.load();

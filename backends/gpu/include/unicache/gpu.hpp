@@ -312,6 +312,10 @@ struct backend_stats {
   std::uint64_t weights_released = 0;      // packed weights whose device memory was freed
   std::uint64_t out_of_memory_retries = 0; // allocations retried after releasing packed weights
   std::uint64_t deferred_releases = 0;     // device memory or kernels released later, after the work that used them
+  // Generic GEMMs compiled onto their configuration's other split-K variant
+  // (1 or kernels::kGenericSplitK parts) while the one their shapes ask for was
+  // built in the background.
+  std::uint64_t split_variants_deferred = 0;
   std::uint64_t build_ns = 0;              // building kernels from source
   std::uint64_t load_ns = 0;               // loading stored/blob binaries (store read included)
   std::uint64_t pack_ns = 0;               // enqueueing the packing of constant weights (a first launch excluded)
