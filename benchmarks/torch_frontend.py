@@ -18,6 +18,7 @@ Modes, in this order, each a fresh process started by this one:
 its own, and reports each mode's median, over the rounds, of its ratio to
 the eager process of the same round: the host's speed differs between
 processes, so one pair of processes says little.
+The unicache package is byte-compiled first, as pip install does.
 Per mode: the first request (unicache's compile() included, as torch.compile's
 first call includes its compile), the time from starting the process to the
 first result, the same from when `import torch` returned (building the model
@@ -141,6 +142,18 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
 
 
+def byte_compile_unicache() -> None:
+    """The unicache package's bytecode, written once as `pip install` writes it, so
+    that each fresh process loads it rather than compiling the package's source
+    (torch's, installed, is compiled already; from a source tree, and with
+    PYTHONDONTWRITEBYTECODE set, nothing would write it)."""
+    import compileall
+    import importlib.util
+    spec = importlib.util.find_spec("unicache")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        compileall.compile_dir(folder, quiet=1)
+
+
 def run_mode(args, mode: str, env: dict) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
@@ -201,6 +214,7 @@ def main() -> int:
     if args.check:
         report["check"] = check(args)
         print(f"check: {report['check']}", flush=True)
+    byte_compile_unicache()
     for round_ in range(args.rounds):
         run_round(args, modes, report, round_)
     if args.rounds > 1:

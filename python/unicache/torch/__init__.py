@@ -104,28 +104,28 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
         raise InvalidTensorType("example_inputs: torch tensors, one per positional input")
     dynamic = _dynamic_dims(dynamic_dims, inputs)
     with collector_paused():
-        return compile_graph(trace(module), inputs, dynamic, {})
+        return compile_graph(module, trace(module), inputs, dynamic, {})
 
 
-def compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
+def compile_graph(root: torch.nn.Module, graph: torch.fx.Graph, inputs: List[Any], dynamic: List[List[int]],
                   sizes: Dict[int, Tuple[int, int]]) -> CompiledModule:
-    """compile() on an FX graph whose inputs are tensors and, where `sizes` maps an
+    """compile() on `root`'s FX graph whose inputs are tensors and, where `sizes` maps an
     input to (tensor input, dimension), integers that are that tensor's size
     (dynamo's symbolic sizes)."""
     with collector_paused():
-        return _compile_graph(gm, inputs, dynamic, sizes)
+        return _compile_graph(root, graph, inputs, dynamic, sizes)
 
 
-def _compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[List[int]],
+def _compile_graph(root: torch.nn.Module, graph: torch.fx.Graph, inputs: List[Any], dynamic: List[List[int]],
                    sizes: Dict[int, Tuple[int, int]]) -> CompiledModule:
     device = _device([t for t in inputs if isinstance(t, torch.Tensor)])
-    info = describe(gm, inputs, dynamic, sizes)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    info = describe(root, graph, inputs, dynamic, sizes)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         raise InvalidArgument(f"the module takes {len(placeholders)} inputs, example_inputs has {len(inputs)}")
-    lowerer = Lowerer(gm, info, device)
+    lowerer = Lowerer(root, graph, info, device)
     torch_nodes, output = [], None
-    for node in gm.graph.nodes:
+    for node in graph.nodes:
         if node.op == "output":
             output = node.args[0]
         elif node.op != "placeholder" and not lowerer.lower(node):
@@ -136,10 +136,10 @@ def _compile_graph(gm: torch.fx.GraphModule, inputs: List[Any], dynamic: List[Li
     reads = [a for n in live_torch for a in n.all_input_nodes]
     reads += _nodes_in(output)
     lowered = lowerer.finish(reads)
-    steps = _steps(gm, lowered, live_torch, output)
+    steps = _steps(root, graph, lowered, live_torch, output)
     feeds = [any(s.node is p for st in steps if isinstance(st, PartitionStep) for s in st.sources)
              for p in placeholders]
-    return CompiledModule(gm, lowered, steps, placeholders, input_specs(placeholders, info, feeds),
+    return CompiledModule(root, lowered, steps, placeholders, input_specs(placeholders, info, feeds),
                           output, Engine.for_torch_device(device), device)
 
 
@@ -149,7 +149,7 @@ def _nodes_in(value: Any) -> List[torch.fx.Node]:
     return found
 
 
-def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.Node], output: Any) -> List[Any]:
+def _steps(root: torch.nn.Module, graph: torch.fx.Graph, lowered: Any, torch_nodes: List[torch.fx.Node], output: Any) -> List[Any]:
     """Torch steps and partition steps in the FX order, without the ones nothing needs."""
     by_output: Dict[torch.fx.Node, PartitionStep] = {}
     for p in lowered.graph.partitions:
@@ -160,7 +160,7 @@ def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.No
                                         lowered.produced[node][1])
     torch_set = set(torch_nodes)
     ordered: List[Any] = []
-    for node in gm.graph.nodes:
+    for node in graph.nodes:
         if node in torch_set:
             ordered.append(TorchStep(node))
         elif node in by_output:
@@ -169,7 +169,7 @@ def _steps(gm: torch.fx.GraphModule, lowered: Any, torch_nodes: List[torch.fx.No
     kept: List[Any] = []
     for step in reversed(ordered):
         if isinstance(step, TorchStep):
-            if step.node not in needed and not mutates(gm, step.node):
+            if step.node not in needed and not mutates(root, step.node):
                 continue
             needed.update(lowered.resolve(n) for n in step.node.all_input_nodes)
         else:

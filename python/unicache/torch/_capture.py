@@ -56,12 +56,13 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def trace(module: torch.nn.Module) -> torch.fx.GraphModule:
-    """The module's FX graph (a GraphModule is taken as it is)."""
+def trace(module: torch.nn.Module) -> torch.fx.Graph:
+    """The module's FX graph (a GraphModule's own). Not a GraphModule: nothing
+    runs the graph as it is, and generating its Python code took 10-20 ms."""
     if isinstance(module, torch.fx.GraphModule):
-        return module
+        return module.graph
     try:
-        return torch.fx.symbolic_trace(module)
+        return torch.fx.Tracer().trace(module)
     except Exception as e:  # FX raises TraceError, TypeError, NotImplementedError...
         raise TraceFailed(f"torch.fx could not trace {type(module).__name__}: {type(e).__name__}: {e}. "
                           "Make the module traceable (no control flow on tensor values, no iterating "
@@ -138,8 +139,8 @@ def _fits(ok: bool, x: torch.Tensor, what: str) -> None:
         raise RuntimeError(f"shape {list(x.shape)} does not fit {what}")
 
 
-def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:
-    """Every node's value, the graph run on `inputs` by a plain loop over its nodes
+def _run(root: torch.nn.Module, graph: torch.fx.Graph, inputs: Sequence[Any]) -> Dict[torch.fx.Node, Any]:
+    """Every node's value, `root`'s graph run on `inputs` by a plain loop over its nodes
     (torch.fx.Interpreter's bookkeeping per node cost more than the node's op). The
     ops unicache lowers are not computed: their results are empty tensors of the
     shape they would have (their shapes are all that is wanted), so no GEMM runs
@@ -162,9 +163,9 @@ def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node,
 
     given = iter(inputs)
     with torch.no_grad():
-        for n in gm.graph.nodes:
+        for n in graph.nodes:
             try:
-                values[n] = _run_node(gm, n, load, given)
+                values[n] = _run_node(root, n, load, given)
             except Exception as e:  # as torch.fx.Interpreter does: the node is named
                 if e.args and isinstance(e.args[0], str):
                     e.args = (f"{e.args[0]}\n\nWhile executing {n.format_node()}",) + e.args[1:]
@@ -174,7 +175,7 @@ def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Dict[torch.fx.Node,
     return values
 
 
-def _run_node(gm: torch.fx.GraphModule, n: torch.fx.Node, load: Callable[[Any], Any], given: Iterator[Any]) -> Any:
+def _run_node(root: torch.nn.Module, n: torch.fx.Node, load: Callable[[Any], Any], given: Iterator[Any]) -> Any:
     """One node's value, as torch.fx.Interpreter computes it (see _run)."""
     if n.op == "placeholder":
         if str(n.target).startswith("*"):
@@ -186,13 +187,13 @@ def _run_node(gm: torch.fx.GraphModule, n: torch.fx.Node, load: Callable[[Any], 
                 return n.args[0]  # the argument's default
             raise RuntimeError(f"expected an input for {n.target}") from None
     if n.op == "get_attr":
-        return _attribute(gm, str(n.target))
+        return _attribute(root, str(n.target))
     if n.op == "output":
         return load(n.args[0])
     args, kwargs = load(n.args), load(n.kwargs)
     if n.op == "call_method":
         return getattr(args[0], str(n.target))(*args[1:], **kwargs)
-    module = _attribute(gm, str(n.target)) if n.op == "call_module" else None
+    module = _attribute(root, str(n.target)) if n.op == "call_module" else None
     if not kwargs.get("out"):
         shaped = _shape_only(n.target, module, args, kwargs)
         if shaped is not None:
@@ -228,16 +229,16 @@ def other_inputs(inputs: Sequence[Any], dynamic: Sequence[Sequence[int]], grow: 
     return out
 
 
-def describe(gm: torch.fx.GraphModule, inputs: Sequence[Any], dynamic: Sequence[Sequence[int]],
+def describe(root: torch.nn.Module, graph: torch.fx.Graph, inputs: Sequence[Any], dynamic: Sequence[Sequence[int]],
              sizes: Dict[int, Tuple[int, int]]) -> Dict[torch.fx.Node, Optional[TensorInfo]]:
     """Each node's TensorInfo (None for a value that is not a tensor), from a run on
     `inputs` and one on inputs whose dynamic dimensions are larger."""
-    first = _run(gm, inputs)
+    first = _run(root, graph, inputs)
     second: Optional[Dict[torch.fx.Node, Any]] = None
     failures = []
     for grow in (1, 2, 8):  # a model may need, say, even lengths: try a few
         try:
-            second = _run(gm, other_inputs(inputs, dynamic, grow, sizes))
+            second = _run(root, graph, other_inputs(inputs, dynamic, grow, sizes))
             break
         except Exception as e:  # the model rejects that shape: the next growth may fit
             failures.append(f"+{grow}: {type(e).__name__}: {e}")

@@ -91,7 +91,7 @@ def _changeable(gm: torch.fx.GraphModule, inputs: List[Any], symbols: Dict[str, 
         for i, d in where:
             trial[i].append(d)
         try:
-            _run(gm, other_inputs(inputs, trial, 1, sizes))
+            _run(gm, gm.graph, other_inputs(inputs, trial, 1, sizes))
         except Exception:  # pinned: changing it breaks the graph
             continue
         for i, d in where:
@@ -110,7 +110,7 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Calla
     bound = {i: inputs[i] for i in lifted}
     kept = [t for i, t in enumerate(inputs) if i not in bound]
     dynamic, sizes = _dynamic(gm, kept)
-    compiled = compile_graph(gm, kept, dynamic, sizes)
+    compiled = compile_graph(gm, gm.graph, kept, dynamic, sizes)
 
     def run(*args: Any) -> Any:
         # Dynamo calls with every input, or (torch 2.11) without the parameters

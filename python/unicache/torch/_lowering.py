@@ -111,20 +111,20 @@ _BINARY_METHODS = {"add": "add", "mul": "mul", "div": "div"}
 class Lowerer:
     """Walks the FX graph once, in order, turning what the IR supports into ops."""
 
-    def __init__(self, gm: torch.fx.GraphModule, info: Dict[torch.fx.Node, Optional[TensorInfo]],
+    def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]],
                  device: torch.device) -> None:
-        self.gm, self.info, self.device = gm, info, device
-        self.modules = dict(gm.named_modules())
+        self.root, self.info, self.device = root, info, device
+        self.modules = dict(root.named_modules())
         self.out = Lowered(Graph())
         self._inputs: Dict[Tuple[torch.fx.Node, str], LogicalTensor] = {}
         self._constants: Dict[int, LogicalTensor] = {}
         self._read_outside: Set[int] = set()
         # Whether anything changes a value in place: then a permute stays a
         # torch view, which passes such writes on (unicache's copy would not).
-        self._mutating = any(mutates(gm, n) for n in gm.graph.nodes)
+        self._mutating = any(mutates(root, n) for n in graph.nodes)
         # Each parameter's and buffer's owner and attribute (read again per call).
         self._owners: Dict[int, Tuple[torch.nn.Module, str]] = {}
-        for module in gm.modules():
+        for module in root.modules():
             for table in (module._parameters, module._buffers):
                 for name, value in table.items():
                     if value is not None:
@@ -189,7 +189,7 @@ class Lowerer:
     def _attr(self, node: torch.fx.Node) -> Optional[torch.Tensor]:
         if node.op != "get_attr":
             return None
-        value: Any = self.gm
+        value: Any = self.root
         for part in str(node.target).split("."):
             value = getattr(value, part)
         return self._parameter(value)
@@ -508,7 +508,7 @@ class Lowerer:
         return self.out
 
 
-def mutates(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+def mutates(root: torch.nn.Module, node: torch.fx.Node) -> bool:
     """Whether the node changes a value in place (masked_fill_, x[i] = v, an
     in-place module): kept though nothing reads its result."""
     if node.op == "call_method":
@@ -518,7 +518,7 @@ def mutates(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
         return node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_") or \
             bool(node.kwargs.get("inplace")) or (hasattr(node, "is_impure") and node.is_impure())
     if node.op == "call_module":
-        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
+        return bool(getattr(root.get_submodule(str(node.target)), "inplace", False))
     return False
 
 

@@ -92,11 +92,11 @@ class CompiledModule(torch.nn.Module):
     are used); distinct CompiledModules may run on distinct threads.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, lowered: Lowered, steps: List[Any],
+    def __init__(self, root: torch.nn.Module, lowered: Lowered, steps: List[Any],
                  placeholders: List[torch.fx.Node], specs: List[InputSpec], output: Any, engine: Engine,
                  device: torch.device) -> None:
         super().__init__()
-        self.graph_module = gm  # keeps the parameters (the constants' storage) registered and alive
+        self.root = root  # keeps the parameters (the constants' storage) registered and alive
         self._lowered, self._steps, self._placeholders = lowered, steps, placeholders
         self._specs, self._output, self._engine, self.device = specs, output, engine, device
         # Compiled partitions by (structure, input shapes, views): the layers of a
@@ -119,7 +119,7 @@ class CompiledModule(torch.nn.Module):
         # weight at an address another (freed) module's weight had is not
         # taken for it.
         self._version_base = next(_serials) << 40
-        self._runner = self._generate_forward(gm)
+        self._runner = self._generate_forward(root)
         self._lock = threading.Lock()
 
     # --- What was made -------------------------------------------------------
@@ -158,7 +158,7 @@ class CompiledModule(torch.nn.Module):
 
     # --- Running -------------------------------------------------------------
 
-    def _generate_forward(self, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    def _generate_forward(self, root: torch.nn.Module) -> torch.fx.GraphModule:
         """The steps as one FX graph whose Python code torch.fx generates: torch's
         nodes as they were, each partition one call; no interpreter between them."""
         graph = torch.fx.Graph()
@@ -173,7 +173,7 @@ class CompiledModule(torch.nn.Module):
                 args = tuple(env[s.node] for s in step.sources if s.node is not None)
                 env[step.output_node] = graph.call_function(self._partition_call(step), args)
         graph.output(torch.fx.node.map_arg(self._output, lambda n: env[resolve(n)]))
-        return torch.fx.GraphModule(gm, graph)
+        return torch.fx.GraphModule(root, graph)
 
     def _partition_call(self, step: PartitionStep) -> Callable[..., torch.Tensor]:
         """The step's call in the generated forward. It runs once per partition
