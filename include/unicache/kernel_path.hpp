@@ -204,6 +204,13 @@ std::shared_ptr<const kernel> cached_kernel(owner_id owner, const cache_scope& s
 std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded);
 
+// The kernel of `src` if the kernel cache has it or the store holds its
+// binary (then loaded, and cached, as get_kernel does); nullptr when
+// neither does: nothing is built. For a caller with an alternative to a
+// build in line (a build can wait; a load takes a millisecond or two).
+std::shared_ptr<const kernel> find_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
+                                          const kernel_source& src);
+
 // Runs `task` on the background threads that build specialized kernels
 // (specialize_settings::threads of them, at low priority): for a backend
 // that gets a kernel through get_kernel before an execution needs it, so

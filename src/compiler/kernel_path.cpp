@@ -159,6 +159,15 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
       .value();
 }
 
+std::shared_ptr<const kernel> find_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
+                                          const kernel_source& src) {
+  if (auto hit = cached_kernel(owner, scope, src.config)) return hit;
+  // Looked up once more by get_kernel, under the cache's single flight: a
+  // binary removed in between is built there, as any missing one.
+  if (!kernel_store::instance().get(builder.identity(), src.store_key())) return nullptr;
+  return get_kernel(owner, scope, builder, src, {});
+}
+
 std::vector<kernel_binary> binaries_of(std::initializer_list<const kernel*> kernels) {
   std::vector<kernel_binary> out;
   for (const kernel* k : kernels) {

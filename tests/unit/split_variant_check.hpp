@@ -1,7 +1,8 @@
 // A generic GEMM configuration's two split-K variants on a GPU backend: K
 // shared out for a few rows, not for many. A shape whose variant is not
 // built yet runs on the other one while its own builds in the background;
-// without background threads it is built in line, as before. For the
+// a stored one loads in line, and without background threads it is built
+// in line, as before. For the
 // OpenCL and CUDA tests:
 //
 //   check_split_variant_built_in_background(eng, opencl::stats,
@@ -67,6 +68,15 @@ void check_split_variant_built_in_background(const engine& eng, gpu::backend_sta
     check(more, "more rows, on the unsplit variant");
     EXPECT_EQ(stats().split_variants_deferred - deferred, 1u) << "the unsplit variant was ready";
     EXPECT_EQ(kernels_made() - made, 1u) << "nothing more built";
+    // With the unsplit variant in the store (after its first launch), a new
+    // process's many rows load it in line: only a build is deferred.
+    wait_for_specializations();
+    kernel_cache().clear();
+    check(few, "few rows, K split, from the store");
+    const std::uint64_t deferred_before_load = stats().split_variants_deferred, loaded = stats().programs_from_binary;
+    check(many, "many rows, the unsplit variant from the store");
+    EXPECT_EQ(stats().split_variants_deferred - deferred_before_load, 0u) << "the stored variant was loaded in line";
+    EXPECT_GE(stats().programs_from_binary - loaded, 1u);
   }
   {
     scoped_no_specialization in_line;

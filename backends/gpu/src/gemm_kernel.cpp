@@ -107,12 +107,14 @@ background_variants& variants_in_background() {
 }
 
 // The engine's generic tiles, split-K as the shapes ask (gemm_splits), with
-// one exception: where the kernel of that split is not in the kernel cache
-// and the configuration's other split (1 or kGenericSplitK parts) is, the other one runs now
-// and this one is built in the background. Both compute the same product;
-// a new shape's request then never waits for a build its configuration has
-// an alternative to. (A shape compiled meanwhile keeps the other variant.)
-// Not for a blob's binaries, which load, and not without background threads.
+// one exception: where the kernel of that split must be built (neither the
+// kernel cache nor the store has it) and the configuration's other split
+// (1 or kGenericSplitK parts) is in the kernel cache, the other one runs
+// now and this one is built in the background. Both compute the same
+// product; a new shape's request then never waits for a build its
+// configuration has an alternative to. (A shape compiled meanwhile keeps
+// the other variant.) Not for a blob's binaries, which load, and not
+// without background threads.
 kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                   const std::vector<logical_tensor>& out, const engine& e,
                                   const std::vector<kernel_binary>& preloaded, counters& n) {
@@ -130,6 +132,9 @@ kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std
   other.split_k = t.split_k > 1 ? 1 : kernels::kGenericSplitK;
   const std::string other_key = kernels::gemm_kernel_config(dialect, kernels::gemm_problem(p, in, out, other, mode).config);
   if (!cached_kernel(d.cache_owner(), e.scope(), other_key)) return t;
+  // A stored binary loads in a millisecond or two: in line, as any kernel
+  // (behind the background's queue, many shapes would take the other one).
+  if (find_program(e, kernels::gemm_source(dialect, want))) return t;
   if (!variants_in_background().build_later(e, dialect, want, facts.vector_work_group, want_key)) return t;
   n.split_variants_deferred.fetch_add(1, std::memory_order_relaxed);
   return other;

@@ -257,6 +257,12 @@ std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& 
   return get_kernel(d.cache_owner(), e.scope(), detail::device_builder(d, e), src, preloaded);
 }
 
+std::shared_ptr<const kernel> find_program(const engine& e, const kernel_source& src) {
+  const device& d = device_of_engine(e, "a kernel");
+  d.facts(e);
+  return find_kernel(d.cache_owner(), e.scope(), detail::device_builder(d, e), src);
+}
+
 void finish_deferred_releases() { detail::deferred_release::instance().drain(0); }
 
 buffer allocate(const engine& e, std::size_t bytes, const char* what) {

@@ -281,6 +281,9 @@ void finish_deferred_releases();
 // the core's kernels run, and what tests of an API's programs use.
 std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
                                           const std::vector<kernel_binary>& preloaded);
+// The same without a build: nullptr unless the kernel cache or the store
+// has it (find_kernel).
+std::shared_ptr<const kernel> find_program(const engine& e, const kernel_source& src);
 // Device memory of `bytes` for `what` through the engine's device, retried
 // once after releasing the device's packed weights when it is out of
 // memory: what an API's buffer helpers use. Throws the API's error, or
