@@ -69,6 +69,12 @@ class compiled_kernel {
   // dispatch then leaves these shapes alone: their executions count towards
   // no class and never run another class's specialized kernel.
   virtual bool built_for_its_shapes() const { return false; }
+  // True: a stand-in, which runs these shapes rightly on another kernel of
+  // its configuration than theirs while theirs is built in the background
+  // (a GPU GEMM on its other split-K variant). compile() does not keep a
+  // stand-in in the compiled-partition cache, so the same shapes compiled
+  // later get their own kernel once it is built.
+  virtual bool stand_in() const { return false; }
 };
 
 // The device time of work enqueued on a stream, for a backend whose

@@ -144,7 +144,8 @@ inline bool shape_agnostic(kernel_shapes mode) { return mode != kernel_shapes::s
 struct specialize_settings {
   // Background threads that build specialized kernels: a oneTBB arena of
   // this many threads at low priority, beside the callers' threads. 0 turns
-  // specialization off (adaptive runs like agnostic). Up to 64.
+  // specialization off (adaptive runs like agnostic), and a GPU GEMM's other
+  // split-K variant is then built in line when a shape needs it. Up to 64.
   unsigned threads = 1;
   // At most this many specialized variants (shape classes) per compiled
   // partition; classes beyond it stay on the generic kernel. Up to 1024.

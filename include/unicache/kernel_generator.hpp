@@ -205,6 +205,13 @@ struct gemm_problem {
 int gemm_splits(const gemm_problem& g, int compute_units);
 // The parts gemm_splits shares K out in when it does.
 inline constexpr int kGenericSplitK = 4;
+// The most a split-K GEMM's workspace may take (split x M x N floats).
+inline constexpr std::size_t kMaxSplitWorkspaceBytes = std::size_t{64} << 20;
+// Whether the GEMM of `g` may share K out in `splits` parts at all, whatever
+// it would choose: one matrix (the workspace and the sum are one matrix's),
+// K at least 512, and a workspace within kMaxSplitWorkspaceBytes. Always
+// true for 1 part.
+bool gemm_split_allowed(const gemm_problem& g, int splits);
 // The same for a GEMM of these sizes with `tiles` (what a backend's
 // kernel_configuration knows before it has a problem).
 int gemm_splits(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, const gemm_tiles& tiles,

@@ -205,9 +205,11 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
                                          const kernel_source& src, const std::vector<kernel_binary>& preloaded);
 
 // The kernel of `src` if the kernel cache has it or the store holds its
-// binary (then loaded, and cached, as get_kernel does); nullptr when
-// neither does: nothing is built. For a caller with an alternative to a
-// build in line (a build can wait; a load takes a millisecond or two).
+// binary (then loaded, and cached, through get_kernel: the store is read
+// twice, and a binary the driver rejects is rebuilt in line there, as
+// always); nullptr when neither has it, building nothing. For a caller with
+// an alternative to a build in line (a build can wait; a load takes a
+// millisecond or two).
 std::shared_ptr<const kernel> find_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
                                           const kernel_source& src);
 
@@ -217,8 +219,10 @@ std::shared_ptr<const kernel> find_kernel(owner_id owner, const cache_scope& sco
 // that the kernel cache has it then. Returns false, running nothing, where
 // there are none (threads is 0), while the process exits, or in a child of
 // fork(); the caller then does without (builds in line, say). A task that
-// throws is ended quietly: it reports its own failures.
-// wait_for_specializations() waits for queued tasks too.
+// throws is ended quietly: it reports its own failures. A task holds what
+// it captured (an engine) until it has run: wait_for_specializations(),
+// which waits for queued tasks too, before destroying a context a task may
+// build for (cuda::release_cached does).
 bool build_in_background(std::function<void()> task);
 
 // The binaries of `kernels` (null ones skipped), for compiled_kernel::binaries().

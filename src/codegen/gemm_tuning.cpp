@@ -53,9 +53,10 @@ std::vector<gemm_tiles> gemm_candidates(const gemm_problem& g, const gemm_tiles&
   // (gemm_splits gives such shapes no split, and timing it would count
   // against the tuning's memory).
   const auto class_top = static_cast<std::size_t>(std::bit_ceil(static_cast<unsigned long>(g.m) + 1));
-  if (g.batch == 1 && g.k >= 512 && 4 * class_top * static_cast<std::size_t>(g.n) * sizeof(float) <= (64u << 20)) {
+  if (g.batch == 1 && g.k >= 512 &&
+      kGenericSplitK * class_top * static_cast<std::size_t>(g.n) * sizeof(float) <= kMaxSplitWorkspaceBytes) {
     gemm_tiles t = plain;
-    t.split_k = 4;
+    t.split_k = kGenericSplitK;
     add(t);
   }
   return out;

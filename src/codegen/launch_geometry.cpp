@@ -138,6 +138,14 @@ int gemm_splits(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t bat
   return tiles <= enough ? kGenericSplitK : 1;
 }
 
+bool gemm_split_allowed(const gemm_problem& g, int splits) {
+  if (splits == 1) return true;
+  return splits > 1 && g.batch == 1 && g.k >= 512 && g.m > 0 && g.n > 0 &&
+         static_cast<std::size_t>(splits) * static_cast<std::size_t>(g.m) * static_cast<std::size_t>(g.n) *
+                 sizeof(float) <=
+             kMaxSplitWorkspaceBytes;
+}
+
 int gemm_splits(const gemm_problem& g, int compute_units) {
   return gemm_splits(g.m, g.n, g.k, g.batch, g.config.tiles, compute_units);
 }

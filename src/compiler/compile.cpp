@@ -354,6 +354,9 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
       });
   out.state_ = cached.value();
+  // A stand-in is this caller's (and any compile() that waited for it); the
+  // next compile() of these shapes compiles again, a lookup of kernels.
+  if (out.state_->kernel->stand_in()) kernel_cache().remove(e.scope(), compiled_partition_owner, key);
   return out;
 }
 

@@ -61,10 +61,13 @@ void check_split_variant_built_in_background(const engine& eng, gpu::backend_sta
     forget();
     check(few, "few rows, K split");
     const std::uint64_t deferred = stats().split_variants_deferred, made = kernels_made();
+    const std::uint64_t entries = kernel_cache().stats(eng.scope()).entries;
     check(many, "many rows, on the split variant");
     EXPECT_EQ(stats().split_variants_deferred - deferred, 1u) << "many rows took the split variant";
     wait_for_specializations();
     EXPECT_EQ(kernels_made() - made, 1u) << "the unsplit GEMM, built in the background";
+    EXPECT_EQ(kernel_cache().stats(eng.scope()).entries - entries, 1u)
+        << "the unsplit GEMM's entry: the stand-in compiled partition is not kept";
     check(more, "more rows, on the unsplit variant");
     EXPECT_EQ(stats().split_variants_deferred - deferred, 1u) << "the unsplit variant was ready";
     EXPECT_EQ(kernels_made() - made, 1u) << "nothing more built";
@@ -86,6 +89,37 @@ void check_split_variant_built_in_background(const engine& eng, gpu::backend_sta
     check(many, "many rows, no background");
     EXPECT_EQ(stats().split_variants_deferred - deferred, 0u);
     EXPECT_EQ(kernels_made() - made, 1u) << "the unsplit GEMM, built in line";
+  }
+  {
+    // A batch of matrices never takes the split variant (its workspace and
+    // sum are one matrix's), though one matrix of the same configuration
+    // built it.
+    scoped_specialize_settings background([](specialize_settings& s) {
+      s.threads = std::max(s.threads, 1u);
+      s.threshold = 1e6;
+    });
+    forget();
+    graph bg;
+    auto a = bg.tensor({-1, -1, k}), bm = bg.tensor({-1, k, n}), c = bg.tensor({-1, -1, n});
+    bg.add_op(op_kind::matmul, {a, bm}, {c});
+    bg.finalize();
+    auto batched = [&](std::int64_t batch, std::int64_t m) {
+      const auto x = random_data({batch, m, k}, 80 + static_cast<unsigned>(batch));
+      const auto y = random_data({batch, k, n}, 90 + static_cast<unsigned>(batch));
+      compiled_partition cp = compile(bg.partitions()[0], {{batch, m, k}, {batch, k, n}}, eng);
+      std::vector<float> want;
+      for (std::int64_t i = 0; i < batch; ++i) {
+        const std::vector<float> xi(x.begin() + i * m * k, x.begin() + (i + 1) * m * k);
+        const std::vector<float> yi(y.begin() + i * k * n, y.begin() + (i + 1) * k * n);
+        const std::vector<float> ci = ref_matmul(xi, yi, m, k, n, false, false);
+        want.insert(want.end(), ci.begin(), ci.end());
+      }
+      expect_close(run(cp, {&x, &y}), want, matmul_atol(k), 1e-5, "batch " + std::to_string(batch));
+    };
+    batched(1, few);
+    const std::uint64_t deferred = stats().split_variants_deferred;
+    batched(3, few);
+    EXPECT_EQ(stats().split_variants_deferred - deferred, 0u) << "a batch is never on the split variant";
   }
 }
 

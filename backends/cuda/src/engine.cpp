@@ -12,6 +12,7 @@
 #include "cuda_internal.hpp"
 #include "unicache/backend_support.hpp"
 #include "unicache/cache_key.hpp"
+#include "unicache/specialization.hpp"
 
 namespace unicache::cuda {
 namespace detail {
@@ -319,6 +320,9 @@ engine make_engine() {
 
 void release_cached(const engine& e) {
   const engine_state& s = state_of(e);
+  // A background build holds an engine and puts its kernel in the engine's
+  // scope: none may do so after this.
+  wait_for_specializations();
   kernel_cache().evict_scope(e.scope());
   constant_tensor_cache().evict_scope(e.scope());
   // What queued work still used is freed once that work is done: now, while

@@ -1,6 +1,9 @@
 // The GPU core's GEMM kernel, its packed weights and its split-K.
 #include "gemm_kernel.hpp"
 
+#include <unistd.h>
+
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -60,19 +63,17 @@ struct device_reader {
 // context and kernel configuration, and whether that build is over. A
 // variant is given to the background once: a shape that needs it after a
 // background build that failed (or whose kernel the cache evicted) builds
-// it in line, where the failure reaches the caller.
+// it in line, where the failure reaches the caller. In a child of fork()
+// (whose builds the parent queued, and whose `mu_` a parent's thread may
+// have held) nothing is given to the background.
 class background_variants {
  public:
   // True if the background has it now, queued by this call or before.
   bool build_later(const engine& e, kernels::dialect dialect, const kernels::gemm_config& config,
                    int vector_work_group, const std::string& config_key) {
+    if (owner_ != ::getpid()) return false;
     const std::string key = scoped_key(e.scope(), config_key);
-    {
-      std::lock_guard lock(mu_);
-      if (const auto it = done_.find(key); it != done_.end()) return !it->second;
-      done_[key] = false;
-    }
-    const bool queued = build_in_background([this, e, dialect, config, vector_work_group, key] {
+    std::function<void()> task = [this, e, dialect, config, vector_work_group, key] {
       try {
         // The sum first: once the GEMM is in the kernel cache, a compile()
         // takes this variant and must find every kernel of it there.
@@ -83,7 +84,18 @@ class background_variants {
       }
       std::lock_guard lock(mu_);
       done_[key] = true;
-    });
+    };
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = done_.find(key); it != done_.end()) return !it->second;
+      done_[key] = false;
+    }
+    bool queued = false;
+    try {
+      queued = build_in_background(std::move(task));
+    } catch (...) {
+      // Nothing queued.
+    }
     if (!queued) {
       std::lock_guard lock(mu_);
       done_.erase(key);
@@ -97,6 +109,7 @@ class background_variants {
     k.add(static_cast<int>(scope.kind)).add(scope.device_id).add(scope.context_id).add(config_key);
     return std::string(k.bytes());
   }
+  const pid_t owner_ = ::getpid();
   std::mutex mu_;
   std::map<std::string, bool> done_;  // queued variants: true once their build is over
 };
@@ -109,12 +122,12 @@ background_variants& variants_in_background() {
 // The engine's generic tiles, split-K as the shapes ask (gemm_splits), with
 // one exception: where the kernel of that split must be built (neither the
 // kernel cache nor the store has it) and the configuration's other split
-// (1 or kGenericSplitK parts) is in the kernel cache, the other one runs
-// now and this one is built in the background. Both compute the same
-// product; a new shape's request then never waits for a build its
-// configuration has an alternative to. (A shape compiled meanwhile keeps
-// the other variant.) Not for a blob's binaries, which load, and not
-// without background threads.
+// (1 or kGenericSplitK parts, where the shapes allow it: gemm_split_allowed)
+// is in the kernel cache, the other one runs now, a stand-in, and this one
+// is built in the background. Both compute the same product for these
+// shapes; a new shape's request then never waits for a build its
+// configuration has an alternative to. Not for a blob's binaries, which
+// load, and not without background threads.
 kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                   const std::vector<logical_tensor>& out, const engine& e,
                                   const std::vector<kernel_binary>& preloaded, counters& n) {
@@ -124,12 +137,13 @@ kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std
   const kernels::gemm_problem wanted(p, in, out, t, mode);
   t.split_k = kernels::gemm_splits(wanted, facts.compute_units);
   if (!preloaded.empty() || mode == kernel_shapes::specialized) return t;
+  kernels::gemm_tiles other = t;
+  other.split_k = t.split_k > 1 ? 1 : kernels::kGenericSplitK;
+  if (!kernels::gemm_split_allowed(wanted, other.split_k)) return t;
   const kernels::dialect dialect = d.dialect();
   const kernels::gemm_config want = kernels::gemm_problem(p, in, out, t, mode).config;
   const std::string want_key = kernels::gemm_kernel_config(dialect, want);
   if (cached_kernel(d.cache_owner(), e.scope(), want_key)) return t;
-  kernels::gemm_tiles other = t;
-  other.split_k = t.split_k > 1 ? 1 : kernels::kGenericSplitK;
   const std::string other_key = kernels::gemm_kernel_config(dialect, kernels::gemm_problem(p, in, out, other, mode).config);
   if (!cached_kernel(d.cache_owner(), e.scope(), other_key)) return t;
   // A stored binary loads in a millisecond or two: in line, as any kernel
@@ -154,7 +168,9 @@ gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<
                          const std::vector<logical_tensor>& out, const engine& e,
                          const std::vector<kernel_binary>& preloaded)
     : gemm_kernel(d, p, in, out, e, preloaded, generic_tiles(d, p, in, out, e, preloaded, counters_of(d.cache_owner())),
-                  false) {}
+                  false) {
+  stand_in_ = problem_.config.tiles.split_k != kernels::gemm_splits(problem_, d.facts(e).compute_units);
+}
 
 gemm_kernel::gemm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                          const std::vector<logical_tensor>& out, const engine& e,

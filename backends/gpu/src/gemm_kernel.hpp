@@ -27,6 +27,9 @@ class gemm_kernel final : public device_kernel {
               const kernels::gemm_tiles& tiles, bool any_rows);
 
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
+  // A generic GEMM on its configuration's other split-K variant while its
+  // own is built in the background.
+  bool stand_in() const override { return stand_in_; }
 
   // Enqueues the GEMM on `b` as the kernel reads it (packed, if it packs)
   // for `rows` rows (0: the rows it was compiled for).
@@ -39,6 +42,7 @@ class gemm_kernel final : public device_kernel {
 
   kernels::gemm_problem problem_;
   bool any_rows_ = false;
+  bool stand_in_ = false;
   launch_dims launch_, pack_launch_;
   const kernel* gemm_ = nullptr;
   const kernel* pack_ = nullptr;

@@ -194,7 +194,7 @@ def _run_node(root: torch.nn.Module, n: torch.fx.Node, load: Callable[[Any], Any
     if n.op == "call_method":
         return getattr(args[0], str(n.target))(*args[1:], **kwargs)
     module = _attribute(root, str(n.target)) if n.op == "call_module" else None
-    if not kwargs.get("out"):
+    if n.kwargs.get("out") is None:  # the node's: a loaded tensor has no truth value
         shaped = _shape_only(n.target, module, args, kwargs)
         if shaped is not None:
             return shaped

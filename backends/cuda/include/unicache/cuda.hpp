@@ -133,8 +133,10 @@ engine make_engine(int ordinal);
 // free its kernels and weights while the context exists. Throws cuda_error.
 engine make_engine(CUcontext context);
 
-// Evicts every kernel, compiled partition and packed weight cached for the
-// engine's scope (its context) from the process-wide caches, waits for the
+// Waits for the kernels being built in the background (specialized ones,
+// and a GEMM's other split-K variant), then evicts every kernel, compiled
+// partition and packed weight cached for the engine's scope (its context)
+// from the process-wide caches, waits for the
 // work that still used any of them and frees them, and destroys the
 // engine's pooled events. For an engine over a context the caller is about
 // to destroy, after destroying the engine's streams and compiled partitions
