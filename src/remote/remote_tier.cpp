@@ -117,6 +117,16 @@ std::optional<byte_vector> remote_tier::decode(const device_identity& device, st
 
 bool remote_tier::breaker_open() const { return now_ns() < open_until_ns_.load(std::memory_order_acquire); }
 
+bool remote_tier::admit() {
+  const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
+  if (until == 0) return true;           // closed
+  if (now_ns() < until) return false;    // open
+  bool expected = false;                 // the back-off is over: one probe
+  return probing_.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
+}
+
+void remote_tier::abandon_probe() { probing_.store(false, std::memory_order_release); }
+
 void remote_tier::record_failure(const redis_result& r) {
   (r.status == redis_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
   // A call that raced with the one that opened the breaker does not extend it.
@@ -125,13 +135,18 @@ void remote_tier::record_failure(const redis_result& r) {
   backoff = backoff == 0 ? std::int64_t{config_.breaker_s} * 1'000'000'000 : std::min(backoff * 2, kLongestBackoffNs);
   backoff_ns_.store(backoff, std::memory_order_relaxed);
   open_until_ns_.store(now_ns() + backoff, std::memory_order_release);
+  probing_.store(false, std::memory_order_release);  // a failed probe: open again, for longer
   if (!warned_.exchange(true)) {
     warn("remote kernel cache: " + r.message + "; no remote calls for " + std::to_string(backoff / 1'000'000'000) +
          " s (longer while it keeps failing), the local store keeps working");
   }
 }
 
-void remote_tier::record_success() { backoff_ns_.store(0, std::memory_order_relaxed); }
+void remote_tier::record_success() {
+  backoff_ns_.store(0, std::memory_order_relaxed);
+  open_until_ns_.store(0, std::memory_order_release);
+  probing_.store(false, std::memory_order_release);
+}
 
 std::unique_ptr<redis_connection> remote_tier::take_connection() {
   {
@@ -153,15 +168,23 @@ void remote_tier::give_back(std::unique_ptr<redis_connection> c) {
 tier_result remote_tier::get(const device_identity& device, std::string_view key) noexcept {
   try {
     if (!in_owner()) return {tier_status::skipped, std::nullopt};  // a child of fork(): its sockets are the parent's
-    if (breaker_open()) {
+    if (!admit()) {
       counters_.skipped.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::skipped, std::nullopt};
     }
-    std::unique_ptr<redis_connection> c = take_connection();
-    const redis_result r = c->get(redis_key(device, key), max_value_bytes(key));
+    redis_result r;
+    std::unique_ptr<redis_connection> c;
+    try {
+      c = take_connection();
+      r = c->get(redis_key(device, key), max_value_bytes(key));
+    } catch (...) {
+      abandon_probe();  // no answer either way (out of memory)
+      throw;
+    }
     if (r.status == redis_status::refused && r.message.find("WRONGTYPE") != std::string::npos) {
       // Something else stored under the key (a hash, a list): a value that
       // fails the checks, not a server that fails.
+      record_success();
       give_back(std::move(c));
       counters_.rejected.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::miss, std::nullopt};
@@ -240,7 +263,7 @@ bool remote_tier::flush(std::chrono::milliseconds limit) {
 }
 
 void remote_tier::report(redis_connection& c) {
-  if (!reporting_ || breaker_open()) return;
+  if (!reporting_) return;
   const std::array<std::pair<const char*, const std::atomic<std::uint64_t>*>, 10> fields{{
       {"hits", &counters_.hits},
       {"misses", &counters_.misses},
@@ -254,14 +277,21 @@ void remote_tier::report(redis_connection& c) {
       {"bytes_written", &counters_.bytes_written},
   }};
   const std::string key = stats_key();
+  bool admitted = false;
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const std::uint64_t now = fields[i].second->load(std::memory_order_relaxed);
     if (now == reported_[i]) continue;
+    if (!admitted && !(admitted = admit())) return;  // only with something to send: a probe gets an answer
     const std::string delta = std::to_string(now - reported_[i]);
     const redis_result r = c.command({"HINCRBY", key, fields[i].first, delta});
+    // Sent, whatever the answer: a command that timed out may still have
+    // been applied, so a delta is never sent twice (the counts are a lower
+    // bound, never a double count).
+    reported_[i] = now;
     if (r.status == redis_status::refused) {
       // Not allowed (an ACL without HINCRBY) or not possible: counters are
       // a convenience, never a reason to stop using the server.
+      record_success();
       reporting_ = false;
       return;
     }
@@ -269,7 +299,7 @@ void remote_tier::report(redis_connection& c) {
       record_failure(r);
       return;
     }
-    reported_[i] = now;
+    record_success();
   }
 }
 
@@ -313,11 +343,17 @@ void remote_tier::write_one(redis_connection& c, const write& w) {
     report(c);  // idle, or flush() asked
     return;
   }
-  if (breaker_open()) {
+  if (!admit()) {
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const redis_result r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
+  redis_result r;
+  try {
+    r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
+  } catch (...) {
+    abandon_probe();
+    throw;
+  }
   if (r.status == redis_status::ok) {
     record_success();
     if (!w.value.empty()) {
@@ -328,6 +364,7 @@ void remote_tier::write_one(redis_connection& c, const write& w) {
     // The server refuses this write (OOM under noeviction, NOPERM for a
     // read-only ACL user, READONLY on a replica): dropped and said once;
     // reads go on.
+    record_success();  // the server answered
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     if (!warned_.exchange(true)) warn("remote kernel cache: " + r.message + "; writes are dropped, reads go on");
   } else {

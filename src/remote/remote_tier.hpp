@@ -3,7 +3,8 @@
 // timeouts; writes go out on a background thread through a bounded queue.
 // A failure opens a circuit breaker: no remote call for a back-off period
 // (breaker_s, 60 s by default, doubling to an hour while failures go on),
-// one warning per process;
+// then one probe, whose answer closes it or opens it again (no other call
+// goes out meanwhile), one warning per process;
 // the local store keeps working throughout.
 //
 // Values are the store's entry format (magic, version, device hash, full
@@ -88,6 +89,13 @@ class remote_tier final : public storage_tier {
     byte_vector value;  // empty: a removal (or, with an empty key, a report of the counters)
   };
   bool breaker_open() const;
+  // Whether a remote call may go out now: the breaker is closed, or its
+  // back-off is over and this caller is the one probe (until the probe's
+  // answer closes or reopens it, every other call is skipped as while it
+  // is open). Each admitted call ends in record_success, record_failure or
+  // abandon_probe.
+  bool admit();
+  void abandon_probe();
   void record_failure(const redis_result& r);
   void record_success();
   std::unique_ptr<redis_connection> take_connection();
@@ -108,6 +116,7 @@ class remote_tier final : public storage_tier {
   // The breaker: remote calls are skipped until this time (steady clock ns).
   std::atomic<std::int64_t> open_until_ns_{0};
   std::atomic<std::int64_t> backoff_ns_{0};
+  std::atomic<bool> probing_{false};
   std::atomic<bool> warned_{false};
 
   mutex pool_mu_;

@@ -102,6 +102,14 @@ class redis_server {
   void stop() { end(SIGTERM); }
   // SIGKILL: the server dies mid-run, as a crash would.
   void kill() { end(SIGKILL); }
+  // SIGSTOP, then SIGCONT: a server that stalls (commands wait in its
+  // sockets) and then goes on, running what waited.
+  void freeze() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void thaw() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
 
  private:
   bool wait_until_answering() {
@@ -125,6 +133,7 @@ class redis_server {
 
   void end(int signal) {
     if (pid_ <= 0) return;
+    ::kill(pid_, SIGCONT);  // a frozen one would not act on SIGTERM
     ::kill(pid_, signal);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     int status = 0;

@@ -142,6 +142,57 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
   EXPECT_EQ(tier.counters().skipped.load(), 1u);
 }
 
+TEST_F(RemoteTier, AfterTheBackOffOneProbeGoesOutAndTheOtherCallsAreSkipped) {
+  remote_tier tier(config("timeout_ms=150&breaker_s=1"), "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.flush();
+  redis_connection admin(config());
+  ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "3000", "ALL"}).status, redis_status::ok);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::timeout) << "the breaker opens for 1 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // its back-off is over; the server still stalls
+  constexpr int kThreads = 8;
+  std::atomic<int> timeouts{0}, skipped{0};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      const auto s = tier.get(kDevice, "k").status;
+      if (s == detail::tier_status::timeout) timeouts.fetch_add(1);
+      if (s == detail::tier_status::skipped) skipped.fetch_add(1);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(timeouts.load(), 1) << "one probe pays the timeout";
+  EXPECT_EQ(skipped.load(), kThreads - 1) << "the others wait for its answer";
+  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped) << "the probe failed: open again, for 2 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2400));  // the pause and the back-off are over
+  EXPECT_EQ(tier.get(kDevice, "k").binary, binary(100, 5)) << "a probe that succeeds closes the breaker";
+  EXPECT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(tier.counters().timeouts.load(), 2u);
+}
+
+TEST_F(RemoteTier, ACounterReportWhoseAnswerWasLostIsNotSentAgain) {
+  remote_tier tier(config("timeout_ms=200&breaker_s=1"), "");
+  tier.put(kDevice, "k", binary(100, 5));
+  tier.flush();  // the write and its counts
+  ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));  // a hit, not reported yet
+  ::testing::internal::CaptureStderr();
+  server_.freeze();  // the report's HINCRBY waits in the server's socket,
+  tier.flush();      // the tier times out and never sees its answer,
+  server_.thaw();    // and the server runs it
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // the back-off is over
+  tier.flush();      // the counts not sent yet
+  ::testing::internal::GetCapturedStderr();
+  redis_connection admin(config());
+  EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "hits"}).value, (byte_vector{'1'})) << "counted once, not twice";
+  EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "puts"}).value, (byte_vector{'1'}));
+  EXPECT_EQ(tier.counters().timeouts.load(), 1u);
+}
+
 TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
   redis_connection admin(config());
   ASSERT_EQ(admin.command({"ACL", "SETUSER", "ci", "on", ">ci-password-1", "~unicache:*", "+getrange", "+set", "+del"})
