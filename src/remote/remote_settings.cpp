@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 
+#include "store/tier_registry.hpp"
 #include "util/env.hpp"
 #include "util/log.hpp"
 #include "util/unique_fd.hpp"
@@ -51,21 +52,12 @@ std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std:
   return std::make_shared<remote_tier>(std::move(config), std::move(secret));
 }
 
-std::shared_ptr<remote_tier> remote_tier_from_environment() noexcept {
-  try {
-    const std::optional<std::string> url = environment_variable("UNICACHE_REMOTE_CACHE");
-    if (!url || url->empty()) return nullptr;
-    const std::string secret_file = environment_variable("UNICACHE_REMOTE_CACHE_SECRET_FILE").value_or("");
-    try {
-      return make_remote_tier(*url, secret_file);
-    } catch (const invalid_argument& e) {
-      // The value is not echoed: it may hold a password.
-      warn(std::string("ignoring UNICACHE_REMOTE_CACHE (not shown: it may hold a password): ") + e.what() +
-           "; running with the local store only");
-    }
-  } catch (...) {
-  }
-  return nullptr;
+namespace {
+std::shared_ptr<storage_tier> make_redis_tier(std::string_view url, const std::string& secret_file) {
+  return make_remote_tier(std::string(url), secret_file);
 }
+}  // namespace
+
+void register_builtin_tiers() { register_tier_scheme("redis", &make_redis_tier); }
 
 }  // namespace unicache::detail

@@ -22,8 +22,5 @@ std::string read_remote_secret(const std::string& path);
 // the secret.
 std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std::string& secret_file);
 
-// The tier the environment asks for, or null (not set, or unusable: one
-// warning, and the process runs with the local store only).
-std::shared_ptr<remote_tier> remote_tier_from_environment() noexcept;
 
 }  // namespace unicache::detail

@@ -247,6 +247,24 @@ tier_result remote_tier::remove(const device_identity& device, std::string_view 
   }
 }
 
+remote_stats remote_tier::statistics() const {
+  remote_stats out;
+  const remote_counters& n = counters_;
+  out.enabled = true;
+  out.url = config_.to_string();
+  out.hits = n.hits.load();
+  out.misses = n.misses.load();
+  out.errors = n.errors.load();
+  out.timeouts = n.timeouts.load();
+  out.rejected = n.rejected.load();
+  out.skipped = n.skipped.load();
+  out.puts = n.puts.load();
+  out.dropped = n.dropped.load();
+  out.bytes_read = n.bytes_read.load();
+  out.bytes_written = n.bytes_written.load();
+  return out;
+}
+
 bool remote_tier::flush(std::chrono::milliseconds limit) {
   if (config_.read_only || !in_owner()) return true;  // no writer here
   scoped_lock l(&queue_mu_);

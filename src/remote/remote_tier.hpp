@@ -61,7 +61,8 @@ class remote_tier final : public storage_tier {
   tier_result remove(const device_identity& device, std::string_view key) noexcept override;
   // Sends this process's counts to the server and waits until the queue is
   // empty (tests, tools, exit), or at most `limit`; returns whether it is.
-  bool flush(std::chrono::milliseconds limit = std::chrono::milliseconds::max());
+  bool flush(std::chrono::milliseconds limit = std::chrono::milliseconds::max()) override;
+  remote_stats statistics() const override;
 
   const redis_config& config() const { return config_; }
   const remote_counters& counters() const { return counters_; }

@@ -8,7 +8,7 @@
 #include <array>
 #include <cstdlib>
 
-#include "remote/remote_settings.hpp"
+#include "store/tier_registry.hpp"
 #include "store/background_evictor.hpp"
 #include "store/entry_format.hpp"
 #include "store/eviction.hpp"
@@ -125,14 +125,14 @@ kernel_store::~kernel_store() {
 kernel_store& kernel_store::instance() {
   static kernel_store* const store = [] {
     auto* s = new kernel_store(store_config::from_environment());
-    s->impl_->set_remote(detail::remote_tier_from_environment());
+    s->impl_->set_remote(detail::tier_from_environment());
     // Writes still queued at exit (from the environment's tier or one
     // set_remote made) get two seconds to go out: a process that compiled
     // and exits (a CI job filling the fleet's cache) would otherwise publish
     // nothing.
     std::atexit([] {
       try {
-        if (const std::shared_ptr<detail::remote_tier> r = kernel_store::instance().impl_->remote()) {
+        if (const std::shared_ptr<detail::storage_tier> r = kernel_store::instance().impl_->remote()) {
           r->flush(std::chrono::milliseconds(2000));
         }
       } catch (...) {
@@ -386,31 +386,18 @@ void kernel_store::finish_eviction() const {
 }
 
 void kernel_store::set_remote(const std::string& url, const std::string& secret_file) {
-  impl_->set_remote(url.empty() ? nullptr : detail::make_remote_tier(url, secret_file));
+  impl_->set_remote(url.empty() ? nullptr : detail::make_tier(url, secret_file));
 }
 
 remote_stats kernel_store::remote_statistics() const {
-  remote_stats out;
-  const std::shared_ptr<detail::remote_tier> remote = impl_->remote();
-  if (!remote) return out;
-  const detail::remote_counters& n = remote->counters();
-  out.enabled = true;
-  out.url = remote->config().to_string();
-  out.hits = n.hits.load();
-  out.misses = n.misses.load();
-  out.errors = n.errors.load();
-  out.timeouts = n.timeouts.load();
-  out.rejected = n.rejected.load();
-  out.skipped = n.skipped.load();
-  out.puts = n.puts.load();
-  out.dropped = n.dropped.load();
-  out.bytes_read = n.bytes_read.load();
-  out.bytes_written = n.bytes_written.load();
-  return out;
+  const std::shared_ptr<detail::storage_tier> remote = impl_->remote();
+  return remote ? remote->statistics() : remote_stats{};
 }
 
 void kernel_store::flush_remote() {
-  if (const std::shared_ptr<detail::remote_tier> remote = impl_->remote()) remote->flush();
+  if (const std::shared_ptr<detail::storage_tier> remote = impl_->remote()) {
+    remote->flush(std::chrono::milliseconds::max());
+  }
 }
 
 // --- Blob API -------------------------------------------------------------

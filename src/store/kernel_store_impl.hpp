@@ -10,7 +10,6 @@
 #include <array>
 #include <memory>
 
-#include "remote/remote_tier.hpp"
 #include "store/storage_tier.hpp"
 #include "store/store_directory.hpp"
 #include "store/store_testing.hpp"
@@ -76,7 +75,7 @@ struct kernel_store::impl {
 
   // The chain for one operation: the local tier, then the remote one.
   struct chain {
-    std::shared_ptr<detail::remote_tier> remote;  // keeps the remote tier alive meanwhile
+    std::shared_ptr<detail::storage_tier> remote;  // keeps the remote tier alive meanwhile
     std::array<detail::storage_tier*, 2> tiers{};
     std::size_t size = 0;
   };
@@ -88,14 +87,15 @@ struct kernel_store::impl {
     return c;
   }
 
-  // The remote tier behind the local store, or null.
-  std::shared_ptr<detail::remote_tier> remote() const {
+  // The remote tier behind the local store (whatever its kind:
+  // tier_registry.hpp), or null.
+  std::shared_ptr<detail::storage_tier> remote() const {
     detail::mutex_lock l(&state_mu);
     return remote_;
   }
   // The old tier is destroyed after the lock is released (it drains its
   // queue, bounded), or by the last operation still using it.
-  void set_remote(std::shared_ptr<detail::remote_tier> r) {
+  void set_remote(std::shared_ptr<detail::storage_tier> r) {
     {
       detail::mutex_lock l(&state_mu);
       std::swap(remote_, r);
@@ -109,7 +109,7 @@ struct kernel_store::impl {
   detail::mutex settings_mu;  // one change at a time; opening a directory never holds up readers
   mutable detail::mutex state_mu;
   std::shared_ptr<const detail::store_state> state_ ABSL_GUARDED_BY(state_mu);
-  std::shared_ptr<detail::remote_tier> remote_ ABSL_GUARDED_BY(state_mu);
+  std::shared_ptr<detail::storage_tier> remote_ ABSL_GUARDED_BY(state_mu);
 };
 
 }  // namespace unicache

@@ -5,10 +5,13 @@
 // the tiers before it, and put and remove go to all of them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
+#include "unicache/remote.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::detail {
@@ -35,6 +38,12 @@ class storage_tier {
   virtual tier_result get(const device_identity& device, std::string_view key) noexcept = 0;
   virtual tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept = 0;
   virtual tier_result remove(const device_identity& device, std::string_view key) noexcept = 0;
+  // What it did in this process, for kernel_store::remote_statistics (a
+  // remote tier; the local one has its own statistics): `url` as it prints
+  // (no password), and its counters.
+  virtual remote_stats statistics() const { return {}; }
+  // Waits until its queued writes are out, at most `limit`; whether they are.
+  virtual bool flush(std::chrono::milliseconds /*limit*/) { return true; }
 };
 
 }  // namespace unicache::detail

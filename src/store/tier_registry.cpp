@@ -1,0 +1,96 @@
+// store/tier_registry.hpp.
+#include "store/tier_registry.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "util/env.hpp"
+#include "util/log.hpp"
+
+namespace unicache::detail {
+namespace {
+
+struct registry {
+  std::mutex mu;
+  std::map<std::string, tier_factory> factories;
+};
+
+bool valid_scheme(const std::string& s) {
+  if (s.empty() || s.size() > 32 || s[0] < 'a' || s[0] > 'z') return false;
+  for (const char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+registry& raw_registry() {
+  static registry* const r = new registry();  // never destroyed: usable from static destructors
+  return *r;
+}
+
+// The library's own schemes, registered at the first lookup.
+void ensure_builtin_tiers() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_tiers(); });
+}
+
+}  // namespace
+
+void register_tier_scheme(const std::string& scheme, tier_factory factory) {
+  if (!valid_scheme(scheme)) {
+    throw invalid_argument("a tier scheme of [a-z][a-z0-9+.-]*, up to 32 characters, got " + quoted(scheme, 40));
+  }
+  if (!factory) throw invalid_argument("tier scheme " + scheme + ": no factory");
+  registry& r = raw_registry();
+  std::lock_guard lock(r.mu);
+  const auto [it, inserted] = r.factories.emplace(scheme, factory);
+  if (!inserted && it->second != factory) throw invalid_argument("tier scheme " + scheme + " is registered already");
+}
+
+std::vector<std::string> tier_schemes() {
+  ensure_builtin_tiers();
+  registry& r = raw_registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [scheme, factory] : r.factories) out.push_back(scheme);
+  return out;
+}
+
+std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string& secret_file) {
+  ensure_builtin_tiers();
+  const std::size_t colon = url.find("://");
+  const std::string scheme(url.substr(0, colon == std::string_view::npos ? 0 : colon));
+  tier_factory factory = nullptr;
+  {
+    registry& r = raw_registry();
+    std::lock_guard lock(r.mu);
+    if (const auto it = r.factories.find(scheme); it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const std::string& s : tier_schemes()) known += (known.empty() ? "" : ", ") + s + "://";
+    throw invalid_argument("a remote tier URL starts with one of " + known +
+                           (valid_scheme(scheme) ? ", not " + scheme + "://" : ""));
+  }
+  return factory(url, secret_file);
+}
+
+std::shared_ptr<storage_tier> tier_from_environment() noexcept {
+  try {
+    const std::optional<std::string> url = environment_variable("UNICACHE_REMOTE_CACHE");
+    if (!url || url->empty()) return nullptr;
+    const std::string secret_file = environment_variable("UNICACHE_REMOTE_CACHE_SECRET_FILE").value_or("");
+    try {
+      return make_tier(*url, secret_file);
+    } catch (const invalid_argument& e) {
+      // The value is not echoed: it may hold a password.
+      warn(std::string("ignoring UNICACHE_REMOTE_CACHE (not shown: it may hold a password): ") + e.what() +
+           "; running with the local store only");
+    }
+  } catch (...) {
+  }
+  return nullptr;
+}
+
+}  // namespace unicache::detail
