@@ -309,4 +309,8 @@ redis_result redis_connection::command(std::initializer_list<std::string_view> a
   return run(std::vector<std::string_view>(args), std::size_t{1} << 20);
 }
 
+redis_result redis_connection::command(const std::vector<std::string_view>& args) {
+  return run(args, std::size_t{1} << 20);
+}
+
 }  // namespace unicache::detail

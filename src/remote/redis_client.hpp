@@ -57,6 +57,7 @@ class redis_connection {
   // Any command, its arguments as given: ok with a status, integer or bulk
   // reply as text (an array's first element count as "n"), miss for nil.
   redis_result command(std::initializer_list<std::string_view> args);
+  redis_result command(const std::vector<std::string_view>& args);
 
   // One SCAN step from `cursor` over keys matching `pattern`: ok with the
   // next cursor as the value ("0" when done), the keys appended to `keys`.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <system_error>
 
 #include "store/entry_format.hpp"
@@ -50,6 +51,34 @@ std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& se
   return out;
 }
 
+// 32 hex digits from the system's random source (the time, pid and an
+// address where it has none): what tells one tier's counter reports from
+// another's.
+std::string random_token() {
+  std::array<unsigned char, 16> bytes{};
+  try {
+    std::random_device source;
+    for (std::size_t i = 0; i < bytes.size(); i += 4) {
+      const unsigned int v = source();
+      for (std::size_t j = 0; j < 4; ++j) bytes[i + j] = static_cast<unsigned char>(v >> (8 * j));
+    }
+  } catch (...) {
+    const auto t = static_cast<std::uint64_t>(now_ns()) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
+    const auto a = reinterpret_cast<std::uintptr_t>(&bytes);
+    for (std::size_t j = 0; j < 8; ++j) {
+      bytes[j] = static_cast<unsigned char>(t >> (8 * j));
+      bytes[8 + j] = static_cast<unsigned char>(a >> (8 * j));
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
 // The largest value a get reads: an entry of the largest binary the remote
 // tier writes, plus a MAC.
 std::size_t max_value_bytes(std::string_view key) {
@@ -59,7 +88,7 @@ std::size_t max_value_bytes(std::string_view key) {
 }  // namespace
 
 remote_tier::remote_tier(redis_config config, std::string secret)
-    : config_(std::move(config)), secret_(std::move(secret)), owner_(::getpid()) {
+    : config_(std::move(config)), secret_(std::move(secret)), owner_(::getpid()), report_token_(random_token()) {
   if (config_.read_only) return;
   try {
     writer_ = std::thread([this] { writer_loop(); });
@@ -280,44 +309,75 @@ bool remote_tier::flush(std::chrono::milliseconds limit) {
   return queue_mu_.wait_for(queue_cv_, limit, done);
 }
 
+namespace {
+
+// A report, applied at most once: KEYS[1] the counters' hash, KEYS[2] the
+// reporting tier's last applied sequence number; ARGV[1] this report's,
+// ARGV[2] KEYS[2]'s expiry in seconds, then field and delta pairs.
+constexpr const char* kReportScript = R"LUA(
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
+for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+)LUA";
+
+// How long a tier's last sequence number stays on the server after its
+// last report: far beyond any resend.
+constexpr const char* kReportKeySeconds = "86400";
+
+}  // namespace
+
 void remote_tier::report(redis_connection& c) {
-  if (!reporting_) return;
-  const std::array<std::pair<const char*, const std::atomic<std::uint64_t>*>, 10> fields{{
-      {"hits", &counters_.hits},
-      {"misses", &counters_.misses},
-      {"rejected", &counters_.rejected},
-      {"errors", &counters_.errors},
-      {"timeouts", &counters_.timeouts},
-      {"skipped", &counters_.skipped},
-      {"puts", &counters_.puts},
-      {"dropped", &counters_.dropped},
-      {"bytes_read", &counters_.bytes_read},
-      {"bytes_written", &counters_.bytes_written},
-  }};
-  const std::string key = stats_key();
-  bool admitted = false;
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const std::uint64_t now = fields[i].second->load(std::memory_order_relaxed);
-    if (now == reported_[i]) continue;
-    if (!admitted && !(admitted = admit())) return;  // only with something to send: a probe gets an answer
-    const std::string delta = std::to_string(now - reported_[i]);
-    const redis_result r = c.command({"HINCRBY", key, fields[i].first, delta});
-    // Sent, whatever the answer: a command that timed out may still have
-    // been applied, so a delta is never sent twice (the counts are a lower
-    // bound, never a double count).
-    reported_[i] = now;
+  static constexpr std::array<const char*, 10> kFields{"hits", "misses", "rejected", "errors", "timeouts",
+                                                      "skipped", "puts", "dropped", "bytes_read", "bytes_written"};
+  const std::array<const std::atomic<std::uint64_t>*, 10> counts{
+      &counters_.hits,    &counters_.misses, &counters_.rejected, &counters_.errors,     &counters_.timeouts,
+      &counters_.skipped, &counters_.puts,   &counters_.dropped,  &counters_.bytes_read, &counters_.bytes_written};
+  // A report left from a failure goes first, then one of what came since.
+  for (int round = 0; round < 2 && reporting_; ++round) {
+    if (!pending_) {
+      pending_report p;
+      bool any = false;
+      for (std::size_t i = 0; i < counts.size(); ++i) {
+        const std::uint64_t now = counts[i]->load(std::memory_order_relaxed);
+        p.deltas[i] = now - reported_[i];
+        reported_[i] = now;
+        any = any || p.deltas[i] != 0;
+      }
+      if (!any) return;
+      p.seq = ++report_seq_;
+      pending_ = p;
+    }
+    if (!admit()) return;  // with something to send: a probe gets an answer
+    const std::string seq = std::to_string(pending_->seq);
+    const std::string stats = stats_key(), mine = report_key();
+    std::vector<std::string> deltas;
+    std::vector<std::string_view> args{"EVAL", kReportScript, "2", stats, mine, seq, kReportKeySeconds};
+    for (const std::uint64_t d : pending_->deltas) {
+      if (d != 0) deltas.push_back(std::to_string(d));
+    }
+    for (std::size_t i = 0, d = 0; i < kFields.size(); ++i) {
+      if (pending_->deltas[i] == 0) continue;
+      args.push_back(kFields[i]);
+      args.push_back(deltas[d++]);
+    }
+    const redis_result r = c.command(args);
     if (r.status == redis_status::refused) {
-      // Not allowed (an ACL without HINCRBY) or not possible: counters are
-      // a convenience, never a reason to stop using the server.
+      // Not allowed (an ACL without EVAL or HINCRBY, scripts off) or not
+      // possible: counters are a convenience, never a reason to stop using
+      // the server.
       record_success();
       reporting_ = false;
+      pending_.reset();
       return;
     }
     if (r.status != redis_status::ok) {
-      record_failure(r);
+      record_failure(r);  // sent again, with its number, at the next report
       return;
     }
     record_success();
+    pending_.reset();
   }
 }
 

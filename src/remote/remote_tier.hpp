@@ -69,6 +69,9 @@ class remote_tier final : public storage_tier {
   // The hash where the tier's processes add up their counters (HINCRBY):
   // what `unicache-store --remote stats` shows. Outside the entries' keys.
   std::string stats_key() const { return config_.prefix + ":stats:1"; }
+  // Where this tier's last applied report number is (a day after its last
+  // report): a random token's, not a process id's (pids are reused).
+  std::string report_key() const { return config_.prefix + ":stats:1:report:" + report_token_; }
   // The Redis key of (device, key).
   std::string redis_key(const device_identity& device, std::string_view key) const;
   // The value a put writes (the entry, signed when there is a secret).
@@ -107,7 +110,10 @@ class remote_tier final : public storage_tier {
   // the parent's sockets and no writer thread: it leaves the tier alone).
   bool in_owner() const;
   // Adds what the counters gained since the last report to stats_key()
-  // (the writer thread only).
+  // (the writer thread only), at most once: each report has a sequence
+  // number, and a script applies it only if it is above the last this
+  // tier's reports applied (report_key()), so a report sent again after a
+  // lost answer, or retried by the client, is not counted twice.
   void report(redis_connection& c);
 
   const redis_config config_;
@@ -133,7 +139,16 @@ class remote_tier final : public storage_tier {
   const pid_t owner_;
   bool reporting_ = true;  // the writer's: false once the server refused a report
   std::thread writer_;
-  std::array<std::uint64_t, 10> reported_{};  // the writer's: counters as last reported
+  std::array<std::uint64_t, 10> reported_{};  // the writer's: counters as of the last report made
+  // The writer's: the report made and not yet answered (sent again, with
+  // its sequence number, until it is), and the numbers' source.
+  struct pending_report {
+    std::uint64_t seq = 0;
+    std::array<std::uint64_t, 10> deltas{};
+  };
+  std::optional<pending_report> pending_;
+  std::uint64_t report_seq_ = 0;
+  const std::string report_token_;  // random, this tier object's
 };
 
 }  // namespace unicache::detail

@@ -175,22 +175,37 @@ TEST_F(RemoteTier, AfterTheBackOffOneProbeGoesOutAndTheOtherCallsAreSkipped) {
   EXPECT_EQ(tier.counters().timeouts.load(), 2u);
 }
 
-TEST_F(RemoteTier, ACounterReportWhoseAnswerWasLostIsNotSentAgain) {
+TEST_F(RemoteTier, ACounterReportWhoseAnswerWasLostIsCountedOnce) {
   remote_tier tier(config("timeout_ms=200&breaker_s=1"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();  // the write and its counts
   ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));  // a hit, not reported yet
   ::testing::internal::CaptureStderr();
-  server_.freeze();  // the report's HINCRBY waits in the server's socket,
+  server_.freeze();  // the report waits in the server's socket,
   tier.flush();      // the tier times out and never sees its answer,
   server_.thaw();    // and the server runs it
   std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // the back-off is over
-  tier.flush();      // the counts not sent yet
+  tier.flush();      // the same report again (the server has it: applied once), then the timeout's count
   ::testing::internal::GetCapturedStderr();
   redis_connection admin(config());
   EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "hits"}).value, (byte_vector{'1'})) << "counted once, not twice";
   EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "puts"}).value, (byte_vector{'1'}));
+  EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "timeouts"}).value, (byte_vector{'1'})) << "nothing lost";
   EXPECT_EQ(tier.counters().timeouts.load(), 1u);
+}
+
+TEST_F(RemoteTier, EachReportOfATierIsAppliedOnceWhateverIsSentAgain) {
+  // Two tiers (two processes' worth) report into one hash; the client's own
+  // retry and a resend after a lost answer carry the same number.
+  remote_tier a(config(), ""), b(config(), "");
+  a.put(kDevice, "ka", binary(10, 1));
+  b.put(kDevice, "kb", binary(10, 2));
+  a.flush();
+  b.flush();
+  redis_connection admin(config());
+  EXPECT_EQ(admin.command({"HGET", a.stats_key(), "puts"}).value, (byte_vector{'2'}));
+  EXPECT_NE(a.report_key(), b.report_key());
+  EXPECT_EQ(admin.command({"GET", a.report_key()}).value, (byte_vector{'1'})) << "a's first report";
 }
 
 TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
