@@ -55,7 +55,7 @@ std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& se
 // address where it has none): what tells one tier's counter reports from
 // another's.
 std::string random_token() {
-  std::array<unsigned char, 16> bytes{};
+  hash128 bytes{};
   try {
     std::random_device source;
     for (std::size_t i = 0; i < bytes.size(); i += 4) {
@@ -70,13 +70,7 @@ std::string random_token() {
       bytes[8 + j] = static_cast<unsigned char>(a >> (8 * j));
     }
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (const unsigned char b : bytes) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  return to_hex(bytes);
 }
 
 // The largest value a get reads: an entry of the largest binary the remote
@@ -353,14 +347,12 @@ void remote_tier::report(redis_connection& c) {
     const std::string seq = std::to_string(pending_->seq);
     const std::string stats = stats_key(), mine = report_key();
     std::vector<std::string> deltas;
+    deltas.reserve(kFields.size());  // never moved: args views them
     std::vector<std::string_view> args{"EVAL", kReportScript, "2", stats, mine, seq, kReportKeySeconds};
-    for (const std::uint64_t d : pending_->deltas) {
-      if (d != 0) deltas.push_back(std::to_string(d));
-    }
-    for (std::size_t i = 0, d = 0; i < kFields.size(); ++i) {
+    for (std::size_t i = 0; i < kFields.size(); ++i) {
       if (pending_->deltas[i] == 0) continue;
       args.push_back(kFields[i]);
-      args.push_back(deltas[d++]);
+      args.push_back(deltas.emplace_back(std::to_string(pending_->deltas[i])));
     }
     const redis_result r = c.command(args);
     if (r.status == redis_status::refused) {

@@ -68,6 +68,14 @@ struct device_reader {
 // have held) nothing is given to the background.
 class background_variants {
  public:
+  // True if the background has it now (queued, not built yet).
+  bool pending(const engine& e, const std::string& config_key) {
+    if (owner_ != ::getpid()) return false;
+    const std::string key = scoped_key(e.scope(), config_key);
+    std::lock_guard lock(mu_);
+    const auto it = done_.find(key);
+    return it != done_.end() && !it->second;
+  }
   // True if the background has it now, queued by this call or before.
   bool build_later(const engine& e, kernels::dialect dialect, const kernels::gemm_config& config,
                    int vector_work_group, const std::string& config_key) {
@@ -141,15 +149,21 @@ kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std
   other.split_k = t.split_k > 1 ? 1 : kernels::kGenericSplitK;
   if (!kernels::gemm_split_allowed(wanted, other.split_k)) return t;
   const kernels::dialect dialect = d.dialect();
-  const kernels::gemm_config want = kernels::gemm_problem(p, in, out, t, mode).config;
+  kernels::gemm_config want = wanted.config, alternative = wanted.config;  // the tiles are the config's only difference
+  want.tiles = t;
+  alternative.tiles = other;
   const std::string want_key = kernels::gemm_kernel_config(dialect, want);
   if (cached_kernel(d.cache_owner(), e.scope(), want_key)) return t;
-  const std::string other_key = kernels::gemm_kernel_config(dialect, kernels::gemm_problem(p, in, out, other, mode).config);
-  if (!cached_kernel(d.cache_owner(), e.scope(), other_key)) return t;
-  // A stored binary loads in a millisecond or two: in line, as any kernel
-  // (behind the background's queue, many shapes would take the other one).
-  if (find_program(e, kernels::gemm_source(dialect, want))) return t;
-  if (!variants_in_background().build_later(e, dialect, want, facts.vector_work_group, want_key)) return t;
+  if (!cached_kernel(d.cache_owner(), e.scope(), kernels::gemm_kernel_config(dialect, alternative))) return t;
+  background_variants& background = variants_in_background();
+  // Queued already: no source to generate, no store to read again.
+  // Otherwise a stored binary loads in a millisecond or two: in line, as
+  // any kernel (behind the background's queue, many shapes would take the
+  // other one).
+  if (!background.pending(e, want_key)) {
+    if (find_program(e, kernels::gemm_source(dialect, want))) return t;
+    if (!background.build_later(e, dialect, want, facts.vector_work_group, want_key)) return t;
+  }
   n.split_variants_deferred.fetch_add(1, std::memory_order_relaxed);
   return other;
 }

@@ -8,7 +8,7 @@ import contextlib
 import gc
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -146,26 +146,11 @@ def _run(root: torch.nn.Module, graph: torch.fx.Graph, inputs: Sequence[Any]) ->
     shape they would have (their shapes are all that is wanted), so no GEMM runs
     and no library such as cuBLAS starts (its first use took 123 ms on the GPU host)."""
     values: Dict[torch.fx.Node, Any] = {}
-
-    def load(a: Any) -> Any:
-        if isinstance(a, torch.fx.Node):
-            return values[a]
-        if isinstance(a, tuple):
-            loaded = tuple(load(x) for x in a)
-            return type(a)(*loaded) if hasattr(a, "_fields") else loaded  # a named tuple keeps its type
-        if isinstance(a, list):
-            return [load(x) for x in a]
-        if isinstance(a, dict):
-            return {k: load(v) for k, v in a.items()}
-        if isinstance(a, slice):
-            return slice(load(a.start), load(a.stop), load(a.step))
-        return a
-
     given = iter(inputs)
     with torch.no_grad():
         for n in graph.nodes:
             try:
-                values[n] = _run_node(root, n, load, given)
+                values[n] = _run_node(root, n, values, given)
             except Exception as e:  # as torch.fx.Interpreter does: the node is named
                 if e.args and isinstance(e.args[0], str):
                     e.args = (f"{e.args[0]}\n\nWhile executing {n.format_node()}",) + e.args[1:]
@@ -175,7 +160,7 @@ def _run(root: torch.nn.Module, graph: torch.fx.Graph, inputs: Sequence[Any]) ->
     return values
 
 
-def _run_node(root: torch.nn.Module, n: torch.fx.Node, load: Callable[[Any], Any], given: Iterator[Any]) -> Any:
+def _run_node(root: torch.nn.Module, n: torch.fx.Node, values: Dict[torch.fx.Node, Any], given: Iterator[Any]) -> Any:
     """One node's value, as torch.fx.Interpreter computes it (see _run)."""
     if n.op == "placeholder":
         if str(n.target).startswith("*"):
@@ -187,13 +172,14 @@ def _run_node(root: torch.nn.Module, n: torch.fx.Node, load: Callable[[Any], Any
                 return n.args[0]  # the argument's default
             raise RuntimeError(f"expected an input for {n.target}") from None
     if n.op == "get_attr":
-        return _attribute(root, str(n.target))
+        return attribute(root, str(n.target))
+    load = values.__getitem__
     if n.op == "output":
-        return load(n.args[0])
-    args, kwargs = load(n.args), load(n.kwargs)
+        return torch.fx.node.map_arg(n.args[0], load)
+    args, kwargs = torch.fx.node.map_arg(n.args, load), torch.fx.node.map_arg(n.kwargs, load)
     if n.op == "call_method":
         return getattr(args[0], str(n.target))(*args[1:], **kwargs)
-    module = _attribute(root, str(n.target)) if n.op == "call_module" else None
+    module = attribute(root, str(n.target)) if n.op == "call_module" else None
     if n.kwargs.get("out") is None:  # the node's: a loaded tensor has no truth value
         shaped = _shape_only(n.target, module, args, kwargs)
         if shaped is not None:
@@ -201,7 +187,8 @@ def _run_node(root: torch.nn.Module, n: torch.fx.Node, load: Callable[[Any], Any
     return module(*args, **kwargs) if module is not None else n.target(*args, **kwargs)
 
 
-def _attribute(root: torch.nn.Module, target: str) -> Any:
+def attribute(root: torch.nn.Module, target: str) -> Any:
+    """The attribute a get_attr or call_module node names ("layer.0.weight")."""
     value: Any = root
     for atom in target.split("."):
         if not hasattr(value, atom):

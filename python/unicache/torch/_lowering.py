@@ -26,7 +26,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from ..graph import Graph, LogicalTensor, OpAttr, OpKind
-from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, Shape, TensorInfo, broadcast
+from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, Shape, TensorInfo, attribute, broadcast
 
 PLAIN, ROWS, BATCH = "plain", "rows", "batch"
 MAX_TRANSPOSE_RANK = 6  # the IR's Transpose
@@ -189,10 +189,7 @@ class Lowerer:
     def _attr(self, node: torch.fx.Node) -> Optional[torch.Tensor]:
         if node.op != "get_attr":
             return None
-        value: Any = self.root
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
-        return self._parameter(value)
+        return self._parameter(attribute(self.root, str(node.target)))
 
     def _output(self, node: torch.fx.Node, view: str, rule: ShapeFn, args: List[torch.fx.Node]) -> LogicalTensor:
         ti = self.info[node]
