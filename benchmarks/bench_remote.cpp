@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "redis_server.hpp"
-#include "remote/remote_tier.hpp"
+#include "remote/remote_settings.hpp"
 #include "unicache/store.hpp"
 
 namespace {
@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
   unicache::store_config local_config;
   local_config.directory = dir;
   unicache::kernel_store local(local_config);
-  unicache::detail::remote_tier remote(unicache::parse_redis_url(server.url()),
-                                       secret ? "a benchmark's secret, long enough" : "");
+  const std::unique_ptr<unicache::detail::remote_tier> tier = unicache::detail::make_redis_tier(
+      unicache::parse_redis_url(server.url()), secret ? "a benchmark's secret, long enough" : "");
+  unicache::detail::remote_tier& remote = *tier;
   const unicache::device_identity device{"bench", "remote", "1", "1"};
 
   std::printf("remote get on loopback (redis-server %d), %d reads per size%s\n", server.port(), reads,

@@ -31,6 +31,10 @@ int stats_remote(unicache::remote_maintenance& remote, const options&) {
               static_cast<unsigned long long>(f.dropped));
   std::printf("  bytes:          %llu read, %llu written\n", static_cast<unsigned long long>(f.bytes_read),
               static_cast<unsigned long long>(f.bytes_written));
+  std::printf("  build leases:   %llu granted; %llu waits for another's build, %llu of them ended with its value, "
+              "%llu ms waited\n",
+              static_cast<unsigned long long>(f.leases), static_cast<unsigned long long>(f.lease_waits),
+              static_cast<unsigned long long>(f.lease_hits), static_cast<unsigned long long>(f.lease_wait_ms));
   std::printf("server hits:      %llu (every client and prefix)\n", static_cast<unsigned long long>(s.keyspace_hits));
   std::printf("server misses:    %llu\n", static_cast<unsigned long long>(s.keyspace_misses));
   return kOk;

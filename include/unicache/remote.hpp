@@ -22,6 +22,10 @@
 //              ttl_s=N                expiry of written values, 0 (none, the default)..31536000
 //              breaker_s=N            the first back-off after a failure, 1..3600 (default 60);
 //                                     it doubles while failures go on, up to an hour
+//              lease=0|1              build leases (default 1): after a miss, one process of the
+//                                     fleet builds a kernel and the others wait for its value
+//              lease_ms=N             how long a lease lasts unless its holder ends it,
+//                                     10..600000 (default 10000): the longest anyone waits
 //
 // The password is never printed: redis_config::to_string() and every error
 // and warning show "***" in its place.
@@ -57,6 +61,10 @@ struct redis_config {
   std::uint32_t timeout_ms = 1000;
   std::uint32_t ttl_s = 0;  // 0: values do not expire
   std::uint32_t breaker_s = 60;
+  // Build leases (kernel_store::get_or_lease): on, and how long one lasts
+  // unless its holder releases it.
+  bool lease = true;
+  std::uint32_t lease_ms = 10000;
 
   // The URL that parses back to this configuration, with the password (if
   // any) shown as "***".
@@ -66,7 +74,8 @@ struct redis_config {
 // What the remote tier did in this process (kernel_store::remote_statistics).
 struct remote_stats {
   bool enabled = false;
-  std::string url;  // redis_config::to_string(): no password
+  std::string tier;  // its kind: the URL's scheme ("redis")
+  std::string url;   // as it prints: no password
   std::uint64_t hits = 0;           // values found and verified
   std::uint64_t misses = 0;         // no value
   std::uint64_t rejected = 0;       // values that failed a check (corrupt, foreign, unsigned, too large): never served
@@ -77,6 +86,14 @@ struct remote_stats {
   std::uint64_t dropped = 0;        // writes dropped (queue full, breaker open)
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;
+  // Build leases (kernel_store::get_or_lease): misses this process was
+  // granted the lease on (and built for the fleet), misses it waited on
+  // while another process built, how many of those waits ended with that
+  // process's value, and the milliseconds spent waiting.
+  std::uint64_t leases = 0;
+  std::uint64_t lease_waits = 0;
+  std::uint64_t lease_hits = 0;
+  std::uint64_t lease_wait_ms = 0;
 };
 
 // Parses a redis:// URL. Throws invalid_argument naming what is wrong

@@ -201,6 +201,25 @@ class kernel_store {
   // sixteenth of the store, a key over 1 MiB, no usable slot for the key,
   // or a write failed). Never throws.
   bool put(const device_identity& device, std::string_view key, byte_span binary) noexcept;
+  // get() for a caller that builds the binary when it is missing (the
+  // kernel path does). On a miss in every tier, it asks the remote tier for
+  // a build lease on (device, key), so that the processes of a fleet that
+  // miss at once build it once (remote.hpp, "lease"):
+  //   - `binary` set: found, or built by the process that held the lease
+  //     while this one waited (at most the lease's ttl, then it builds);
+  //   - otherwise the caller builds it. With `leased`, this process holds
+  //     the lease: put() releases it once the value is on its way, and a
+  //     caller whose build failed calls release_lease().
+  // Without a remote tier, with leases off, the tier failing or its breaker
+  // open, it is get() and nobody waits. Never throws.
+  struct lookup {
+    std::optional<byte_vector> binary;
+    bool leased = false;
+  };
+  lookup get_or_lease(const device_identity& device, std::string_view key) noexcept;
+  // Ends this process's lease on (device, key) without a value (a failed
+  // build): the next process that asks builds it. Never throws.
+  void release_lease(const device_identity& device, std::string_view key) noexcept;
 
   // Removes the binary stored under `key` for `device` (a backend calls it
   // when the driver rejects a stored binary, before storing a rebuilt one).

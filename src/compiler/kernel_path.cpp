@@ -142,19 +142,40 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
             }
             kernel_store& store = kernel_store::instance();
             const auto load_start = std::chrono::steady_clock::now();
-            if (std::optional<byte_vector> stored = store.get(identity, key)) {
-              if (auto p = builder.load(src, *stored)) return loaded(std::move(p), load_start, false);
+            // On a miss everywhere, the fleet's lease on building it: one
+            // process builds, the others wait for its binary.
+            kernel_store::lookup stored = store.get_or_lease(identity, key);
+            if (stored.binary) {
+              if (auto p = builder.load(src, *stored.binary)) return loaded(std::move(p), load_start, false);
               // The driver refused it: it goes, and the rebuilt binary takes its place.
               rejected(load_start);
               store.remove(identity, key);
             }
             const auto build_start = std::chrono::steady_clock::now();
-            std::unique_ptr<device_program> built = builder.build(src);
+            std::unique_ptr<device_program> built;
+            try {
+              built = builder.build(src);
+            } catch (...) {
+              if (stored.leased) store.release_lease(identity, key);
+              throw;
+            }
             const std::uint64_t ns = ns_since(build_start);
             c.build_ns.fetch_add(ns, std::memory_order_relaxed);
             c.from_source.fetch_add(1, std::memory_order_relaxed);
             trace("build", owner, src.kernel_name, key, ns);
-            return std::make_shared<const kernel>(owner, std::move(built), src.kernel_name, key, identity, true);
+            if (stored.leased) {
+              // Others wait for it: stored now (which ends the lease), not
+              // after the first launch.
+              const byte_vector bin = built->binary();
+              if (!bin.empty() && store.put(identity, key, bin)) {
+                c.stored.fetch_add(1, std::memory_order_relaxed);
+                trace("store", owner, src.kernel_name, key, 0);
+              } else {
+                store.release_lease(identity, key);
+              }
+            }
+            return std::make_shared<const kernel>(owner, std::move(built), src.kernel_name, key, identity,
+                                                  !stored.leased);
           })
       .value();
 }

@@ -162,8 +162,13 @@ redis_config parse_redis_url(std::string_view url) {
       c.ttl_s = static_cast<std::uint32_t>(number(value, 0, 31536000, "ttl_s"));
     } else if (name == "breaker_s") {
       c.breaker_s = static_cast<std::uint32_t>(number(value, 1, 3600, "breaker_s"));
+    } else if (name == "lease") {
+      c.lease = number(value, 0, 1, "lease") == 1;
+    } else if (name == "lease_ms") {
+      c.lease_ms = static_cast<std::uint32_t>(number(value, 10, 600000, "lease_ms"));
     } else {
-      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms, ttl_s and breaker_s are known)");
+      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms, ttl_s, breaker_s, lease and "
+          "lease_ms are known)");
     }
   }
   return c;
@@ -179,7 +184,8 @@ std::string redis_config::to_string() const {
   url += ":" + std::to_string(port) + "/" + std::to_string(db);
   url += "?prefix=" + prefix + "&read_only=" + (read_only ? "1" : "0") +
          "&connect_timeout_ms=" + std::to_string(connect_timeout_ms) + "&timeout_ms=" + std::to_string(timeout_ms) +
-         "&ttl_s=" + std::to_string(ttl_s) + "&breaker_s=" + std::to_string(breaker_s);
+         "&ttl_s=" + std::to_string(ttl_s) + "&breaker_s=" + std::to_string(breaker_s) +
+         "&lease=" + (lease ? "1" : "0") + "&lease_ms=" + std::to_string(lease_ms);
   return url;
 }
 

@@ -21,12 +21,14 @@ struct remote_maintenance::impl {
   bool read_only;
   bool has_secret;
   std::unique_ptr<remote_tier> tier;  // read-only: its checks, no writer thread
+  redis_backend names;                // the keys
   redis_connection connection;
 
   impl(const redis_config& config, std::string secret)
       : read_only(config.read_only),
         has_secret(!secret.empty()),
-        tier(std::make_unique<remote_tier>(read_only_copy(config), std::move(secret))),
+        tier(make_redis_tier(read_only_copy(config), std::move(secret))),
+        names(config),
         connection(config) {}
   static redis_config read_only_copy(redis_config c) {
     c.read_only = true;
@@ -104,8 +106,7 @@ struct remote_maintenance::impl {
     info.key_preview = d.preview;
     info.binary_bytes = e.binary.size();
     info.created_unix = e.created_unix;
-    const std::string expected = connection.config().prefix + ":1:" + to_hex(e.device) + ":" + to_hex(key_hash(e.key));
-    if (expected != redis_key) {
+    if (names.entry_key_of(e.device, e.key) != redis_key) {
       info.problem = "stored under another key's name";
       return info;
     }
@@ -135,7 +136,7 @@ remote_summary remote_maintenance::stats() {
     s.bytes += parse_decimal(n, UINT64_MAX).value_or(0);
   }
   std::vector<std::string> pairs;
-  redis_result counted = impl_->connection.hgetall(impl_->tier->stats_key(), pairs);
+  redis_result counted = impl_->connection.hgetall(impl_->names.stats_key(), pairs);
   if (counted.status != redis_status::refused) impl_->checked(std::move(counted), "reading the fleet's counters");
   for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
     const std::optional<std::uint64_t> counted_value = parse_decimal(pairs[i + 1], UINT64_MAX);
@@ -152,6 +153,10 @@ remote_summary remote_maintenance::stats() {
     if (f == "dropped") s.fleet.dropped = n;
     if (f == "bytes_read") s.fleet.bytes_read = n;
     if (f == "bytes_written") s.fleet.bytes_written = n;
+    if (f == "leases") s.fleet.leases = n;
+    if (f == "lease_waits") s.fleet.lease_waits = n;
+    if (f == "lease_hits") s.fleet.lease_hits = n;
+    if (f == "lease_wait_ms") s.fleet.lease_wait_ms = n;
   }
   const redis_result info = impl_->checked(impl_->connection.command({"INFO"}), "reading the server's INFO");
   const std::string text(info.value.begin(), info.value.end());

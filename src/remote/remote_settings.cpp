@@ -46,10 +46,14 @@ std::string read_remote_secret(const std::string& path) {
   return secret;
 }
 
+std::unique_ptr<remote_tier> make_redis_tier(redis_config config, std::string secret) {
+  return std::make_unique<remote_tier>("redis", std::make_unique<redis_backend>(std::move(config)), std::move(secret));
+}
+
 std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std::string& secret_file) {
   redis_config config = parse_redis_url(url);
   std::string secret = secret_file.empty() ? std::string() : read_remote_secret(secret_file);
-  return std::make_shared<remote_tier>(std::move(config), std::move(secret));
+  return make_redis_tier(std::move(config), std::move(secret));
 }
 
 namespace {

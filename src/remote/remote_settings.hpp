@@ -5,7 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "remote/remote_tier.hpp"
+#include "remote/redis_backend.hpp"
+#include "store/remote_tier.hpp"
 
 namespace unicache::detail {
 
@@ -14,6 +15,9 @@ namespace unicache::detail {
 // others cannot write, of 16 to 4096 bytes; its contents are never echoed.
 // Throws invalid_argument.
 std::string read_remote_secret(const std::string& path);
+
+// A remote tier on the Redis server of `config`.
+std::unique_ptr<remote_tier> make_redis_tier(redis_config config, std::string secret);
 
 // A tier for `url` signed with the secret in `secret_file` ("" for none).
 // Throws invalid_argument naming what is wrong (a malformed URL, a

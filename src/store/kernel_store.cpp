@@ -361,6 +361,51 @@ std::optional<byte_vector> kernel_store::get(const device_identity& device, std:
   return std::nullopt;
 }
 
+namespace {
+
+// What names a lease among those a process holds.
+std::string lease_id(const device_identity& device, std::string_view key) {
+  const hash128 d = device_hash(device);
+  std::string id(reinterpret_cast<const char*>(d.data()), d.size());
+  return id.append(key);
+}
+
+}  // namespace
+
+kernel_store::lookup kernel_store::get_or_lease(const device_identity& device, std::string_view key) noexcept {
+  const impl::chain c = impl_->tiers();
+  bool clean_misses = true;  // a tier that failed or was skipped: nobody waits
+  for (std::size_t i = 0; i < c.size; ++i) {
+    detail::tier_result r = c.tiers[i]->get(device, key);
+    if (r.status == detail::tier_status::hit) {
+      for (std::size_t earlier = 0; earlier < i; ++earlier) c.tiers[earlier]->put(device, key, *r.binary);
+      return {std::move(r.binary), false};
+    }
+    if (i > 0 && r.status != detail::tier_status::miss) clean_misses = false;
+  }
+  if (!c.remote || !clean_misses) return {};
+  try {
+    detail::lease_result l = c.remote->lease(device, key);
+    if (l.status == detail::lease_status::hit) {
+      c.tiers[0]->put(device, key, *l.binary);
+      return {std::move(l.binary), false};
+    }
+    if (l.status != detail::lease_status::granted) return {};
+    impl_->hold_lease(lease_id(device, key), {c.remote, std::move(l.token)});
+    return {std::nullopt, true};
+  } catch (...) {
+    return {};  // out of memory: built without a lease
+  }
+}
+
+void kernel_store::release_lease(const device_identity& device, std::string_view key) noexcept {
+  try {
+    if (auto held = impl_->take_lease(lease_id(device, key))) held->tier->release_lease(device, key, held->token);
+  } catch (...) {
+    // Out of memory: the lease ends at its ttl.
+  }
+}
+
 bool kernel_store::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
   const impl::chain c = impl_->tiers();
   bool stored = false;
@@ -368,6 +413,7 @@ bool kernel_store::put(const device_identity& device, std::string_view key, byte
     const detail::tier_result r = c.tiers[i]->put(device, key, binary);
     if (i == 0) stored = r.status == detail::tier_status::done;
   }
+  release_lease(device, key);  // after the value it waited for is queued
   return stored;
 }
 

@@ -8,7 +8,10 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "store/storage_tier.hpp"
 #include "store/store_directory.hpp"
@@ -87,6 +90,25 @@ struct kernel_store::impl {
     return c;
   }
 
+  // Build leases this process holds (get_or_lease), by device hash and
+  // key: put and release_lease end them through the tier that granted them.
+  struct held_lease {
+    std::shared_ptr<detail::storage_tier> tier;
+    std::string token;
+  };
+  void hold_lease(std::string id, held_lease lease) {
+    detail::mutex_lock l(&leases_mu);
+    leases_[std::move(id)] = std::move(lease);
+  }
+  std::optional<held_lease> take_lease(const std::string& id) {
+    detail::mutex_lock l(&leases_mu);
+    const auto it = leases_.find(id);
+    if (it == leases_.end()) return std::nullopt;
+    held_lease out = std::move(it->second);
+    leases_.erase(it);
+    return out;
+  }
+
   // The remote tier behind the local store (whatever its kind:
   // tier_registry.hpp), or null.
   std::shared_ptr<detail::storage_tier> remote() const {
@@ -107,6 +129,8 @@ struct kernel_store::impl {
   void configure(store_config config, const detail::store_state* current) ABSL_EXCLUSIVE_LOCKS_REQUIRED(settings_mu);
 
   detail::mutex settings_mu;  // one change at a time; opening a directory never holds up readers
+  mutable detail::mutex leases_mu;
+  std::map<std::string, held_lease> leases_ ABSL_GUARDED_BY(leases_mu);
   mutable detail::mutex state_mu;
   std::shared_ptr<const detail::store_state> state_ ABSL_GUARDED_BY(state_mu);
   std::shared_ptr<detail::storage_tier> remote_ ABSL_GUARDED_BY(state_mu);

@@ -30,6 +30,19 @@ struct tier_result {
   std::optional<byte_vector> binary;
 };
 
+// What asking a tier for a build lease ended in (storage_tier::lease).
+enum class lease_status : std::uint8_t {
+  granted,  // this caller builds, puts, then releases
+  hit,      // another process built it meanwhile: the value is in `binary`
+  none,     // no lease to be had (the tier has none, is off or failing, or the wait ran out): build without
+};
+
+struct lease_result {
+  lease_status status = lease_status::none;
+  std::optional<byte_vector> binary;  // hit
+  std::string token;                  // granted: what release_lease needs
+};
+
 class storage_tier {
  public:
   virtual ~storage_tier() = default;
@@ -44,6 +57,16 @@ class storage_tier {
   virtual remote_stats statistics() const { return {}; }
   // Waits until its queued writes are out, at most `limit`; whether they are.
   virtual bool flush(std::chrono::milliseconds /*limit*/) { return true; }
+
+  // Build leases (kernel_store::get_or_lease), for a tier that processes
+  // share: after a miss, a lease on building (device, key), or, while
+  // another process holds it, the value once that one has put it (waiting
+  // at most the lease's lifetime). release_lease ends a granted lease after
+  // the value is on its way (a tier that writes in the background releases
+  // it after the writes queued before). Neither throws.
+  virtual lease_result lease(const device_identity& /*device*/, std::string_view /*key*/) noexcept { return {}; }
+  virtual void release_lease(const device_identity& /*device*/, std::string_view /*key*/,
+                             const std::string& /*token*/) noexcept {}
 };
 
 }  // namespace unicache::detail

@@ -4,13 +4,25 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "redis_server.hpp"
+#include "remote/redis_backend.hpp"
+#include "store/remote_tier.hpp"
 #include "unicache/remote.hpp"
 
 namespace unicache::testing {
+
+// A remote tier on a Redis server, as the tier registry makes one for a
+// redis:// URL, with its backend's key names at hand.
+class redis_tier : public detail::remote_tier {
+ public:
+  redis_tier(redis_config config, std::string secret)
+      : remote_tier("redis", std::make_unique<detail::redis_backend>(std::move(config)), std::move(secret)) {}
+  const detail::redis_backend& redis() const { return static_cast<const detail::redis_backend&>(backend()); }
+};
 
 class redis_test : public ::testing::Test {
  protected:

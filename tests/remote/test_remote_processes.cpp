@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "redis_test.hpp"
-#include "remote/remote_tier.hpp"
 #include "store_test_support.hpp"
 #include "unicache/store.hpp"
 
@@ -82,10 +81,10 @@ TEST_F(RemoteProcesses, EightProcessesAndAVandalShareOneServerWithZeroCorruptRea
       // The vandal: junk, another key's valid entry, and truncated entries
       // under the others' Redis keys.
       detail::redis_connection c(parse_redis_url(url));
-      detail::remote_tier shape(parse_redis_url(url + "?read_only=1"), "");
+      testing::redis_tier shape(parse_redis_url(url + "?read_only=1"), "");
       for (int round = 0; round < kRounds * 2; ++round) {
         const std::string key = "opencl-c k" + std::to_string(pick(rng));
-        const std::string where = shape.redis_key(testing::gpu_a(), key);
+        const std::string where = shape.redis().entry_key(testing::gpu_a(), key);
         byte_vector value;
         switch (round % 3) {
           case 0: value = {'j', 'u', 'n', 'k'}; break;
@@ -115,6 +114,66 @@ TEST_F(RemoteProcesses, EightProcessesAndAVandalShareOneServerWithZeroCorruptRea
     return corrupt ? 3 : 0;
   });
   for (int i = 0; i < 9; ++i) EXPECT_EQ(statuses[static_cast<std::size_t>(i)], 0) << "process " << i;
+}
+
+TEST_F(RemoteProcesses, ALeaseHolderKilledMidBuildHandsTheBuildToOneOtherAfterItsTtl) {
+  constexpr int kWaiters = 4;
+  constexpr int kLeaseMs = 1000, kBuildMs = 200;
+  const std::string url = server_.url("lease_ms=" + std::to_string(kLeaseMs));
+  const std::string root = root_.path();
+  const std::string key = "cuda gemm_64x64";
+  const byte_vector want = testing::binary_for(key, 4000);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  // The holder: takes the lease, says so, and hangs in its "build" until killed.
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::alarm(60);
+    kernel_store store(testing::store_in(root + "/holder"));
+    store.set_remote(url);
+    const char said = store.get_or_lease(testing::gpu_a(), key).leased ? 'L' : 'x';
+    (void)!::write(ready[1], &said, 1);
+    for (;;) ::pause();
+  }
+  char said = 0;
+  ASSERT_EQ(::read(ready[0], &said, 1), 1);
+  ASSERT_EQ(said, 'L') << "the first process got the lease";
+  // Exit codes: 10 built it, 11 loaded it, 3 a wrong binary, 4 waited
+  // longer than a ttl and one build (with a second of slack).
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::kill(holder, SIGKILL);
+  });
+  const auto statuses = run_children(kWaiters, [&](int child) {
+    kernel_store store(testing::store_in(root + "/w" + std::to_string(child)));
+    store.set_remote(url);
+    const auto start = std::chrono::steady_clock::now();
+    kernel_store::lookup found = store.get_or_lease(testing::gpu_a(), key);
+    int code = 11;
+    if (!found.binary) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kBuildMs));  // the build
+      store.put(testing::gpu_a(), key, want);
+      found.binary = want;
+      code = 10;
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    store.flush_remote();
+    if (*found.binary != want) return 3;
+    if (waited > std::chrono::milliseconds(kLeaseMs + kBuildMs + 1000)) return 4;
+    return code;
+  });
+  killer.join();
+  ::waitpid(holder, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  int built = 0, loaded = 0;
+  for (const int status : statuses) {
+    EXPECT_TRUE(status == 10 || status == 11) << "exit " << status;
+    built += status == 10;
+    loaded += status == 11;
+  }
+  EXPECT_EQ(built, 1) << "one process built it after the dead holder's ttl";
+  EXPECT_EQ(loaded, kWaiters - 1) << "the others loaded that one's binary";
 }
 
 TEST_F(RemoteProcesses, AServerThatDiesMidRunFailsNothingAndIsUsedAgainWhenBack) {

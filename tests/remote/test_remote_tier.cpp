@@ -18,12 +18,11 @@
 
 #include "redis_test.hpp"
 #include "store_test_support.hpp"
-#include "remote/remote_tier.hpp"
 
 namespace unicache {
 namespace {
 
-using detail::remote_tier;
+using testing::redis_tier;
 using detail::redis_connection;
 using detail::redis_status;
 
@@ -48,12 +47,12 @@ class RemoteTier : public testing::redis_test {
 TEST_F(RemoteTier, AnotherProcessGetsWhatOneWrote) {
   const byte_vector b = binary(64 << 10, 3);
   {
-    remote_tier writer(config(), "");
+    redis_tier writer(config(), "");
     writer.put(kDevice, "opencl-c gemm", b);
     writer.flush();
     EXPECT_EQ(writer.counters().puts.load(), 1u);
   }
-  remote_tier reader(config(), "");
+  redis_tier reader(config(), "");
   EXPECT_EQ(reader.get(kDevice, "opencl-c gemm").binary, b);
   EXPECT_EQ(reader.get(kDevice, "opencl-c other").binary, std::nullopt);
   EXPECT_EQ(reader.get(kOtherDevice, "opencl-c gemm").status, detail::tier_status::miss) << "another device's key";
@@ -62,9 +61,9 @@ TEST_F(RemoteTier, AnotherProcessGetsWhatOneWrote) {
 }
 
 TEST_F(RemoteTier, CorruptTruncatedAndForeignValuesAreRejectedNeverServed) {
-  remote_tier tier(config(), "");
+  redis_tier tier(config(), "");
   const std::string key = "cuda gemm";
-  const std::string where = tier.redis_key(kDevice, key);
+  const std::string where = tier.redis().entry_key(kDevice, key);
   const byte_vector good = tier.encode(kDevice, key, binary(4096, 9));
   byte_vector corrupt = good;
   corrupt[corrupt.size() / 2] ^= 0x40;
@@ -84,10 +83,10 @@ TEST_F(RemoteTier, CorruptTruncatedAndForeignValuesAreRejectedNeverServed) {
 
 TEST_F(RemoteTier, WithASecretUnsignedAndWronglySignedValuesAreRejected) {
   const std::string key = "cuda gemm";
-  remote_tier signer(config(), "the fleet's secret, 32+ bytes long");
-  remote_tier unsigned_tier(config(), "");
-  remote_tier other_signer(config(), "another secret, also long enough");
-  const std::string where = signer.redis_key(kDevice, key);
+  redis_tier signer(config(), "the fleet's secret, 32+ bytes long");
+  redis_tier unsigned_tier(config(), "");
+  redis_tier other_signer(config(), "another secret, also long enough");
+  const std::string where = signer.redis().entry_key(kDevice, key);
   plant(where, unsigned_tier.encode(kDevice, key, binary(1000, 1)));
   EXPECT_EQ(signer.get(kDevice, key).binary, std::nullopt);
   plant(where, other_signer.encode(kDevice, key, binary(1000, 1)));
@@ -99,7 +98,7 @@ TEST_F(RemoteTier, WithASecretUnsignedAndWronglySignedValuesAreRejected) {
 }
 
 TEST_F(RemoteTier, ReadOnlyWritesNothing) {
-  remote_tier tier(config("read_only=1"), "");
+  redis_tier tier(config("read_only=1"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.remove(kDevice, "k");
   tier.flush();
@@ -108,7 +107,7 @@ TEST_F(RemoteTier, ReadOnlyWritesNothing) {
 }
 
 TEST_F(RemoteTier, AServerThatDiesOpensTheBreakerAndNothingThrows) {
-  remote_tier tier(config("connect_timeout_ms=100&timeout_ms=200"), "");
+  redis_tier tier(config("connect_timeout_ms=100&timeout_ms=200"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();
   ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));
@@ -129,7 +128,7 @@ TEST_F(RemoteTier, AServerThatDiesOpensTheBreakerAndNothingThrows) {
 }
 
 TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
-  remote_tier tier(config("timeout_ms=150"), "");
+  redis_tier tier(config("timeout_ms=150"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();
   redis_connection admin(config());
@@ -143,7 +142,7 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
 }
 
 TEST_F(RemoteTier, AfterTheBackOffOneProbeGoesOutAndTheOtherCallsAreSkipped) {
-  remote_tier tier(config("timeout_ms=150&breaker_s=1"), "");
+  redis_tier tier(config("timeout_ms=150&breaker_s=1"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();
   redis_connection admin(config());
@@ -176,7 +175,7 @@ TEST_F(RemoteTier, AfterTheBackOffOneProbeGoesOutAndTheOtherCallsAreSkipped) {
 }
 
 TEST_F(RemoteTier, ACounterReportWhoseAnswerWasLostIsCountedOnce) {
-  remote_tier tier(config("timeout_ms=200&breaker_s=1"), "");
+  redis_tier tier(config("timeout_ms=200&breaker_s=1"), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();  // the write and its counts
   ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));  // a hit, not reported yet
@@ -188,24 +187,24 @@ TEST_F(RemoteTier, ACounterReportWhoseAnswerWasLostIsCountedOnce) {
   tier.flush();      // the same report again (the server has it: applied once), then the timeout's count
   ::testing::internal::GetCapturedStderr();
   redis_connection admin(config());
-  EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "hits"}).value, (byte_vector{'1'})) << "counted once, not twice";
-  EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "puts"}).value, (byte_vector{'1'}));
-  EXPECT_EQ(admin.command({"HGET", tier.stats_key(), "timeouts"}).value, (byte_vector{'1'})) << "nothing lost";
+  EXPECT_EQ(admin.command({"HGET", tier.redis().stats_key(), "hits"}).value, (byte_vector{'1'})) << "counted once, not twice";
+  EXPECT_EQ(admin.command({"HGET", tier.redis().stats_key(), "puts"}).value, (byte_vector{'1'}));
+  EXPECT_EQ(admin.command({"HGET", tier.redis().stats_key(), "timeouts"}).value, (byte_vector{'1'})) << "nothing lost";
   EXPECT_EQ(tier.counters().timeouts.load(), 1u);
 }
 
 TEST_F(RemoteTier, EachReportOfATierIsAppliedOnceWhateverIsSentAgain) {
   // Two tiers (two processes' worth) report into one hash; the client's own
   // retry and a resend after a lost answer carry the same number.
-  remote_tier a(config(), ""), b(config(), "");
+  redis_tier a(config(), ""), b(config(), "");
   a.put(kDevice, "ka", binary(10, 1));
   b.put(kDevice, "kb", binary(10, 2));
   a.flush();
   b.flush();
   redis_connection admin(config());
-  EXPECT_EQ(admin.command({"HGET", a.stats_key(), "puts"}).value, (byte_vector{'2'}));
-  EXPECT_NE(a.report_key(), b.report_key());
-  EXPECT_EQ(admin.command({"GET", a.report_key()}).value, (byte_vector{'1'})) << "a's first report";
+  EXPECT_EQ(admin.command({"HGET", a.redis().stats_key(), "puts"}).value, (byte_vector{'2'}));
+  EXPECT_NE(a.redis().report_key(a.token()), b.redis().report_key(b.token()));
+  EXPECT_EQ(admin.command({"GET", a.redis().report_key(a.token())}).value, (byte_vector{'1'})) << "a's first report";
 }
 
 TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
@@ -216,7 +215,7 @@ TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
   redis_config ci = config();
   ci.user = "ci";
   ci.password = "ci-password-1";
-  remote_tier tier(ci, "");
+  redis_tier tier(ci, "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();  // the counter report is refused (no HINCRBY): no breaker
   tier.put(kDevice, "k2", binary(100, 6));
@@ -226,9 +225,9 @@ TEST_F(RemoteTier, AnAclUserWithoutCounterRightsStillWritesAndReads) {
 }
 
 TEST_F(RemoteTier, AValueOfAnotherTypeUnderAKeyIsRejectedNotAServerFailure) {
-  remote_tier tier(config(), "");
+  redis_tier tier(config(), "");
   redis_connection c(config());
-  ASSERT_EQ(c.command({"HSET", tier.redis_key(kDevice, "k"), "f", "v"}).status, redis_status::ok);
+  ASSERT_EQ(c.command({"HSET", tier.redis().entry_key(kDevice, "k"), "f", "v"}).status, redis_status::ok);
   EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::miss);
   EXPECT_EQ(tier.counters().rejected.load(), 1u);
   EXPECT_EQ(tier.get(kDevice, "other").status, detail::tier_status::miss) << "the breaker stays closed";
@@ -269,7 +268,7 @@ TEST(RemoteTierTrickle, ATricklingServerTimesOutAsAWhole) {
 }
 
 TEST_F(RemoteTier, AChildOfForkLeavesItsParentsTierAlone) {
-  remote_tier tier(config(), "");
+  redis_tier tier(config(), "");
   tier.put(kDevice, "k", binary(100, 5));
   tier.flush();
   ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));  // a pooled connection the child inherits
@@ -288,7 +287,7 @@ TEST_F(RemoteTier, AChildOfForkLeavesItsParentsTierAlone) {
 // Many threads on one tier: the connection pool, the write queue and the
 // counters under concurrent gets, puts and removes (ThreadSanitizer runs it).
 TEST_F(RemoteTier, ManyThreadsShareOneTierWithZeroCorruptReads) {
-  remote_tier tier(config(), "a secret for this test, long enough");
+  redis_tier tier(config(), "a secret for this test, long enough");
   std::atomic<int> corrupt{0}, hits{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -316,6 +315,124 @@ TEST_F(RemoteTier, ManyThreadsShareOneTierWithZeroCorruptReads) {
   const auto& n = tier.counters();
   EXPECT_EQ(n.errors.load() + n.timeouts.load(), 0u);
   EXPECT_EQ(n.hits.load(), static_cast<std::uint64_t>(hits.load()));
+}
+
+// Build leases: one of the processes that miss builds, the others wait for
+// its value.
+
+TEST_F(RemoteTier, ALeaseGoesToOneAndTheOtherGetsTheHoldersValue) {
+  redis_tier holder(config(), ""), waiter(config(), "");
+  const std::string key = "cuda gemm";
+  const detail::lease_result granted = holder.lease(kDevice, key);
+  ASSERT_EQ(granted.status, detail::lease_status::granted);
+  EXPECT_FALSE(granted.token.empty());
+  detail::lease_result waited;
+  std::thread other([&] { waited = waiter.lease(kDevice, key); });
+  while (waiter.counters().lease_waits.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The holder builds, then puts and releases, in that order.
+  holder.put(kDevice, key, binary(5000, 8));
+  holder.release_lease(kDevice, key, granted.token);
+  holder.flush();
+  other.join();
+  ASSERT_EQ(waited.status, detail::lease_status::hit);
+  EXPECT_EQ(waited.binary, binary(5000, 8));
+  EXPECT_EQ(holder.counters().leases.load(), 1u);
+  EXPECT_EQ(waiter.counters().leases.load(), 0u);
+  EXPECT_EQ(waiter.counters().lease_hits.load(), 1u);
+  redis_connection c(config());
+  EXPECT_EQ(c.command({"EXISTS", holder.redis().lease_key(kDevice, key)}).value, byte_vector{'0'}) << "released";
+}
+
+TEST_F(RemoteTier, LeasesAreHeldPerKey) {
+  redis_tier a(config(), ""), b(config(), "");
+  EXPECT_EQ(a.lease(kDevice, "cuda k1").status, detail::lease_status::granted);
+  EXPECT_EQ(b.lease(kDevice, "cuda k2").status, detail::lease_status::granted) << "another kernel builds at once";
+  EXPECT_EQ(b.lease(kOtherDevice, "cuda k1").status, detail::lease_status::granted) << "another device's";
+}
+
+TEST_F(RemoteTier, AHolderThatGoesWithoutReleasingLosesTheLeaseAtItsTtl) {
+  redis_tier holder(config("lease_ms=300"), ""), waiter(config("lease_ms=300"), "");
+  ASSERT_EQ(holder.lease(kDevice, "cuda k").status, detail::lease_status::granted);
+  // The holder never puts (it died mid-build): the waiter's wait ends with
+  // the lease, or at its own ttl, and it builds.
+  const detail::lease_result after = waiter.lease(kDevice, "cuda k");
+  EXPECT_NE(after.status, detail::lease_status::hit);
+  EXPECT_EQ(waiter.counters().lease_waits.load(), 1u);
+  EXPECT_EQ(waiter.counters().lease_hits.load(), 0u);
+  EXPECT_GE(waiter.counters().lease_wait_ms.load(), 1u);
+}
+
+TEST_F(RemoteTier, AHolderWhoseBuildFailedHandsTheLeaseOn) {
+  redis_tier holder(config(), ""), waiter(config(), "");
+  const detail::lease_result granted = holder.lease(kDevice, "cuda k");
+  ASSERT_EQ(granted.status, detail::lease_status::granted);
+  detail::lease_result next;
+  std::thread other([&] { next = waiter.lease(kDevice, "cuda k"); });
+  while (waiter.counters().lease_waits.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  holder.release_lease(kDevice, "cuda k", granted.token);  // no value
+  holder.flush();
+  other.join();
+  EXPECT_EQ(next.status, detail::lease_status::granted) << "the waiter builds";
+}
+
+TEST_F(RemoteTier, ALeaseGrantedAfterTheHolderPutItsValueServesThatValue) {
+  redis_tier first(config(), ""), second(config(), "");
+  const detail::lease_result granted = first.lease(kDevice, "cuda k");
+  ASSERT_EQ(granted.status, detail::lease_status::granted);
+  // Between the second's miss and its lease, the first puts and releases.
+  first.put(kDevice, "cuda k", binary(700, 2));
+  first.release_lease(kDevice, "cuda k", granted.token);
+  first.flush();
+  const detail::lease_result late = second.lease(kDevice, "cuda k");
+  EXPECT_EQ(late.status, detail::lease_status::hit) << "not built twice";
+  EXPECT_EQ(late.binary, binary(700, 2));
+  second.flush();
+  redis_connection c(config());
+  EXPECT_EQ(c.command({"EXISTS", first.redis().lease_key(kDevice, "cuda k")}).value, byte_vector{'0'});
+}
+
+TEST_F(RemoteTier, AReleaseEndsOnlyTheLeaseItsTokenHolds) {
+  redis_tier late(config("lease_ms=100"), ""), next(config("lease_ms=5000"), "");
+  const detail::lease_result expired = late.lease(kDevice, "cuda k");
+  ASSERT_EQ(expired.status, detail::lease_status::granted);
+  redis_connection c(config());
+  const std::string where = late.redis().lease_key(kDevice, "cuda k");
+  ASSERT_EQ(c.command({"PEXPIRE", where, "1"}).status, redis_status::ok);  // its ttl is over
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(next.lease(kDevice, "cuda k").status, detail::lease_status::granted);
+  late.release_lease(kDevice, "cuda k", expired.token);  // a slow holder, done at last
+  late.flush();
+  EXPECT_EQ(c.command({"EXISTS", where}).value, byte_vector{'1'}) << "the new holder's lease stays";
+}
+
+TEST_F(RemoteTier, NobodyWaitsWithLeasesOffOrTheServerGone) {
+  redis_tier off(config("lease=0"), "");
+  EXPECT_EQ(off.lease(kDevice, "cuda k").status, detail::lease_status::none);
+  redis_tier read_only(config("read_only=1"), "");
+  EXPECT_EQ(read_only.lease(kDevice, "cuda k").status, detail::lease_status::none) << "it could not publish";
+  redis_connection c(config());
+  EXPECT_EQ(c.command({"DBSIZE"}).value, byte_vector{'0'}) << "no lease asked for";
+  redis_tier tier(config("connect_timeout_ms=100&timeout_ms=200"), "");
+  server_.kill();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(tier.lease(kDevice, "cuda k").status, detail::lease_status::none);
+  EXPECT_EQ(tier.lease(kDevice, "cuda k").status, detail::lease_status::none) << "the breaker is open";
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(tier.counters().errors.load() + tier.counters().timeouts.load(), 1u);
+}
+
+TEST_F(RemoteTier, AWaiterRefusesAForgedValueAndBuildsItself) {
+  redis_tier holder(config(), "a secret for this test, long enough"), waiter(config(), "a secret for this test, long enough");
+  redis_tier forger(config(), "");  // no secret: its values are unsigned
+  ASSERT_EQ(holder.lease(kDevice, "cuda k").status, detail::lease_status::granted);
+  detail::lease_result waited;
+  std::thread other([&] { waited = waiter.lease(kDevice, "cuda k"); });
+  while (waiter.counters().lease_waits.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  plant(holder.redis().entry_key(kDevice, "cuda k"), forger.encode(kDevice, "cuda k", binary(100, 1)));
+  other.join();
+  EXPECT_EQ(waited.status, detail::lease_status::none);
+  EXPECT_EQ(waited.binary, std::nullopt) << "never served";
+  EXPECT_EQ(waiter.counters().rejected.load(), 1u);
 }
 
 }  // namespace

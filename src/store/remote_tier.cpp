@@ -1,5 +1,5 @@
-// remote_tier (remote/remote_tier.hpp).
-#include "remote/remote_tier.hpp"
+// remote_tier (store/remote_tier.hpp).
+#include "store/remote_tier.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <random>
 #include <system_error>
+#include <thread>
 
 #include "store/entry_format.hpp"
 #include "unicache/remote.hpp"
@@ -21,17 +22,16 @@ namespace {
 
 constexpr std::size_t kMacBytes = remote_tier::kMacBytes;
 constexpr std::int64_t kLongestBackoffNs = std::int64_t{3600} * 1'000'000'000;
-constexpr std::size_t kMaxIdleConnections = 8;
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-// HMAC-SHA256 under `secret` of the prefix, a zero byte and the entry: a
-// value signed for one prefix is no value of another's. nullopt if OpenSSL
+// HMAC-SHA256 under `secret` of the scope, a zero byte and the entry: a
+// value signed for one scope is no value of another's. nullopt if OpenSSL
 // fails (the value is then neither signed nor accepted).
-std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& secret, const std::string& prefix,
+std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& secret, const std::string& scope,
                                                            byte_span entry) {
   static EVP_MAC* const hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   if (!hmac) return std::nullopt;
@@ -43,7 +43,7 @@ std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& se
   std::size_t length = 0;
   if (!ctx ||
       !EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), params) ||
-      !EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(prefix.data()), prefix.size()) ||
+      !EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(scope.data()), scope.size()) ||
       !EVP_MAC_update(ctx.get(), &zero, 1) || !EVP_MAC_update(ctx.get(), entry.data(), entry.size()) ||
       !EVP_MAC_final(ctx.get(), out.data(), &length, out.size()) || length != kMacBytes) {
     return std::nullopt;
@@ -73,17 +73,21 @@ std::string random_token() {
   return to_hex(bytes);
 }
 
-// The largest value a get reads: an entry of the largest binary the remote
-// tier writes, plus a MAC.
-std::size_t max_value_bytes(std::string_view key) {
-  return max_entry_file_bytes(key.size(), remote_tier::kMaxBinaryBytes) + kMacBytes;
-}
-
 }  // namespace
 
-remote_tier::remote_tier(redis_config config, std::string secret)
-    : config_(std::move(config)), secret_(std::move(secret)), owner_(::getpid()), report_token_(random_token()) {
-  if (config_.read_only) return;
+std::size_t remote_tier::max_value_bytes(std::size_t key_bytes) {
+  return max_entry_file_bytes(key_bytes, kMaxBinaryBytes) + kMacBytes;
+}
+
+remote_tier::remote_tier(std::string kind, std::unique_ptr<remote_backend> backend, std::string secret)
+    : kind_(std::move(kind)),
+      backend_(std::move(backend)),
+      secret_(std::move(secret)),
+      scope_(backend_->scope()),
+      read_only_(backend_->read_only()),
+      owner_(::getpid()),
+      token_(random_token()) {
+  if (read_only_) return;
   try {
     writer_ = std::thread([this] { writer_loop(); });
   } catch (const std::system_error& e) {
@@ -105,14 +109,10 @@ remote_tier::~remote_tier() {
 
 bool remote_tier::in_owner() const { return ::getpid() == owner_; }
 
-std::string remote_tier::redis_key(const device_identity& device, std::string_view key) const {
-  return config_.prefix + ":1:" + to_hex(device_hash(device)) + ":" + to_hex(key_hash(key));
-}
-
 byte_vector remote_tier::encode(const device_identity& device, std::string_view key, byte_span binary) const {
   byte_vector value = encode_entry(device_hash(device), key, binary, ::time(nullptr));
   if (!secret_.empty()) {
-    const auto mac = mac_of(secret_, config_.prefix, value);
+    const auto mac = mac_of(secret_, scope_, value);
     if (!mac) return {};  // not written (put drops an empty value)
     value.insert(value.end(), mac->begin(), mac->end());
   }
@@ -123,7 +123,7 @@ std::optional<byte_span> remote_tier::signed_entry(byte_span value) const {
   if (secret_.empty()) return value;
   if (value.size() < kMacBytes) return std::nullopt;
   const byte_span entry = value.first(value.size() - kMacBytes);
-  const auto mac = mac_of(secret_, config_.prefix, entry);
+  const auto mac = mac_of(secret_, scope_, entry);
   if (!mac || CRYPTO_memcmp(mac->data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
   return entry;
 }
@@ -150,12 +150,13 @@ bool remote_tier::admit() {
 
 void remote_tier::abandon_probe() { probing_.store(false, std::memory_order_release); }
 
-void remote_tier::record_failure(const redis_result& r) {
-  (r.status == redis_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
+void remote_tier::record_failure(const remote_reply& r) {
+  (r.status == remote_status::timeout ? counters_.timeouts : counters_.errors).fetch_add(1, std::memory_order_relaxed);
   // A call that raced with the one that opened the breaker does not extend it.
   if (breaker_open()) return;
   std::int64_t backoff = backoff_ns_.load(std::memory_order_relaxed);
-  backoff = backoff == 0 ? std::int64_t{config_.breaker_s} * 1'000'000'000 : std::min(backoff * 2, kLongestBackoffNs);
+  const std::int64_t first = std::chrono::duration_cast<std::chrono::nanoseconds>(backend_->first_backoff()).count();
+  backoff = backoff == 0 ? first : std::min(backoff * 2, kLongestBackoffNs);
   backoff_ns_.store(backoff, std::memory_order_relaxed);
   open_until_ns_.store(now_ns() + backoff, std::memory_order_release);
   probing_.store(false, std::memory_order_release);  // a failed probe: open again, for longer
@@ -171,21 +172,13 @@ void remote_tier::record_success() {
   probing_.store(false, std::memory_order_release);
 }
 
-std::unique_ptr<redis_connection> remote_tier::take_connection() {
-  {
-    scoped_lock l(&pool_mu_);
-    if (!idle_.empty()) {
-      std::unique_ptr<redis_connection> c = std::move(idle_.back());
-      idle_.pop_back();
-      return c;
-    }
+bool remote_tier::record(const remote_reply& r) {
+  if (r.status == remote_status::error || r.status == remote_status::timeout) {
+    record_failure(r);
+    return true;
   }
-  return std::make_unique<redis_connection>(config_);
-}
-
-void remote_tier::give_back(std::unique_ptr<redis_connection> c) {
-  scoped_lock l(&pool_mu_);
-  if (idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
+  record_success();
+  return false;
 }
 
 tier_result remote_tier::get(const device_identity& device, std::string_view key) noexcept {
@@ -195,31 +188,20 @@ tier_result remote_tier::get(const device_identity& device, std::string_view key
       counters_.skipped.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::skipped, std::nullopt};
     }
-    redis_result r;
-    std::unique_ptr<redis_connection> c;
+    remote_reply r;
     try {
-      c = take_connection();
-      r = c->get(redis_key(device, key), max_value_bytes(key));
+      r = backend_->get(device, key, max_value_bytes(key.size()));
     } catch (...) {
       abandon_probe();  // no answer either way (out of memory)
       throw;
     }
-    if (r.status == redis_status::refused && r.message.find("WRONGTYPE") != std::string::npos) {
-      // Something else stored under the key (a hash, a list): a value that
-      // fails the checks, not a server that fails.
-      record_success();
-      give_back(std::move(c));
-      counters_.rejected.fetch_add(1, std::memory_order_relaxed);
-      return {tier_status::miss, std::nullopt};
+    if (r.status == remote_status::refused) {
+      // A server that refuses reads (NOPERM, LOADING) is of no use for now.
+      r.status = remote_status::error;
     }
-    if (r.status == redis_status::error || r.status == redis_status::timeout || r.status == redis_status::refused) {
-      record_failure(r);
-      return {r.status == redis_status::timeout ? tier_status::timeout : tier_status::error, std::nullopt};
-    }
-    give_back(std::move(c));
-    record_success();
-    if (r.status != redis_status::hit) {
-      (r.message.empty() ? counters_.misses : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
+    if (record(r)) return {r.status == remote_status::timeout ? tier_status::timeout : tier_status::error, std::nullopt};
+    if (r.status != remote_status::hit) {
+      (r.status == remote_status::miss ? counters_.misses : counters_.rejected).fetch_add(1, std::memory_order_relaxed);
       return {tier_status::miss, std::nullopt};
     }
     counters_.bytes_read.fetch_add(r.value.size(), std::memory_order_relaxed);
@@ -232,23 +214,27 @@ tier_result remote_tier::get(const device_identity& device, std::string_view key
   }
 }
 
+bool remote_tier::enqueue(write w) {
+  scoped_lock l(&queue_mu_);
+  // stopping_: being destroyed, or the writer gave up (out of memory):
+  // nothing would take the write off the queue.
+  if (stopping_ || queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes) return false;
+  queued_bytes_ += w.value.size();
+  queue_.push_back(std::move(w));
+  queue_cv_.notify_all();
+  return true;
+}
+
 tier_result remote_tier::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
-  if (config_.read_only || !in_owner()) return {tier_status::skipped, std::nullopt};
+  if (read_only_ || !in_owner()) return {tier_status::skipped, std::nullopt};
   if (binary.size() > kMaxBinaryBytes || key.size() > kMaxKeyBytes) return {tier_status::skipped, std::nullopt};
   try {
-    write w{redis_key(device, key), encode(device, key, binary)};
+    write w{write::kind::value, device, std::string(key), encode(device, key, binary), {}};
     if (w.value.empty()) return {tier_status::error, std::nullopt};
-    scoped_lock l(&queue_mu_);
-    // stopping_: being destroyed, or the writer gave up (out of memory):
-    // nothing would take the write off the queue.
-    if (stopping_ || queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes ||
-        breaker_open()) {
+    if (breaker_open() || !enqueue(std::move(w))) {
       counters_.dropped.fetch_add(1, std::memory_order_relaxed);
       return {tier_status::skipped, std::nullopt};
     }
-    queued_bytes_ += w.value.size();
-    queue_.push_back(std::move(w));
-    queue_cv_.notify_all();
     return {tier_status::done, std::nullopt};
   } catch (...) {
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -257,16 +243,124 @@ tier_result remote_tier::put(const device_identity& device, std::string_view key
 }
 
 tier_result remote_tier::remove(const device_identity& device, std::string_view key) noexcept {
-  if (config_.read_only || !in_owner()) return {tier_status::skipped, std::nullopt};
+  if (read_only_ || !in_owner()) return {tier_status::skipped, std::nullopt};
   try {
-    write w{redis_key(device, key), {}};
-    scoped_lock l(&queue_mu_);
-    if (stopping_ || queue_.size() >= kQueueLimit) return {tier_status::skipped, std::nullopt};
-    queue_.push_back(std::move(w));
-    queue_cv_.notify_all();
-    return {tier_status::done, std::nullopt};
+    const bool queued = enqueue(write{write::kind::removal, device, std::string(key), {}, {}});
+    return {queued ? tier_status::done : tier_status::skipped, std::nullopt};
   } catch (...) {
     return {tier_status::error, std::nullopt};
+  }
+}
+
+lease_result remote_tier::lease(const device_identity& device, std::string_view key) noexcept {
+  using std::chrono::milliseconds;
+  try {
+    const milliseconds ttl = backend_->lease_ttl();
+    // A read-only process could not publish what it builds.
+    if (read_only_ || !in_owner() || ttl.count() <= 0 || leases_refused_.load(std::memory_order_relaxed)) return {};
+    const std::string token = token_ + "." + std::to_string(lease_number_.fetch_add(1, std::memory_order_relaxed));
+    const auto start = std::chrono::steady_clock::now();
+    // The lease this caller found ends within a ttl; the next holder's
+    // build, if that one goes too, within another.
+    const auto deadline = start + 2 * ttl;
+    milliseconds pause(5);
+    bool waiting = false;
+    auto waited = [&] {
+      const auto ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
+      counters_.lease_wait_ms.fetch_add(static_cast<std::uint64_t>(ms), std::memory_order_relaxed);
+    };
+    for (;;) {
+      if (!admit()) return {};
+      remote_reply r;
+      try {
+        r = backend_->acquire_lease(device, key, token);
+      } catch (...) {
+        abandon_probe();
+        throw;
+      }
+      if (record(r)) return {};
+      if (r.status == remote_status::ok) {
+        // The holder before may have put its value and released between
+        // the caller's miss and this lease: looked up once more.
+        if (std::optional<byte_vector> binary = fetch(device, key)) {
+          enqueue(write{write::kind::release, device, std::string(key), {}, token});
+          counters_.lease_hits.fetch_add(1, std::memory_order_relaxed);
+          if (waiting) waited();
+          return {lease_status::hit, std::move(binary), {}};
+        }
+        counters_.leases.fetch_add(1, std::memory_order_relaxed);
+        if (waiting) waited();
+        return {lease_status::granted, std::nullopt, token};
+      }
+      if (r.status != remote_status::miss) {
+        // No leases here (an ACL without SET or EVAL, a server without
+        // them): builds go on as without.
+        leases_refused_.store(true, std::memory_order_relaxed);
+        if (waiting) waited();
+        return {};
+      }
+      // Another process builds it: its value, once there, or the lease
+      // again if that process goes without putting one.
+      if (!waiting) counters_.lease_waits.fetch_add(1, std::memory_order_relaxed);
+      waiting = true;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        waited();
+        return {};
+      }
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, milliseconds(50));
+      bool failed = false;
+      if (std::optional<byte_vector> binary = fetch(device, key, &failed)) {
+        counters_.lease_hits.fetch_add(1, std::memory_order_relaxed);
+        waited();
+        return {lease_status::hit, std::move(binary), {}};
+      }
+      if (failed) {  // the server failing, or a value that fails the checks: built here
+        waited();
+        return {};
+      }
+    }
+  } catch (...) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return {};
+  }
+}
+
+std::optional<byte_vector> remote_tier::fetch(const device_identity& device, std::string_view key, bool* failed) {
+  if (failed) *failed = true;
+  if (!admit()) return std::nullopt;
+  remote_reply r;
+  try {
+    r = backend_->get(device, key, max_value_bytes(key.size()));
+  } catch (...) {
+    abandon_probe();
+    throw;
+  }
+  if (r.status == remote_status::refused) r.status = remote_status::error;
+  if (record(r)) return std::nullopt;
+  if (r.status != remote_status::hit) {
+    if (failed) *failed = r.status == remote_status::rejected;
+    if (r.status == remote_status::rejected) counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  counters_.bytes_read.fetch_add(r.value.size(), std::memory_order_relaxed);
+  std::optional<byte_vector> binary = decode(device, key, r.value);
+  if (!binary) {
+    counters_.rejected.fetch_add(1, std::memory_order_relaxed);  // never served
+    return std::nullopt;
+  }
+  if (failed) *failed = false;
+  return binary;
+}
+
+void remote_tier::release_lease(const device_identity& device, std::string_view key,
+                                const std::string& token) noexcept {
+  if (token.empty() || read_only_ || !in_owner()) return;
+  try {
+    // Not queued (full, stopping): the lease ends at its ttl.
+    enqueue(write{write::kind::release, device, std::string(key), {}, token});
+  } catch (...) {
   }
 }
 
@@ -274,7 +368,8 @@ remote_stats remote_tier::statistics() const {
   remote_stats out;
   const remote_counters& n = counters_;
   out.enabled = true;
-  out.url = config_.to_string();
+  out.tier = kind_;
+  out.url = backend_->url();
   out.hits = n.hits.load();
   out.misses = n.misses.load();
   out.errors = n.errors.load();
@@ -285,11 +380,15 @@ remote_stats remote_tier::statistics() const {
   out.dropped = n.dropped.load();
   out.bytes_read = n.bytes_read.load();
   out.bytes_written = n.bytes_written.load();
+  out.leases = n.leases.load();
+  out.lease_waits = n.lease_waits.load();
+  out.lease_hits = n.lease_hits.load();
+  out.lease_wait_ms = n.lease_wait_ms.load();
   return out;
 }
 
 bool remote_tier::flush(std::chrono::milliseconds limit) {
-  if (config_.read_only || !in_owner()) return true;  // no writer here
+  if (read_only_ || !in_owner()) return true;  // no writer here
   scoped_lock l(&queue_mu_);
   if (!stopping_) {
     queue_.push_back(write{});  // a report of the counters, then the queue is done
@@ -303,31 +402,15 @@ bool remote_tier::flush(std::chrono::milliseconds limit) {
   return queue_mu_.wait_for(queue_cv_, limit, done);
 }
 
-namespace {
-
-// A report, applied at most once: KEYS[1] the counters' hash, KEYS[2] the
-// reporting tier's last applied sequence number; ARGV[1] this report's,
-// ARGV[2] KEYS[2]'s expiry in seconds, then field and delta pairs.
-constexpr const char* kReportScript = R"LUA(
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[1]) <= last then return 0 end
-redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
-for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return 1
-)LUA";
-
-// How long a tier's last sequence number stays on the server after its
-// last report: far beyond any resend.
-constexpr const char* kReportKeySeconds = "86400";
-
-}  // namespace
-
-void remote_tier::report(redis_connection& c) {
-  static constexpr std::array<const char*, 10> kFields{"hits", "misses", "rejected", "errors", "timeouts",
-                                                      "skipped", "puts", "dropped", "bytes_read", "bytes_written"};
-  const std::array<const std::atomic<std::uint64_t>*, 10> counts{
-      &counters_.hits,    &counters_.misses, &counters_.rejected, &counters_.errors,     &counters_.timeouts,
-      &counters_.skipped, &counters_.puts,   &counters_.dropped,  &counters_.bytes_read, &counters_.bytes_written};
+void remote_tier::report() {
+  static constexpr std::array<const char*, kReported> kFields{
+      "hits",    "misses",     "rejected",      "errors", "timeouts",    "skipped",    "puts",
+      "dropped", "bytes_read", "bytes_written", "leases", "lease_waits", "lease_hits", "lease_wait_ms"};
+  const std::array<const std::atomic<std::uint64_t>*, kReported> counts{
+      &counters_.hits,       &counters_.misses,        &counters_.rejected, &counters_.errors,
+      &counters_.timeouts,   &counters_.skipped,       &counters_.puts,     &counters_.dropped,
+      &counters_.bytes_read, &counters_.bytes_written, &counters_.leases,   &counters_.lease_waits,
+      &counters_.lease_hits, &counters_.lease_wait_ms};
   // A report left from a failure goes first, then one of what came since.
   for (int round = 0; round < 2 && reporting_; ++round) {
     if (!pending_) {
@@ -344,38 +427,30 @@ void remote_tier::report(redis_connection& c) {
       pending_ = p;
     }
     if (!admit()) return;  // with something to send: a probe gets an answer
-    const std::string seq = std::to_string(pending_->seq);
-    const std::string stats = stats_key(), mine = report_key();
-    std::vector<std::string> deltas;
-    deltas.reserve(kFields.size());  // never moved: args views them
-    std::vector<std::string_view> args{"EVAL", kReportScript, "2", stats, mine, seq, kReportKeySeconds};
+    std::vector<counter_delta> deltas;
     for (std::size_t i = 0; i < kFields.size(); ++i) {
-      if (pending_->deltas[i] == 0) continue;
-      args.push_back(kFields[i]);
-      args.push_back(deltas.emplace_back(std::to_string(pending_->deltas[i])));
+      if (pending_->deltas[i] != 0) deltas.emplace_back(kFields[i], pending_->deltas[i]);
     }
-    const redis_result r = c.command(args);
-    if (r.status == redis_status::refused) {
-      // Not allowed (an ACL without EVAL or HINCRBY, scripts off) or not
-      // possible: counters are a convenience, never a reason to stop using
-      // the server.
-      record_success();
+    remote_reply r;
+    try {
+      r = backend_->report(token_, pending_->seq, deltas);
+    } catch (...) {
+      abandon_probe();
+      throw;
+    }
+    if (record(r)) return;  // sent again, with its number, at the next report
+    if (r.status != remote_status::ok) {
+      // Not allowed (an ACL without EVAL or HINCRBY, scripts off) or kept
+      // by no such server: counters are a convenience, never a reason to
+      // stop using the server.
       reporting_ = false;
-      pending_.reset();
-      return;
     }
-    if (r.status != redis_status::ok) {
-      record_failure(r);  // sent again, with its number, at the next report
-      return;
-    }
-    record_success();
     pending_.reset();
   }
 }
 
 void remote_tier::writer_loop() {
   try {
-    redis_connection c(config_);
     for (;;) {
       write w;
       {
@@ -392,7 +467,7 @@ void remote_tier::writer_loop() {
         }
         writing_ = true;
       }
-      write_one(c, w);
+      write_one(w);
       scoped_lock l(&queue_mu_);
       writing_ = false;
       queue_cv_.notify_all();
@@ -408,37 +483,38 @@ void remote_tier::writer_loop() {
   }
 }
 
-void remote_tier::write_one(redis_connection& c, const write& w) {
-  if (w.key.empty()) {
-    report(c);  // idle, or flush() asked
+void remote_tier::write_one(const write& w) {
+  if (w.what == write::kind::report) {
+    report();  // idle, or flush() asked
     return;
   }
   if (!admit()) {
-    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    if (w.what == write::kind::value) counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  redis_result r;
+  remote_reply r;
   try {
-    r = w.value.empty() ? c.del(w.key) : c.set(w.key, w.value);
+    switch (w.what) {
+      case write::kind::value: r = backend_->set(w.device, w.key, w.value); break;
+      case write::kind::removal: r = backend_->remove(w.device, w.key); break;
+      default: r = backend_->release_lease(w.device, w.key, w.token); break;
+    }
   } catch (...) {
     abandon_probe();
     throw;
   }
-  if (r.status == redis_status::ok) {
-    record_success();
-    if (!w.value.empty()) {
+  if (record(r)) return;
+  if (r.status == remote_status::ok) {
+    if (w.what == write::kind::value) {
       counters_.puts.fetch_add(1, std::memory_order_relaxed);
       counters_.bytes_written.fetch_add(w.value.size(), std::memory_order_relaxed);
     }
-  } else if (r.status == redis_status::refused) {
+  } else if (w.what != write::kind::release) {
     // The server refuses this write (OOM under noeviction, NOPERM for a
     // read-only ACL user, READONLY on a replica): dropped and said once;
     // reads go on.
-    record_success();  // the server answered
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
     if (!warned_.exchange(true)) warn("remote kernel cache: " + r.message + "; writes are dropped, reads go on");
-  } else {
-    record_failure(r);
   }
 }
 
