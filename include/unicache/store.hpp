@@ -226,18 +226,24 @@ class kernel_store {
   // Returns whether an entry was removed. Never throws.
   bool remove(const device_identity& device, std::string_view key) noexcept;
 
-  // The remote tier (unicache/remote.hpp): `url` as UNICACHE_REMOTE_CACHE
-  // ("" turns it off), `secret_file` as UNICACHE_REMOTE_CACHE_SECRET_FILE
-  // ("" for unsigned values). get then asks the remote tier on a local miss
-  // and writes a remote hit to the local store; put and remove also go to
-  // the remote tier, in the background (never in read-only mode). Throws
+  // The remote tiers (unicache/remote.hpp): `url` as UNICACHE_REMOTE_CACHE,
+  // one URL or up to 4 separated by spaces, nearest first ("" turns them
+  // off); `secret_file` as UNICACHE_REMOTE_CACHE_SECRET_FILE ("" for
+  // unsigned values). get then asks the remote tiers in order on a local
+  // miss and writes a hit to the tiers before the one that had it; put and
+  // remove also go to every remote tier, in the background (never in
+  // read-only mode); the nearest grants build leases (get_or_lease). Throws
   // invalid_argument for a malformed URL or an unusable secret file, and
-  // remote_error when the tier's writer thread cannot start, changing
+  // remote_error when a tier's writer thread cannot start, changing
   // nothing; the message never quotes a password or the secret.
   void set_remote(const std::string& url, const std::string& secret_file = "");
-  // What the remote tier did in this process (all zero when it is off).
+  // What the remote tiers did in this process, one entry each, nearest
+  // first (none when there is no remote tier).
+  std::vector<remote_stats> tier_statistics() const;
+  // The same, added up: the counters summed, `tier` and `url` the tiers'
+  // joined by spaces (all zero when there is none).
   remote_stats remote_statistics() const;
-  // Waits until the remote tier's queued writes are done.
+  // Waits until the remote tiers' queued writes are done.
   void flush_remote();
 
   // Waits until this process's background thread has finished the

@@ -125,15 +125,15 @@ kernel_store::~kernel_store() {
 kernel_store& kernel_store::instance() {
   static kernel_store* const store = [] {
     auto* s = new kernel_store(store_config::from_environment());
-    s->impl_->set_remote(detail::tier_from_environment());
+    s->impl_->set_remote(detail::tiers_from_environment());
     // Writes still queued at exit (from the environment's tier or one
     // set_remote made) get two seconds to go out: a process that compiled
     // and exits (a CI job filling the fleet's cache) would otherwise publish
     // nothing.
     std::atexit([] {
       try {
-        if (const std::shared_ptr<detail::storage_tier> r = kernel_store::instance().impl_->remote()) {
-          r->flush(std::chrono::milliseconds(2000));
+        if (const auto remotes = kernel_store::instance().impl_->remote()) {
+          for (const auto& r : *remotes) r->flush(std::chrono::milliseconds(2000));
         }
       } catch (...) {
       }
@@ -345,17 +345,17 @@ bool kernel_store::impl::remove_local(const device_identity& device, std::string
   return false;
 }
 
-// The chain of tiers: the local store, then the remote one if configured.
+// The chain of tiers: the local store, then the remote ones if configured.
 // get asks them in order and writes a hit to the tiers before the one that
 // answered; put and remove go to every tier. The caller never knows which
 // tier answered; the result is the local tier's (a remote write is queued).
 
 std::optional<byte_vector> kernel_store::get(const device_identity& device, std::string_view key) noexcept {
   const impl::chain c = impl_->tiers();
-  for (std::size_t i = 0; i < c.size; ++i) {
-    detail::tier_result r = c.tiers[i]->get(device, key);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    detail::tier_result r = c[i]->get(device, key);
     if (r.status != detail::tier_status::hit) continue;
-    for (std::size_t earlier = 0; earlier < i; ++earlier) c.tiers[earlier]->put(device, key, *r.binary);
+    for (std::size_t earlier = 0; earlier < i; ++earlier) c[earlier]->put(device, key, *r.binary);
     return std::move(r.binary);
   }
   return std::nullopt;
@@ -375,23 +375,24 @@ std::string lease_id(const device_identity& device, std::string_view key) {
 kernel_store::lookup kernel_store::get_or_lease(const device_identity& device, std::string_view key) noexcept {
   const impl::chain c = impl_->tiers();
   bool clean_misses = true;  // a tier that failed or was skipped: nobody waits
-  for (std::size_t i = 0; i < c.size; ++i) {
-    detail::tier_result r = c.tiers[i]->get(device, key);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    detail::tier_result r = c[i]->get(device, key);
     if (r.status == detail::tier_status::hit) {
-      for (std::size_t earlier = 0; earlier < i; ++earlier) c.tiers[earlier]->put(device, key, *r.binary);
+      for (std::size_t earlier = 0; earlier < i; ++earlier) c[earlier]->put(device, key, *r.binary);
       return {std::move(r.binary), false};
     }
     if (i > 0 && r.status != detail::tier_status::miss) clean_misses = false;
   }
-  if (!c.remote || !clean_misses) return {};
+  detail::storage_tier* const leasing = c.leases();
+  if (!leasing || !clean_misses) return {};
   try {
-    detail::lease_result l = c.remote->lease(device, key);
+    detail::lease_result l = leasing->lease(device, key);
     if (l.status == detail::lease_status::hit) {
-      c.tiers[0]->put(device, key, *l.binary);
+      c[0]->put(device, key, *l.binary);
       return {std::move(l.binary), false};
     }
     if (l.status != detail::lease_status::granted) return {};
-    impl_->hold_lease(lease_id(device, key), {c.remote, std::move(l.token)});
+    impl_->hold_lease(lease_id(device, key), {c.remotes->front(), std::move(l.token)});
     return {std::nullopt, true};
   } catch (...) {
     return {};  // out of memory: built without a lease
@@ -409,8 +410,8 @@ void kernel_store::release_lease(const device_identity& device, std::string_view
 bool kernel_store::put(const device_identity& device, std::string_view key, byte_span binary) noexcept {
   const impl::chain c = impl_->tiers();
   bool stored = false;
-  for (std::size_t i = 0; i < c.size; ++i) {
-    const detail::tier_result r = c.tiers[i]->put(device, key, binary);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const detail::tier_result r = c[i]->put(device, key, binary);
     if (i == 0) stored = r.status == detail::tier_status::done;
   }
   release_lease(device, key);  // after the value it waited for is queued
@@ -420,8 +421,8 @@ bool kernel_store::put(const device_identity& device, std::string_view key, byte
 bool kernel_store::remove(const device_identity& device, std::string_view key) noexcept {
   const impl::chain c = impl_->tiers();
   bool removed = false;
-  for (std::size_t i = 0; i < c.size; ++i) {
-    const detail::tier_result r = c.tiers[i]->remove(device, key);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const detail::tier_result r = c[i]->remove(device, key);
     if (i == 0) removed = r.status == detail::tier_status::done;
   }
   return removed;
@@ -432,17 +433,39 @@ void kernel_store::finish_eviction() const {
 }
 
 void kernel_store::set_remote(const std::string& url, const std::string& secret_file) {
-  impl_->set_remote(url.empty() ? nullptr : detail::make_tier(url, secret_file));
+  impl_->set_remote(detail::make_tiers(url, secret_file));
+}
+
+std::vector<remote_stats> kernel_store::tier_statistics() const {
+  std::vector<remote_stats> out;
+  if (const auto remotes = impl_->remote()) {
+    for (const auto& r : *remotes) out.push_back(r->statistics());
+  }
+  return out;
 }
 
 remote_stats kernel_store::remote_statistics() const {
-  const std::shared_ptr<detail::storage_tier> remote = impl_->remote();
-  return remote ? remote->statistics() : remote_stats{};
+  remote_stats sum;
+  for (const remote_stats& t : tier_statistics()) {
+    sum.enabled = true;
+    for (auto [to, from] : {std::pair{&sum.tier, &t.tier}, std::pair{&sum.url, &t.url}}) {
+      *to += (to->empty() ? "" : " ") + *from;
+    }
+    for (auto [to, from] : {std::pair{&sum.hits, t.hits}, {&sum.misses, t.misses}, {&sum.rejected, t.rejected},
+                            {&sum.errors, t.errors}, {&sum.timeouts, t.timeouts}, {&sum.skipped, t.skipped},
+                            {&sum.puts, t.puts}, {&sum.dropped, t.dropped}, {&sum.bytes_read, t.bytes_read},
+                            {&sum.bytes_written, t.bytes_written}, {&sum.leases, t.leases},
+                            {&sum.lease_waits, t.lease_waits}, {&sum.lease_hits, t.lease_hits},
+                            {&sum.lease_wait_ms, t.lease_wait_ms}}) {
+      *to += from;
+    }
+  }
+  return sum;
 }
 
 void kernel_store::flush_remote() {
-  if (const std::shared_ptr<detail::storage_tier> remote = impl_->remote()) {
-    remote->flush(std::chrono::milliseconds::max());
+  if (const auto remotes = impl_->remote()) {
+    for (const auto& r : *remotes) r->flush(std::chrono::milliseconds::max());
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "store/storage_tier.hpp"
+#include "store/tier_registry.hpp"
 #include "store/store_directory.hpp"
 #include "store/store_testing.hpp"
 #include "unicache/store.hpp"
@@ -76,19 +77,16 @@ struct kernel_store::impl {
   };
   local_tier local{*this};
 
-  // The chain for one operation: the local tier, then the remote one.
+  // The chain for one operation: the local tier, then the remote ones.
   struct chain {
-    std::shared_ptr<detail::storage_tier> remote;  // keeps the remote tier alive meanwhile
-    std::array<detail::storage_tier*, 2> tiers{};
-    std::size_t size = 0;
+    std::shared_ptr<const detail::tier_list> remotes;  // keeps the remote tiers alive meanwhile
+    detail::storage_tier* local = nullptr;
+    std::size_t size() const { return 1 + (remotes ? remotes->size() : 0); }
+    detail::storage_tier* operator[](std::size_t i) const { return i == 0 ? local : (*remotes)[i - 1].get(); }
+    // The tier that grants build leases: the nearest remote one.
+    detail::storage_tier* leases() const { return remotes && !remotes->empty() ? remotes->front().get() : nullptr; }
   };
-  chain tiers() {
-    chain c;
-    c.remote = remote();
-    c.tiers[c.size++] = &local;
-    if (c.remote) c.tiers[c.size++] = c.remote.get();
-    return c;
-  }
+  chain tiers() { return {remote(), &local}; }
 
   // Build leases this process holds (get_or_lease), by device hash and
   // key: put and release_lease end them through the tier that granted them.
@@ -109,19 +107,19 @@ struct kernel_store::impl {
     return out;
   }
 
-  // The remote tier behind the local store (whatever its kind:
-  // tier_registry.hpp), or null.
-  std::shared_ptr<detail::storage_tier> remote() const {
+  // The remote tiers behind the local store (whatever their kinds:
+  // tier_registry.hpp), nearest first, or null.
+  std::shared_ptr<const detail::tier_list> remote() const {
     detail::mutex_lock l(&state_mu);
     return remote_;
   }
-  // The old tier is destroyed after the lock is released (it drains its
-  // queue, bounded), or by the last operation still using it.
-  void set_remote(std::shared_ptr<detail::storage_tier> r) {
-    {
-      detail::mutex_lock l(&state_mu);
-      std::swap(remote_, r);
-    }
+  // The old tiers are destroyed after the lock is released (each drains
+  // its queue, bounded), or by the last operation still using them.
+  void set_remote(detail::tier_list tiers) {
+    std::shared_ptr<const detail::tier_list> r =
+        tiers.empty() ? nullptr : std::make_shared<const detail::tier_list>(std::move(tiers));
+    detail::mutex_lock l(&state_mu);
+    std::swap(remote_, r);
   }
 
  private:
@@ -133,7 +131,7 @@ struct kernel_store::impl {
   std::map<std::string, held_lease> leases_ ABSL_GUARDED_BY(leases_mu);
   mutable detail::mutex state_mu;
   std::shared_ptr<const detail::store_state> state_ ABSL_GUARDED_BY(state_mu);
-  std::shared_ptr<detail::storage_tier> remote_ ABSL_GUARDED_BY(state_mu);
+  std::shared_ptr<const detail::tier_list> remote_ ABSL_GUARDED_BY(state_mu);
 };
 
 }  // namespace unicache

@@ -1,6 +1,7 @@
 // store/tier_registry.hpp.
 #include "store/tier_registry.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -76,13 +77,28 @@ std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string&
   return factory(url, secret_file);
 }
 
-std::shared_ptr<storage_tier> tier_from_environment() noexcept {
+tier_list make_tiers(std::string_view urls, const std::string& secret_file) {
+  tier_list out;
+  constexpr std::string_view kSpace = " \t\n";
+  for (std::size_t at = urls.find_first_not_of(kSpace); at != std::string_view::npos;
+       at = urls.find_first_not_of(kSpace, at)) {
+    const std::size_t end = std::min(urls.find_first_of(kSpace, at), urls.size());
+    if (out.size() == kMaxRemoteTiers) {
+      throw invalid_argument("more than " + std::to_string(kMaxRemoteTiers) + " remote tier URLs");
+    }
+    out.push_back(make_tier(urls.substr(at, end - at), secret_file));
+    at = end;
+  }
+  return out;
+}
+
+tier_list tiers_from_environment() noexcept {
   try {
-    const std::optional<std::string> url = environment_variable("UNICACHE_REMOTE_CACHE");
-    if (!url || url->empty()) return nullptr;
+    const std::optional<std::string> urls = environment_variable("UNICACHE_REMOTE_CACHE");
+    if (!urls || urls->empty()) return {};
     const std::string secret_file = environment_variable("UNICACHE_REMOTE_CACHE_SECRET_FILE").value_or("");
     try {
-      return make_tier(*url, secret_file);
+      return make_tiers(*urls, secret_file);
     } catch (const invalid_argument& e) {
       // The value is not echoed: it may hold a password.
       warn(std::string("ignoring UNICACHE_REMOTE_CACHE (not shown: it may hold a password): ") + e.what() +
@@ -90,7 +106,7 @@ std::shared_ptr<storage_tier> tier_from_environment() noexcept {
     }
   } catch (...) {
   }
-  return nullptr;
+  return {};
 }
 
 }  // namespace unicache::detail

@@ -36,10 +36,19 @@ std::vector<std::string> tier_schemes();
 // registered scheme (naming the known ones) and what the factory throws.
 std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string& secret_file);
 
-// The tier UNICACHE_REMOTE_CACHE names (UNICACHE_REMOTE_CACHE_SECRET_FILE:
-// its secret), or null: not set, or unusable (one warning, not quoting the
-// value, and the process runs with the local store only).
-std::shared_ptr<storage_tier> tier_from_environment() noexcept;
+// The tiers behind the local store, nearest first.
+using tier_list = std::vector<std::shared_ptr<storage_tier>>;
+
+// The tiers of `urls`: one URL, or several separated by spaces (as ccache's
+// remote_storage), asked in that order; at most kMaxRemoteTiers. All or
+// nothing: throws as make_tier does for any of them.
+inline constexpr std::size_t kMaxRemoteTiers = 4;
+tier_list make_tiers(std::string_view urls, const std::string& secret_file);
+
+// The tiers UNICACHE_REMOTE_CACHE names (UNICACHE_REMOTE_CACHE_SECRET_FILE:
+// their secret), or none: not set, or unusable (one warning, not quoting
+// the value, and the process runs with the local store only).
+tier_list tiers_from_environment() noexcept;
 
 // Registers the library's own schemes (defined beside their tiers).
 void register_builtin_tiers();

@@ -116,6 +116,35 @@ TEST(TierRegistry, ATierRegisteredHereJoinsTheStoresChain) {
   EXPECT_EQ(other.remote_statistics().enabled, false) << "no remote tier now";
 }
 
+TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
+  detail::register_tier_scheme("memory", &make_memory_tier);
+  const testing::temp_dir dir("unicache-tier-registry");
+  {
+    kernel_store filler(store_config{false, ""});  // the local tier off: puts go to the remote ones only
+    filler.set_remote("memory://far");
+    filler.put(kDevice, "kernel far", byte_vector{7, 7});
+  }
+  const std::shared_ptr<memory_tier> far = last_made();
+  kernel_store store(store_config{true, dir.path()});
+  store.set_remote("memory://near   memory://far");
+  make_memory_tier("memory://near", "");  // the same server the store's chain has
+  const std::shared_ptr<memory_tier> near = last_made();
+  ASSERT_EQ(store.tier_statistics().size(), 2u);
+  EXPECT_EQ(store.tier_statistics()[0].url, "memory://near");
+  EXPECT_EQ(store.tier_statistics()[1].url, "memory://far");
+  EXPECT_EQ(store.remote_statistics().url, "memory://near memory://far");
+
+  EXPECT_EQ(store.get(kDevice, "kernel far"), (byte_vector{7, 7})) << "the far tier answers";
+  EXPECT_EQ(near->size(), 1u) << "its hit is written to the nearer tier";
+  EXPECT_TRUE(store.put(kDevice, "kernel new", byte_vector{1}));
+  EXPECT_EQ(near->size(), 2u);
+  EXPECT_EQ(far->size(), 2u) << "a put reaches every tier";
+
+  EXPECT_THROW(store.set_remote("memory://1 memory://2 memory://3 memory://4 memory://5"), invalid_argument);
+  EXPECT_THROW(store.set_remote("memory://1 ftp://2"), invalid_argument) << "all or nothing";
+  EXPECT_EQ(store.tier_statistics().size(), 2u) << "a refused list changes nothing";
+}
+
 TEST(TierRegistry, UnknownSchemesAreRefusedNamingTheKnownOnes) {
   kernel_store store(store_config{false, ""});
   try {
