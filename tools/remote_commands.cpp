@@ -12,7 +12,7 @@ namespace unicache_store {
 
 int stats_remote(unicache::remote_maintenance& remote, const options&) {
   const unicache::remote_summary s = remote.stats();
-  std::printf("remote:           %s\n", s.url.c_str());
+  std::printf("tier:             %s\n", s.url.c_str());
   std::printf("entries:          %llu\n", static_cast<unsigned long long>(s.entries));
   std::printf("bytes:            %llu\n", static_cast<unsigned long long>(s.bytes));
   std::printf("server:           redis %s, used memory %llu, maxmemory %llu (%s)\n", s.server_version.c_str(),

@@ -10,10 +10,12 @@
 // own help, the options it takes, and the functions that run it on the
 // local store and on the remote tier. main parses the options, then
 // dispatches through the table; the usage is printed from it.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,11 +116,12 @@ const char* const kUsageTail =
     "else $HOME/.cache/unicache); --dir overrides it. The tool works on the\n"
     "directory even when UNICACHE_PERSISTENT_CACHE=0 turns the library's use off.\n"
     "\n"
-    "--remote URL works on the remote tier instead (a redis:// URL as\n"
+    "--remote URL works on a remote tier instead (a redis:// URL as\n"
     "UNICACHE_REMOTE_CACHE; --remote=env reads that variable, which keeps a\n"
-    "password out of the process list): stats, list, verify and clear, for\n"
-    "the values under the URL's prefix; --secret-file checks signatures as\n"
-    "UNICACHE_REMOTE_CACHE_SECRET_FILE does. Passwords are never printed.\n"
+    "password out of the process list, and works on each tier it names, in\n"
+    "order): stats, list, verify and clear, for the values under the URL's\n"
+    "prefix; --secret-file checks signatures as UNICACHE_REMOTE_CACHE_SECRET_FILE\n"
+    "does. Passwords are never printed.\n"
     "\n"
     "exit codes: 0 success; 1 the store is unusable, an operation failed, or\n"
     "verify found bad entries (without --fix); 2 usage error.\n";
@@ -228,8 +231,15 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
   return std::nullopt;
 }
 
+// The command on each remote tier `o.remote` names (one URL, or the
+// several of UNICACHE_REMOTE_CACHE, in order, each under a heading).
 int run_remote(const command& c, options& o) {
   if (o.dir) return usage_error("--dir and --remote name different stores: give one");
+  if (!c.remote) {
+    std::fprintf(stderr, "unicache-store: %s is not a remote command (the server's maxmemory bounds its size)\n",
+                 c.name);
+    return kUsage;
+  }
   if (*o.remote == "env") {
     const char* value = std::getenv("UNICACHE_REMOTE_CACHE");
     if (!value || !*value) {
@@ -242,21 +252,26 @@ int run_remote(const command& c, options& o) {
       if (file) o.secret_file = file;
     }
   }
-  try {
-    unicache::remote_maintenance remote(*o.remote, o.secret_file);
-    if (!c.remote) {
-      std::fprintf(stderr, "unicache-store: %s is not a remote command (the server's maxmemory bounds its size)\n",
-                   c.name);
+  std::vector<std::string> urls;
+  std::istringstream words(*o.remote);
+  for (std::string url; words >> url;) urls.push_back(url);
+  if (urls.empty()) return usage_error("--remote needs a URL");
+  int status = kOk;
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    if (urls.size() > 1) std::printf("%stier %zu of %zu\n", i == 0 ? "" : "\n", i + 1, urls.size());
+    std::fflush(stdout);
+    try {
+      unicache::remote_maintenance remote(urls[i], o.secret_file);
+      status = std::max(status, c.remote(remote, o));
+    } catch (const unicache::invalid_argument& e) {
+      std::fprintf(stderr, "unicache-store: %s\n", e.what());
       return kUsage;
+    } catch (const unicache::error& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      status = std::max(status, kFailure);
     }
-    return c.remote(remote, o);
-  } catch (const unicache::invalid_argument& e) {
-    std::fprintf(stderr, "unicache-store: %s\n", e.what());
-    return kUsage;
-  } catch (const unicache::error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return kFailure;
   }
+  return status;
 }
 
 int run_local(const command& c, const options& o) {

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -25,14 +26,27 @@ extern char** environ;
 
 namespace unicache::testing {
 
-// The redis-server binary, or "" (tests that need one skip, saying so).
-inline std::string redis_server_binary() {
-  for (const char* dir : {"/usr/bin", "/usr/sbin", "/usr/local/bin"}) {
-    const std::string path = std::string(dir) + "/redis-server";
-    if (::access(path.c_str(), X_OK) == 0) return path;
+// The path of `program` (redis-server, redis-cli) in the usual places,
+// then in $PATH (a GPU host keeps Debian's copy in a private root on its
+// PATH), or "" (tests that need one skip, saying so).
+inline std::string redis_program(const std::string& program) {
+  std::vector<std::string> dirs{"/usr/bin", "/usr/sbin", "/usr/local/bin"};
+  if (const char* path = std::getenv("PATH")) {
+    const std::string all(path);
+    for (std::size_t at = 0; at <= all.size();) {
+      const std::size_t end = std::min(all.find(':', at), all.size());
+      if (end > at) dirs.push_back(all.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  for (const std::string& dir : dirs) {
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
 }
+
+inline std::string redis_server_binary() { return redis_program("redis-server"); }
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 inline int free_port() {

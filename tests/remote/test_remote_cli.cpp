@@ -87,6 +87,30 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
   EXPECT_EQ(c.get("unicache:1:x", 64).status, detail::redis_status::hit) << "another name under the prefix stays";
 }
 
+TEST_F(RemoteTool, EnvWithSeveralTiersWorksOnEachInTurn) {
+  const std::string near = server_.url("prefix=near"), far = server_.url("prefix=far");
+  {
+    testing::temp_dir dir;
+    kernel_store store(testing::store_in(dir.path()));
+    store.set_remote(near + " " + far);
+    ASSERT_EQ(store.tier_statistics().size(), 2u);
+    store.put(testing::gpu_a(), "opencl-c k", testing::binary_for("k", 1000));
+    store.flush_remote();
+    EXPECT_EQ(store.tier_statistics()[0].puts, 1u);
+    EXPECT_EQ(store.tier_statistics()[1].puts, 1u) << "a put reaches every tier";
+    EXPECT_EQ(store.remote_statistics().puts, 2u);
+    EXPECT_EQ(store.remote_statistics().tier, "redis redis");
+  }
+  const run_result r = testing::run_command("UNICACHE_REMOTE_CACHE='" + near + " " + far + "' " +
+                                           std::string(UNICACHE_STORE_TOOL) + " --remote=env stats 2>&1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("tier 1 of 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tier 2 of 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prefix=near"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prefix=far"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("tool-password-123"), std::string::npos) << r.out;
+}
+
 TEST_F(RemoteTool, WithoutTheSecretSignedValuesAreListedAndNeverRemoved) {
   testing::temp_dir dir;
   const std::string secret = dir.path() + "/secret";
