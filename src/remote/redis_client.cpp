@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -59,7 +60,44 @@ struct reply_deleter {
 };
 using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 
+// `r` as a tree, at most `depth` arrays deep: false for one deeper.
+bool to_element(const redisReply& r, int depth, redis_element& out) {
+  switch (r.type) {
+    case REDIS_REPLY_INTEGER:
+      out.type = redis_element::kind::integer;
+      out.integer = r.integer;
+      return true;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      out.type = redis_element::kind::text;
+      out.text.assign(r.str, r.len);
+      return true;
+    case REDIS_REPLY_ARRAY:
+      if (depth == 0) return false;
+      out.type = redis_element::kind::array;
+      out.elements.resize(r.elements);
+      for (std::size_t i = 0; i < r.elements; ++i) {
+        if (!to_element(*r.element[i], depth - 1, out.elements[i])) return false;
+      }
+      return true;
+    default:  // nil, and RESP3's types (never asked for)
+      out.type = redis_element::kind::nil;
+      return true;
+  }
+}
+
+constexpr std::size_t kMaxServerErrorBytes = 512;
+
 }  // namespace
+
+bool valid_redis_host(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  for (const char c : host) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':')) return false;
+  }
+  return true;
+}
 
 const char* to_string(redis_status s) {
   switch (s) {
@@ -202,8 +240,9 @@ redis_result redis_connection::connect() {
 }
 
 redis_result redis_connection::run(const std::vector<std::string_view>& args, std::size_t max_bytes,
-                                    std::vector<std::string>* array) {
+                                    std::vector<std::string>* array, redis_element* tree) {
   sigpipe_guard no_sigpipe;
+  server_error_.clear();
   // A connection made earlier may have been closed by a server that has
   // restarted since: an error on it (not a timeout) is tried once more on
   // a new connection, within the same deadline.
@@ -223,6 +262,9 @@ redis_result redis_connection::run(const std::vector<std::string_view>& args, st
     }
     if (!reused || attempt == 1 || r.status == redis_status::timeout) return r;
   }
+  if (tree && reply->type != REDIS_REPLY_ERROR && !to_element(*reply, 8, *tree)) {
+    return failure(redis_status::error, "reading from", "a reply nested deeper than 8 arrays");
+  }
   redis_result r;
   switch (reply->type) {
     case REDIS_REPLY_NIL:
@@ -230,6 +272,7 @@ redis_result redis_connection::run(const std::vector<std::string_view>& args, st
       break;
     case REDIS_REPLY_ERROR:
       r.status = redis_status::refused;
+      server_error_.assign(reply->str, std::min(reply->len, kMaxServerErrorBytes));
       r.message = "the server " + config_.to_string() + " answered " + std::string(args.front()) + ": " +
                   quoted(std::string_view(reply->str, reply->len), 200);
       break;
@@ -311,6 +354,12 @@ redis_result redis_connection::command(std::initializer_list<std::string_view> a
 
 redis_result redis_connection::command(const std::vector<std::string_view>& args) {
   return run(args, std::size_t{1} << 20);
+}
+
+redis_result redis_connection::command(const std::vector<std::string_view>& args, std::size_t max_bytes,
+                                        redis_element& reply) {
+  reply = redis_element{};
+  return run(args, max_bytes, nullptr, &reply);
 }
 
 }  // namespace unicache::detail
