@@ -9,10 +9,15 @@
 // Configuration is a URL (UNICACHE_REMOTE_CACHE, kernel_store::set_remote):
 //
 //   redis://[[user:]password@]host[:port][/db][?option=value&...]
+//   redis://[[user:]password@]host[:port],host[:port],...[/0][?option=value&...]
 //
 //   host       a name, an IPv4 address, or an IPv6 address in brackets
 //   port       1..65535 (default 6379)
-//   db         the database number, 0..1000000 (default 0; SELECT)
+//              Several host[:port], comma-separated (at most 64), are the
+//              seed nodes of a Redis Cluster: any one that answers tells
+//              where the others are.
+//   db         the database number, 0..1000000 (default 0; SELECT); a
+//              cluster has only database 0
 //   user       an ACL user (Redis 6+); with only a password, the default user
 //   password   AUTH's password; percent-encode ':', '@', '/', '?', '#', '%'
 //   options    prefix=TEXT            key prefix, 1..64 of [A-Za-z0-9._-] (default "unicache")
@@ -22,6 +27,8 @@
 //              ttl_s=N                expiry of written values, 0 (none, the default)..31536000
 //              breaker_s=N            the first back-off after a failure, 1..3600 (default 60);
 //                                     it doubles while failures go on, up to an hour
+//              cluster=0|1            a Redis Cluster (default 0; 1 with several hosts): keys
+//                                     go to the node that serves their slot
 //              lease=0|1              build leases (default 1): after a miss, one process of the
 //                                     fleet builds a kernel and the others wait for its value
 //              lease_ms=N             how long a lease lasts unless its holder ends it,
@@ -48,8 +55,15 @@ class remote_error : public error {
   using error::error;
 };
 
+// A Redis server's address.
+struct redis_node {
+  std::string host;
+  std::uint16_t port = 6379;
+};
+
 // A redis:// URL, parsed.
 struct redis_config {
+  // The server; in a cluster, the first seed node.
   std::string host;
   std::uint16_t port = 6379;
   std::uint32_t db = 0;
@@ -61,6 +75,12 @@ struct redis_config {
   std::uint32_t timeout_ms = 1000;
   std::uint32_t ttl_s = 0;  // 0: values do not expire
   std::uint32_t breaker_s = 60;
+  // A Redis Cluster, and the nodes the URL names, in order (host and port
+  // are the first). Empty when the URL is not a cluster's; a configuration
+  // made by hand may leave it empty in a cluster too: then host and port
+  // are the one seed.
+  bool cluster = false;
+  std::vector<redis_node> seeds;
   // Build leases (kernel_store::get_or_lease): on, and how long one lasts
   // unless its holder releases it.
   bool lease = true;

@@ -1,8 +1,11 @@
 // parse_redis_url and redis_config::to_string (unicache/remote.hpp).
 #include <cctype>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "remote/redis_client.hpp"
 #include "unicache/remote.hpp"
 #include "util/parse.hpp"
 
@@ -10,6 +13,7 @@ namespace unicache {
 namespace {
 
 constexpr std::size_t kMaxUrlBytes = 4096;
+constexpr std::size_t kMaxSeeds = 64;
 
 [[noreturn]] void bad(const std::string& what) {
   throw invalid_argument("remote tier URL: " + what);
@@ -58,7 +62,8 @@ std::string encode(std::string_view text) {
 
 std::uint64_t number(std::string_view text, std::uint64_t low, std::uint64_t high, const std::string& what) {
   const auto v = detail::parse_decimal(text, high);
-  if (!v || *v < low) {
+  // (parse_decimal lets a single digit over a `high` under 9 through.)
+  if (!v || *v < low || *v > high) {
     bad(what + " must be a number from " + std::to_string(low) + " to " + std::to_string(high));
   }
   return *v;
@@ -73,12 +78,55 @@ bool valid_prefix(std::string_view p) {
   return true;
 }
 
-bool valid_host(std::string_view h) {
-  if (h.empty() || h.size() > 253) return false;
-  for (const char c : h) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':')) return false;
+// One host[:port] of the URL.
+redis_node parse_node(std::string_view text) {
+  redis_node node;
+  std::string_view port;
+  bool has_port = false;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos) bad("an IPv6 host without its closing ']'");
+    node.host = std::string(text.substr(1, close - 1));
+    text = text.substr(close + 1);
+    if (!text.empty()) {
+      if (text.front() != ':') bad("text after the IPv6 host that is not a port");
+      port = text.substr(1);
+      has_port = true;
+    }
+    if (node.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos || node.host.empty()) {
+      bad("a malformed IPv6 host");
+    }
+  } else {
+    if (const auto colon = text.find(':'); colon != std::string_view::npos) {
+      port = text.substr(colon + 1);
+      text = text.substr(0, colon);
+      has_port = true;
+    }
+    node.host = std::string(text);
+    if (!detail::valid_redis_host(node.host) || node.host.find(':') != std::string::npos) {
+      bad("a missing or malformed host");
+    }
   }
-  return true;
+  if (has_port) node.port = static_cast<std::uint16_t>(number(port, 1, 65535, "the port"));
+  return node;
+}
+
+// The URL's hosts: one, or a cluster's seed nodes (comma-separated).
+void parse_nodes(std::string_view text, redis_config& c) {
+  std::vector<redis_node> nodes;
+  for (;;) {
+    const auto comma = text.find(',');
+    if (nodes.size() == kMaxSeeds) bad("more than " + std::to_string(kMaxSeeds) + " hosts");
+    nodes.push_back(parse_node(text.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    text = text.substr(comma + 1);
+  }
+  c.host = nodes.front().host;
+  c.port = nodes.front().port;
+  if (nodes.size() > 1) {
+    c.cluster = true;
+    c.seeds = std::move(nodes);
+  }
 }
 
 }  // namespace
@@ -114,34 +162,10 @@ redis_config parse_redis_url(std::string_view url) {
     }
     if (c.password.empty()) bad("an empty password");
   }
-  // Host and port.
-  std::string_view port;
-  bool has_port = false;
-  if (!rest.empty() && rest.front() == '[') {
-    const auto close = rest.find(']');
-    if (close == std::string_view::npos) bad("an IPv6 host without its closing ']'");
-    c.host = std::string(rest.substr(1, close - 1));
-    rest = rest.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') bad("text after the IPv6 host that is not a port");
-      port = rest.substr(1);
-      has_port = true;
-    }
-    if (c.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos || c.host.empty()) {
-      bad("a malformed IPv6 host");
-    }
-  } else {
-    if (const auto colon = rest.find(':'); colon != std::string_view::npos) {
-      port = rest.substr(colon + 1);
-      rest = rest.substr(0, colon);
-      has_port = true;
-    }
-    c.host = std::string(rest);
-    if (!valid_host(c.host) || c.host.find(':') != std::string::npos) bad("a missing or malformed host");
-  }
-  if (has_port) c.port = static_cast<std::uint16_t>(number(port, 1, 65535, "the port"));
+  parse_nodes(rest, c);
   if (!path.empty()) c.db = static_cast<std::uint32_t>(number(path, 0, 1000000, "the database"));
 
+  std::optional<bool> cluster_option;
   while (!query.empty()) {
     const auto amp = query.find('&');
     const std::string_view item = query.substr(0, amp);
@@ -166,11 +190,19 @@ redis_config parse_redis_url(std::string_view url) {
       c.lease = number(value, 0, 1, "lease") == 1;
     } else if (name == "lease_ms") {
       c.lease_ms = static_cast<std::uint32_t>(number(value, 10, 600000, "lease_ms"));
+    } else if (name == "cluster") {
+      cluster_option = number(value, 0, 1, "cluster") == 1;
     } else {
-      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms, ttl_s, breaker_s, lease and "
-          "lease_ms are known)");
+      bad("an unknown option (prefix, read_only, connect_timeout_ms, timeout_ms, ttl_s, breaker_s, lease, "
+          "lease_ms and cluster are known)");
     }
   }
+  if (cluster_option) {
+    if (!*cluster_option && c.cluster) bad("cluster=0 with several hosts (several hosts are a cluster's seed nodes)");
+    c.cluster = *cluster_option;
+  }
+  if (c.cluster && c.seeds.empty()) c.seeds.push_back({c.host, c.port});
+  if (c.cluster && c.db != 0) bad("the database must be 0 in a cluster (Redis Cluster has only database 0)");
   return c;
 }
 
@@ -180,12 +212,29 @@ std::string redis_config::to_string() const {
     if (!user.empty()) url += encode(user) + ":";
     url += "***@";
   }
-  url += host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  url += ":" + std::to_string(port) + "/" + std::to_string(db);
+  const auto add_node = [&url](const std::string& h, std::uint16_t p) {
+    const bool ipv6 = h.find(':') != std::string::npos;
+    if (ipv6) url += '[';
+    url += h;
+    if (ipv6) url += ']';
+    url += ':';
+    url += std::to_string(p);
+  };
+  if (cluster && !seeds.empty()) {
+    for (std::size_t i = 0; i < seeds.size(); ++i) {
+      if (i) url += ',';
+      add_node(seeds[i].host, seeds[i].port);
+    }
+  } else {
+    add_node(host, port);
+  }
+  url += '/';
+  url += std::to_string(db);
   url += "?prefix=" + prefix + "&read_only=" + (read_only ? "1" : "0") +
          "&connect_timeout_ms=" + std::to_string(connect_timeout_ms) + "&timeout_ms=" + std::to_string(timeout_ms) +
          "&ttl_s=" + std::to_string(ttl_s) + "&breaker_s=" + std::to_string(breaker_s) +
          "&lease=" + (lease ? "1" : "0") + "&lease_ms=" + std::to_string(lease_ms);
+  if (cluster) url += "&cluster=1";
   return url;
 }
 

@@ -74,6 +74,77 @@ TEST(RedisUrl, ToStringParsesBackAndNeverShowsThePassword) {
   EXPECT_EQ(parse_redis_url("redis://[::1]").to_string().rfind("redis://[::1]:6379/0?", 0), 0u);
 }
 
+TEST(RedisUrl, SeveralHostsAreAClustersSeeds) {
+  const redis_config c = parse_redis_url("redis://u:pw@10.0.0.1:7000,node-b,[::1]:7002/0?timeout_ms=50");
+  EXPECT_TRUE(c.cluster);
+  ASSERT_EQ(c.seeds.size(), 3u);
+  EXPECT_EQ(c.seeds[0].host, "10.0.0.1");
+  EXPECT_EQ(c.seeds[0].port, 7000);
+  EXPECT_EQ(c.seeds[1].host, "node-b");
+  EXPECT_EQ(c.seeds[1].port, 6379);
+  EXPECT_EQ(c.seeds[2].host, "::1");
+  EXPECT_EQ(c.seeds[2].port, 7002);
+  EXPECT_EQ(c.host, "10.0.0.1") << "host and port are the first seed's";
+  EXPECT_EQ(c.port, 7000);
+  EXPECT_EQ(c.user, "u");
+  EXPECT_EQ(c.password, "pw");
+  EXPECT_EQ(c.timeout_ms, 50u);
+}
+
+TEST(RedisUrl, OneHostIsAClusterSeedWithClusterOn) {
+  const redis_config one = parse_redis_url("redis://h:7000?cluster=1");
+  EXPECT_TRUE(one.cluster);
+  ASSERT_EQ(one.seeds.size(), 1u);
+  EXPECT_EQ(one.seeds[0].host, "h");
+  EXPECT_EQ(one.seeds[0].port, 7000);
+  const redis_config plain = parse_redis_url("redis://h:7000?cluster=0");
+  EXPECT_FALSE(plain.cluster);
+  EXPECT_TRUE(plain.seeds.empty());
+  EXPECT_FALSE(parse_redis_url("redis://h").cluster);
+}
+
+TEST(RedisUrl, AClusterPrintsEverySeedAndParsesBack) {
+  const redis_config c = parse_redis_url("redis://ci:hunter2@a:1,[::1]:2,c?prefix=x");
+  const std::string shown = c.to_string();
+  EXPECT_EQ(shown.find("hunter2"), std::string::npos) << shown;
+  EXPECT_EQ(shown.rfind("redis://ci:***@a:1,[::1]:2,c:6379/0?", 0), 0u) << shown;
+  EXPECT_NE(shown.find("&cluster=1"), std::string::npos) << shown;
+  const redis_config back = parse_redis_url(shown);
+  EXPECT_TRUE(back.cluster);
+  ASSERT_EQ(back.seeds.size(), 3u);
+  EXPECT_EQ(back.seeds[1].host, "::1");
+  EXPECT_EQ(back.seeds[2].port, 6379);
+  EXPECT_EQ(back.prefix, "x");
+  EXPECT_EQ(parse_redis_url("redis://h?cluster=1").to_string().find("redis://h:6379/0?"), 0u);
+  EXPECT_EQ(parse_redis_url("redis://h").to_string().find("cluster"), std::string::npos);
+}
+
+TEST(RedisUrl, MalformedClusterUrlsSayWhatIsWrong) {
+  std::string many = "redis://";
+  for (int i = 0; i < 65; ++i) many += (i ? ",h" : "h") + std::to_string(i);
+  const std::pair<std::string, const char*> cases[] = {
+      {"redis://a,b/1", "database must be 0 in a cluster"},
+      {"redis://a/3?cluster=1", "database must be 0 in a cluster"},
+      {"redis://a,b?cluster=0", "cluster=0 with several hosts"},
+      {"redis://a?cluster=2", "cluster"},
+      {"redis://a,,b", "host"},
+      {"redis://a,", "host"},
+      {"redis://,a", "host"},
+      {"redis://a,b:0", "the port"},
+      {"redis://a,b:x", "the port"},
+      {"redis://a,[::1", "closing"},
+      {"redis://a,b c", "host"},
+      {many, "more than 64 hosts"},
+  };
+  for (const auto& [url, want] : cases) {
+    const std::string err = error_of(url);
+    EXPECT_NE(err.find(want), std::string::npos) << url << " -> " << err;
+  }
+  std::string sixty_four = "redis://";
+  for (int i = 0; i < 64; ++i) sixty_four += (i ? ",h" : "h") + std::to_string(i);
+  EXPECT_EQ(parse_redis_url(sixty_four).seeds.size(), 64u);
+}
+
 TEST(RedisUrl, MalformedUrlsSayWhatIsWrong) {
   const std::pair<const char*, const char*> cases[] = {
       {"http://h", "must start with redis://"},
