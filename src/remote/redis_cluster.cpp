@@ -1,0 +1,449 @@
+// redis_cluster (remote/redis_cluster.hpp): key slots, the checks of what
+// cluster nodes answer (CLUSTER SLOTS, MOVED, ASK), and the router.
+#include "remote/redis_cluster.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "unicache/error.hpp"
+#include "util/env.hpp"
+#include "util/parse.hpp"
+
+namespace unicache::detail {
+namespace {
+
+constexpr int kMaxRedirections = 5;
+constexpr std::size_t kMaxIdlePerNode = 8;
+constexpr auto kLoadInterval = std::chrono::milliseconds(100);
+constexpr std::size_t kMaxSlotsReplyBytes = std::size_t{4} << 20;
+
+std::string name_of(const redis_node& n) {
+  return (n.host.find(':') != std::string::npos ? "[" + n.host + "]" : n.host) + ":" + std::to_string(n.port);
+}
+
+// An announced host: empty, "?" (or nil) means the answering node's.
+std::optional<std::string> announced_host(std::string_view host, std::string_view answering_host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "?") return std::string(answering_host);
+  if (!valid_redis_host(host)) return std::nullopt;
+  return std::string(host);
+}
+
+// The router's configuration for one of its nodes: not a cluster's.
+redis_config config_of_node(const redis_config& cluster, const redis_node& address) {
+  redis_config c = cluster;
+  c.host = address.host;
+  c.port = address.port;
+  c.cluster = false;
+  c.seeds.clear();
+  return c;
+}
+
+std::vector<redis_node> seeds_of(const redis_config& c) {
+  return c.seeds.empty() ? std::vector<redis_node>{{c.host, c.port}} : c.seeds;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
+
+redis_result failed(redis_status status, std::string message) { return {status, {}, std::move(message)}; }
+
+}  // namespace
+
+std::uint16_t crc16(std::string_view data) {
+  std::uint16_t crc = 0;
+  for (const char c : data) {
+    crc ^= static_cast<std::uint16_t>(static_cast<unsigned char>(c) << 8);
+    for (int bit = 0; bit < 8; ++bit) {
+      crc = static_cast<std::uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    }
+  }
+  return crc;
+}
+
+std::uint16_t key_slot(std::string_view key) {
+  if (const auto open = key.find('{'); open != std::string_view::npos) {
+    const auto close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  return static_cast<std::uint16_t>(crc16(key) % kClusterSlots);
+}
+
+std::optional<redis_redirect> parse_redirect(std::string_view error, std::string_view answering_host) {
+  redis_redirect r;
+  if (starts_with(error, "MOVED ")) {
+    error.remove_prefix(6);
+  } else if (starts_with(error, "ASK ")) {
+    r.ask = true;
+    error.remove_prefix(4);
+  } else {
+    return std::nullopt;
+  }
+  const auto space = error.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  const auto slot = parse_decimal(error.substr(0, space), kClusterSlots - 1);
+  const std::string_view target = error.substr(space + 1);
+  const auto colon = target.rfind(':');
+  if (!slot || colon == std::string_view::npos) return std::nullopt;
+  const auto port = parse_decimal(target.substr(colon + 1), 65535);
+  auto host = announced_host(target.substr(0, colon), answering_host);
+  if (!port || *port == 0 || !host) return std::nullopt;
+  r.slot = static_cast<std::uint16_t>(*slot);
+  r.target = {std::move(*host), static_cast<std::uint16_t>(*port)};
+  return r;
+}
+
+std::optional<cluster_slot_map> parse_cluster_slots(const redis_element& reply, std::string_view answering_host,
+                                                    std::string& why) {
+  using kind = redis_element::kind;
+  const auto fail = [&](std::string what) -> std::optional<cluster_slot_map> {
+    why = std::move(what);
+    return std::nullopt;
+  };
+  if (reply.type != kind::array) return fail("the reply is not an array");
+  if (reply.elements.empty()) return fail("no slot is assigned to any node");
+  if (reply.elements.size() > kClusterSlots) return fail("more ranges than slots");
+  cluster_slot_map map;
+  map.slot_master.fill(cluster_slot_map::kNoMaster);
+  absl::flat_hash_map<std::string, std::uint16_t> index;
+  for (const redis_element& range : reply.elements) {
+    if (range.type != kind::array || range.elements.size() < 3) {
+      return fail("a range that is not [start, end, master, ...]");
+    }
+    const redis_element &start = range.elements[0], &end = range.elements[1], &master = range.elements[2];
+    if (start.type != kind::integer || end.type != kind::integer || start.integer < 0 || start.integer > end.integer ||
+        end.integer >= static_cast<std::int64_t>(kClusterSlots)) {
+      return fail("a slot range out of 0..16383");
+    }
+    if (master.type != kind::array || master.elements.size() < 2) return fail("a master that is not [host, port, ...]");
+    const redis_element &host = master.elements[0], &port = master.elements[1];
+    if ((host.type != kind::text && host.type != kind::nil) || port.type != kind::integer || port.integer < 1 ||
+        port.integer > 65535) {
+      return fail("a master's host or port out of shape or range");
+    }
+    auto address = announced_host(host.type == kind::nil ? "?" : host.text, answering_host);
+    if (!address) return fail("a master's host " + quoted(host.text, 80) + " that is not a host name or address");
+    redis_node node{std::move(*address), static_cast<std::uint16_t>(port.integer)};
+    const auto [it, added] = index.try_emplace(name_of(node), static_cast<std::uint16_t>(map.masters.size()));
+    if (added) {
+      if (map.masters.size() == cluster_slot_map::kMaxMasters) return fail("more than 1024 masters");
+      map.masters.push_back(std::move(node));
+    }
+    for (auto slot = start.integer; slot <= end.integer; ++slot) {
+      std::uint16_t& owner = map.slot_master[static_cast<std::size_t>(slot)];
+      if (owner != cluster_slot_map::kNoMaster) return fail("ranges that overlap");
+      owner = it->second;
+    }
+  }
+  return map;
+}
+
+// One node: its address and its pool of idle connections.
+struct redis_cluster::node {
+  node(const redis_config& cluster, redis_node where)
+      : address(std::move(where)), name(name_of(address)), config(config_of_node(cluster, address)) {}
+
+  std::unique_ptr<redis_connection> take() {
+    {
+      mutex_lock l(&mu);
+      if (!idle.empty()) {
+        std::unique_ptr<redis_connection> c = std::move(idle.back());
+        idle.pop_back();
+        return c;
+      }
+    }
+    return std::make_unique<redis_connection>(config);
+  }
+  void give_back(std::unique_ptr<redis_connection> c) {
+    mutex_lock l(&mu);
+    if (idle.size() < kMaxIdlePerNode) idle.push_back(std::move(c));
+  }
+
+  const redis_node address;
+  const std::string name;  // host:port
+  const redis_config config;
+  mutex mu;
+  std::vector<std::unique_ptr<redis_connection>> idle ABSL_GUARDED_BY(mu);
+};
+
+redis_cluster::redis_cluster(redis_config config) : config_(std::move(config)), seeds_(seeds_of(config_)) {
+  if (config_.db != 0) throw invalid_argument("a Redis Cluster has only database 0, not " + std::to_string(config_.db));
+  {
+    mutex_lock l(&mu_);
+    slot_master_.fill(cluster_slot_map::kNoMaster);
+  }
+  loader_ = std::thread([this] { load_loop(); });
+}
+
+redis_cluster::~redis_cluster() {
+  {
+    mutex_lock l(&mu_);
+    stopping_ = true;
+  }
+  stop_loading_ = true;
+  load_wanted_cv_.notify_all();
+  loader_.join();
+}
+
+redis_cluster_stats redis_cluster::statistics() const {
+  return {moved_.load(), asked_.load(), map_loads_.load(), failed_loads_.load()};
+}
+
+void redis_cluster::refresh_slots() {
+  {
+    mutex_lock l(&mu_);
+    load_wanted_ = true;
+  }
+  load_wanted_cv_.notify_one();
+}
+
+// The map loader --------------------------------------------------------
+
+void redis_cluster::load_loop() {
+  for (;;) {
+    std::vector<redis_node> candidates;
+    std::uint64_t number = 0;
+    {
+      mutex_lock l(&mu_);
+      mu_.wait(load_wanted_cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return load_wanted_ || stopping_; });
+      // At most one load per kLoadInterval, however many ask.
+      const clock::time_point next = last_load_ + kLoadInterval;
+      if (!stopping_ && clock::now() < next) {
+        mu_.wait_for(load_wanted_cv_, next - clock::now(), [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; });
+      }
+      if (stopping_) return;
+      load_wanted_ = false;
+      loading_ = true;
+      number = loads_ended_ + 1;
+      // The masters known, then the seeds; a node that just failed last.
+      const std::string suspect = std::exchange(suspect_, std::string());
+      std::vector<redis_node> last;
+      const auto add = [&](const redis_node& n) {
+        for (const auto* list : {&candidates, &last}) {
+          for (const redis_node& c : *list) {
+            if (c.host == n.host && c.port == n.port) return;
+          }
+        }
+        (name_of(n) == suspect ? last : candidates).push_back(n);
+      };
+      for (const auto& n : nodes_) add(n->address);
+      for (const redis_node& n : seeds_) add(n);
+      candidates.insert(candidates.end(), last.begin(), last.end());
+    }
+    std::optional<cluster_slot_map> map;
+    std::string why = "no node to ask";
+    for (const redis_node& n : candidates) {
+      if (stop_loading_) break;
+      map = load_from(n, why);
+      if (map) break;
+    }
+    mutex_lock l(&mu_);
+    if (map) {
+      install(std::move(*map));
+      ++map_loads_;
+    } else {
+      last_load_error_ = why;
+      ++failed_loads_;
+    }
+    last_load_ = clock::now();
+    loading_ = false;
+    loads_ended_ = number;
+    load_done_cv_.notify_all();
+  }
+}
+
+std::optional<cluster_slot_map> redis_cluster::load_from(const redis_node& address, std::string& why) {
+  redis_connection c(config_of_node(config_, address));
+  redis_element reply;
+  const redis_result r = c.command({"CLUSTER", "SLOTS"}, kMaxSlotsReplyBytes, reply);
+  if (r.status != redis_status::ok) {
+    why = r.message;
+    return std::nullopt;
+  }
+  std::string problem;
+  auto map = parse_cluster_slots(reply, address.host, problem);
+  if (!map) why = "the slot map of " + name_of(address) + " (CLUSTER SLOTS): " + problem;
+  return map;
+}
+
+void redis_cluster::install(cluster_slot_map map) {
+  // Nodes still in the map keep their pools.
+  absl::flat_hash_map<std::string, std::shared_ptr<node>> known;
+  for (auto& n : nodes_) known.emplace(n->name, std::move(n));
+  nodes_.clear();
+  for (redis_node& address : map.masters) {
+    const auto it = known.find(name_of(address));
+    nodes_.push_back(it != known.end() ? std::move(it->second) : std::make_shared<node>(config_, std::move(address)));
+  }
+  slot_master_ = map.slot_master;
+  map_loaded_ = true;
+}
+
+bool redis_cluster::wait_for_load(clock::time_point deadline, const node* suspect) {
+  mutex_lock l(&mu_);
+  // A load that started before this call may have asked the failed node:
+  // wait for the next one.
+  const std::uint64_t wanted = loads_ended_ + (loading_ ? 2 : 1);
+  load_wanted_ = true;
+  if (suspect) suspect_ = suspect->name;
+  load_wanted_cv_.notify_one();
+  const auto left = deadline - clock::now();
+  if (left <= clock::duration::zero()) return false;
+  return mu_.wait_for(load_done_cv_, left, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return loads_ended_ >= wanted; });
+}
+
+// Routing ---------------------------------------------------------------
+
+std::shared_ptr<redis_cluster::node> redis_cluster::node_at_locked(const redis_node& address, std::uint16_t* index) {
+  const std::string name = name_of(address);
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->name == name) {
+      if (index) *index = static_cast<std::uint16_t>(i);
+      return nodes_[i];
+    }
+  }
+  auto n = std::make_shared<node>(config_, address);
+  // A redirection names a node the map does not have yet: it joins the
+  // map's nodes (within bounds; past them it serves this call only).
+  if (nodes_.size() < 2 * cluster_slot_map::kMaxMasters) {
+    if (index) *index = static_cast<std::uint16_t>(nodes_.size());
+    nodes_.push_back(n);
+  }
+  return n;
+}
+
+std::shared_ptr<redis_cluster::node> redis_cluster::follow(const redis_redirect& redirect) {
+  bool load = false;
+  std::shared_ptr<node> target;
+  {
+    mutex_lock l(&mu_);
+    std::uint16_t index = cluster_slot_map::kNoMaster;
+    target = node_at_locked(redirect.target, redirect.ask ? nullptr : &index);
+    if (!redirect.ask) {
+      // MOVED: the slot is the target's now, and others may have moved too.
+      if (index != cluster_slot_map::kNoMaster) slot_master_[redirect.slot] = index;
+      load = !load_wanted_;
+      load_wanted_ = true;
+    }
+  }
+  if (load) load_wanted_cv_.notify_one();
+  (redirect.ask ? asked_ : moved_)++;
+  return target;
+}
+
+redis_cluster::slot_route redis_cluster::route(std::uint16_t slot, clock::time_point deadline) {
+  for (int attempt = 0;; ++attempt) {
+    {
+      mutex_lock l(&mu_);
+      const std::uint16_t index = slot_master_[slot];
+      if (index != cluster_slot_map::kNoMaster) return {nodes_[index], {}};
+      if (attempt == 1) {
+        const std::string cluster = "the Redis Cluster " + config_.to_string();
+        std::string why = map_loaded_ ? "no master of " + cluster + " serves slot " + std::to_string(slot)
+                                      : "no slot map of " + cluster + ": " + last_load_error_;
+        return {nullptr, failed(redis_status::error, std::move(why))};
+      }
+    }
+    if (!wait_for_load(deadline, nullptr)) {
+      return {nullptr, failed(redis_status::timeout,
+                              "loading the slot map of the Redis Cluster " + config_.to_string() + ": timed out")};
+    }
+  }
+}
+
+std::vector<redis_config> redis_cluster::masters() {
+  bool loaded = false;
+  {
+    mutex_lock l(&mu_);
+    loaded = map_loaded_;
+  }
+  if (!loaded) {
+    wait_for_load(clock::now() + std::chrono::milliseconds(config_.connect_timeout_ms + config_.timeout_ms), nullptr);
+  }
+  mutex_lock l(&mu_);
+  std::vector<bool> serves(nodes_.size());
+  for (const std::uint16_t index : slot_master_) {
+    if (index != cluster_slot_map::kNoMaster) serves[index] = true;
+  }
+  std::vector<redis_config> out;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (serves[i]) out.push_back(nodes_[i]->config);
+  }
+  return out;
+}
+
+template <typename Op>
+redis_result redis_cluster::on_node(node& n, bool asking, clock::time_point deadline, Op& op,
+                                    std::string& server_error) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+  if (left <= 0) return failed(redis_status::timeout, "the Redis Cluster node " + n.name + ": timed out");
+  std::unique_ptr<redis_connection> c = n.take();
+  c->set_timeout_ms(static_cast<std::uint32_t>(left));
+  redis_result r;
+  if (asking) r = c->command({"ASKING"});
+  if (!asking || r.status == redis_status::ok) r = op(*c);
+  server_error = c->server_error();
+  // One that failed is dropped, not pooled.
+  if (r.status != redis_status::error && r.status != redis_status::timeout) n.give_back(std::move(c));
+  return r;
+}
+
+template <typename Op>
+redis_result redis_cluster::routed(std::string_view key, Op op) {
+  const clock::time_point deadline = clock::now() + std::chrono::milliseconds(config_.timeout_ms);
+  const std::uint16_t slot = key_slot(key);
+  slot_route to = route(slot, deadline);
+  if (!to.target) return to.failure;
+  bool asking = false, retried = false;
+  for (int redirections = 0;;) {
+    std::string answer;
+    redis_result r = on_node(*to.target, asking, deadline, op, answer);
+    asking = false;
+    if (r.status == redis_status::refused && (starts_with(answer, "MOVED ") || starts_with(answer, "ASK "))) {
+      const auto redirect = parse_redirect(answer, to.target->address.host);
+      if (!redirect) return failed(redis_status::error, "a malformed redirection: " + r.message);
+      if (++redirections > kMaxRedirections) {
+        return failed(redis_status::error, "more than 5 redirections for slot " + std::to_string(slot) +
+                                               "; the last: " + r.message);
+      }
+      to.target = follow(*redirect);
+      asking = redirect->ask;
+      continue;
+    }
+    // CLUSTERDOWN, TRYAGAIN and the rest: refused, as the server said.
+    if (r.status != redis_status::error && r.status != redis_status::timeout) return r;
+    // The node failed: once, with a map from another node.
+    if (retried || clock::now() >= deadline || !wait_for_load(deadline, to.target.get())) return r;
+    retried = true;
+    slot_route again = route(slot, deadline);
+    if (!again.target) return r;
+    to = std::move(again);
+  }
+}
+
+redis_result redis_cluster::get(std::string_view key, std::size_t max_bytes) {
+  return routed(key, [&](redis_connection& c) { return c.get(key, max_bytes); });
+}
+
+redis_result redis_cluster::set(std::string_view key, std::span<const unsigned char> value) {
+  return routed(key, [&](redis_connection& c) { return c.set(key, value); });
+}
+
+redis_result redis_cluster::del(std::string_view key) {
+  return routed(key, [&](redis_connection& c) { return c.del(key); });
+}
+
+redis_result redis_cluster::hgetall(std::string_view key, std::vector<std::string>& pairs) {
+  // A try that was redirected or failed leaves nothing in `pairs`.
+  const std::size_t before = pairs.size();
+  return routed(key, [&](redis_connection& c) {
+    pairs.resize(before);
+    return c.hgetall(key, pairs);
+  });
+}
+
+redis_result redis_cluster::command(std::string_view routing_key, const std::vector<std::string_view>& args) {
+  return routed(routing_key, [&](redis_connection& c) { return c.command(args); });
+}
+
+}  // namespace unicache::detail
