@@ -345,8 +345,10 @@ redis_cluster::slot_route redis_cluster::route(std::uint16_t slot, clock::time_p
       }
     }
     if (!wait_for_load(deadline, nullptr)) {
-      return {nullptr, failed(redis_status::timeout,
-                              "loading the slot map of the Redis Cluster " + config_.to_string() + ": timed out")};
+      mutex_lock l(&mu_);
+      std::string why = "loading the slot map of the Redis Cluster " + config_.to_string() + ": timed out";
+      if (!last_load_error_.empty()) why += " (the last load: " + last_load_error_ + ")";
+      return {nullptr, failed(redis_status::timeout, std::move(why))};
     }
   }
 }

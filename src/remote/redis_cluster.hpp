@@ -82,8 +82,11 @@ struct redis_cluster_stats {
 // Thread-safe: any number of threads may call it at once; each call takes a
 // pooled connection of the node it needs. No call throws (but for
 // std::bad_alloc); each returns within the configuration's timeout_ms, plus
-// connect_timeout_ms for each connection it opens (at most 7: the first
-// try, 5 redirections, one try after a node failed).
+// connect_timeout_ms for each connection it opens (at most 7 tries: the
+// first, 5 redirections, one after a node failed). A command whose node
+// failed (an error, not a timeout: a timeout uses up the call's time) is
+// sent once more, perhaps to a new master: a command that must not run
+// twice needs a guard of its own, as the counter reports' script has.
 class redis_cluster {
  public:
   // Starts nothing but the map-loading thread (no connection until the
