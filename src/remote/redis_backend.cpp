@@ -26,6 +26,15 @@ return 1
 // last report: far beyond any resend.
 constexpr const char* kReportKeySeconds = "86400";
 
+// Takes a lease: KEYS[1] the lease, ARGV[1] the token, ARGV[2] its ttl in
+// ms. A command tried again (the client retries after an error) finds its
+// own token and is granted still.
+constexpr const char* kAcquireScript = R"LUA(
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+)LUA";
+
 // Ends a lease only for the token that holds it: KEYS[1] the lease, ARGV[1]
 // the token.
 constexpr const char* kReleaseScript = R"LUA(
@@ -55,7 +64,8 @@ remote_reply to_reply(redis_result r) {
   return out;
 }
 
-redis_backend::redis_backend(redis_config config) : config_(std::move(config)) {}
+redis_backend::redis_backend(redis_config config)
+    : config_(std::move(config)), cluster_(config_.cluster ? std::make_unique<redis_cluster>(config_) : nullptr) {}
 
 redis_backend::~redis_backend() = default;
 
@@ -100,19 +110,46 @@ redis_result redis_backend::pooled(Op op) {
   return r;
 }
 
+redis_result redis_backend::get_value(std::string_view key, std::size_t max_bytes) {
+  if (cluster_) return cluster_->get(key, max_bytes);
+  return pooled([&](redis_connection& c) { return c.get(key, max_bytes); });
+}
+
+redis_result redis_backend::set_value(std::string_view key, byte_span value) {
+  if (cluster_) return cluster_->set(key, value);
+  return pooled([&](redis_connection& c) { return c.set(key, value); });
+}
+
+redis_result redis_backend::delete_value(std::string_view key) {
+  if (cluster_) return cluster_->del(key);
+  return pooled([&](redis_connection& c) { return c.del(key); });
+}
+
+redis_result redis_backend::command(std::string_view key, const std::vector<std::string_view>& args) {
+  if (cluster_) return cluster_->command(key, args);
+  return pooled([&](redis_connection& c) { return c.command(args); });
+}
+
+redis_result redis_backend::hgetall(std::string_view key, std::vector<std::string>& pairs) {
+  if (cluster_) return cluster_->hgetall(key, pairs);
+  return pooled([&](redis_connection& c) { return c.hgetall(key, pairs); });
+}
+
+std::vector<redis_config> redis_backend::servers() {
+  if (cluster_) return cluster_->masters();
+  return {config_};
+}
+
 remote_reply redis_backend::get(const device_identity& device, std::string_view key, std::size_t max_bytes) {
-  const std::string where = entry_key(device, key);
-  return to_reply(pooled([&](redis_connection& c) { return c.get(where, max_bytes); }));
+  return to_reply(get_value(entry_key(device, key), max_bytes));
 }
 
 remote_reply redis_backend::set(const device_identity& device, std::string_view key, byte_span value) {
-  const std::string where = entry_key(device, key);
-  return to_reply(pooled([&](redis_connection& c) { return c.set(where, value); }));
+  return to_reply(set_value(entry_key(device, key), value));
 }
 
 remote_reply redis_backend::remove(const device_identity& device, std::string_view key) {
-  const std::string where = entry_key(device, key);
-  return to_reply(pooled([&](redis_connection& c) { return c.del(where); }));
+  return to_reply(delete_value(entry_key(device, key)));
 }
 
 remote_reply redis_backend::report(std::string_view token, std::uint64_t seq, std::span<const counter_delta> deltas) {
@@ -124,20 +161,22 @@ remote_reply redis_backend::report(std::string_view token, std::uint64_t seq, st
     args.push_back(d.first);
     args.push_back(values.emplace_back(std::to_string(d.second)));
   }
-  return to_reply(pooled([&](redis_connection& c) { return c.command(args); }));
+  return to_reply(command(stats, args));
 }
 
 remote_reply redis_backend::acquire_lease(const device_identity& device, std::string_view key,
                                           std::string_view token) {
   const std::string where = lease_key(device, key), ttl = std::to_string(config_.lease_ms);
-  // OK: granted; nil (a miss): another token holds it.
-  return to_reply(pooled([&](redis_connection& c) { return c.command({"SET", where, token, "NX", "PX", ttl}); }));
+  remote_reply r = to_reply(command(where, {"EVAL", kAcquireScript, "1", where, token, ttl}));
+  // 1: granted (now, or by this command's earlier try); 0: another holds it.
+  if (r.status == remote_status::ok && r.value != byte_vector{'1'}) r.status = remote_status::miss;
+  return r;
 }
 
 remote_reply redis_backend::release_lease(const device_identity& device, std::string_view key,
                                           std::string_view token) {
   const std::string where = lease_key(device, key);
-  return to_reply(pooled([&](redis_connection& c) { return c.command({"EVAL", kReleaseScript, "1", where, token}); }));
+  return to_reply(command(where, {"EVAL", kReleaseScript, "1", where, token}));
 }
 
 }  // namespace unicache::detail

@@ -1,6 +1,7 @@
 // The Redis backend of the remote tier (store/remote_backend.hpp): values,
 // leases and counters in one Redis server, over a pool of connections with
-// redis_client's bounds and timeouts. The remote tier around it brings the
+// redis_client's bounds and timeouts, or in a Redis Cluster, each key on
+// the master of its slot (redis_cluster.hpp). The remote tier around it brings the
 // breaker, the write queue, signing and the waiting for leases.
 //
 // Keys, under the configuration's prefix P:
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "remote/redis_client.hpp"
+#include "remote/redis_cluster.hpp"
 #include "store/remote_backend.hpp"
 #include "unicache/remote.hpp"
 #include "util/mutex.hpp"
@@ -53,6 +55,17 @@ class redis_backend final : public remote_backend {
   std::string stats_key() const { return config_.prefix + ":stats:1"; }
   std::string report_key(std::string_view token) const;
 
+  // Commands by Redis key, on the server or on the master of the key's
+  // slot (maintenance uses them too).
+  redis_result get_value(std::string_view key, std::size_t max_bytes);
+  redis_result set_value(std::string_view key, byte_span value);
+  redis_result delete_value(std::string_view key);
+  redis_result hgetall(std::string_view key, std::vector<std::string>& pairs);
+  redis_result command(std::string_view key, const std::vector<std::string_view>& args);
+  // Each server that holds keys (SCAN and INFO walk one server): the one
+  // server, or a cluster's masters (empty when none answered).
+  std::vector<redis_config> servers();
+
  private:
   // `op` on a pooled connection; one that failed is dropped, not pooled.
   template <typename Op>
@@ -61,6 +74,7 @@ class redis_backend final : public remote_backend {
   void give_back(std::unique_ptr<redis_connection> c);
 
   const redis_config config_;
+  const std::unique_ptr<redis_cluster> cluster_;  // a cluster's router, or null
   mutex pool_mu_;
   std::vector<std::unique_ptr<redis_connection>> idle_ ABSL_GUARDED_BY(pool_mu_);
 };

@@ -21,15 +21,13 @@ struct remote_maintenance::impl {
   bool read_only;
   bool has_secret;
   std::unique_ptr<remote_tier> tier;  // read-only: its checks, no writer thread
-  redis_backend names;                // the keys
-  redis_connection connection;
+  redis_backend server;               // the keys, and commands on the server (or a cluster's masters)
 
   impl(const redis_config& config, std::string secret)
       : read_only(config.read_only),
         has_secret(!secret.empty()),
         tier(make_redis_tier(read_only_copy(config), std::move(secret))),
-        names(config),
-        connection(config) {}
+        server(config) {}
   static redis_config read_only_copy(redis_config c) {
     c.read_only = true;
     return c;
@@ -46,14 +44,19 @@ struct remote_maintenance::impl {
   // pattern matches. The walk stops after a million SCAN steps whatever
   // the server's cursors say.
   std::vector<std::string> keys() {
-    const std::string head = connection.config().prefix + ":1:";
+    const std::string head = server.config().prefix + ":1:";
     std::vector<std::string> found, out;
-    std::string cursor = "0";
-    int steps = 0;
-    do {
-      redis_result r = checked(connection.scan(cursor, head + "*", found), "listing the remote keys");
-      cursor.assign(r.value.begin(), r.value.end());
-    } while (cursor != "0" && !cursor.empty() && ++steps < 1000000);
+    const std::vector<redis_config> nodes = server.servers();
+    if (nodes.empty()) throw remote_error("unicache-store: no node of the cluster " + server.url() + " answered");
+    for (const redis_config& node : nodes) {  // a cluster's keys: each master's
+      redis_connection connection(node);
+      std::string cursor = "0";
+      int steps = 0;
+      do {
+        redis_result r = checked(connection.scan(cursor, head + "*", found), "listing the remote keys");
+        cursor.assign(r.value.begin(), r.value.end());
+      } while (cursor != "0" && !cursor.empty() && ++steps < 1000000);
+    }
     auto hex32 = [](std::string_view t) {
       return t.size() == 32 && t.find_first_not_of("0123456789abcdef") == std::string_view::npos;
     };
@@ -71,7 +74,7 @@ struct remote_maintenance::impl {
     remote_entry_info info;
     info.server_key = quoted(redis_key, 200);
     const std::size_t bound = max_entry_file_bytes(kMaxKeyBytes, remote_tier::kMaxBinaryBytes) + 64;
-    redis_result r = connection.get(redis_key, bound);
+    redis_result r = server.get_value(redis_key, bound);
     if (r.status != redis_status::refused) r = checked(std::move(r), "reading a remote value");
     if (r.status == redis_status::refused) {
       info.problem = "not a string value (" + r.message + ")";
@@ -106,7 +109,7 @@ struct remote_maintenance::impl {
     info.key_preview = d.preview;
     info.binary_bytes = e.binary.size();
     info.created_unix = e.created_unix;
-    if (names.entry_key_of(e.device, e.key) != redis_key) {
+    if (server.entry_key_of(e.device, e.key) != redis_key) {
       info.problem = "stored under another key's name";
       return info;
     }
@@ -127,16 +130,16 @@ remote_maintenance::~remote_maintenance() = default;
 
 remote_summary remote_maintenance::stats() {
   remote_summary s;
-  s.url = impl_->connection.config().to_string();
+  s.url = impl_->server.url();
   for (const std::string& key : impl_->keys()) {
-    redis_result r = impl_->connection.command({"STRLEN", key});
+    redis_result r = impl_->server.command(key, {"STRLEN", key});
     if (r.status != redis_status::refused) r = impl_->checked(std::move(r), "sizing a remote value");  // WRONGTYPE: 0
     ++s.entries;
     const std::string n(r.value.begin(), r.value.end());
     s.bytes += parse_decimal(n, UINT64_MAX).value_or(0);
   }
   std::vector<std::string> pairs;
-  redis_result counted = impl_->connection.hgetall(impl_->names.stats_key(), pairs);
+  redis_result counted = impl_->server.hgetall(impl_->server.stats_key(), pairs);
   if (counted.status != redis_status::refused) impl_->checked(std::move(counted), "reading the fleet's counters");
   for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
     const std::optional<std::uint64_t> counted_value = parse_decimal(pairs[i + 1], UINT64_MAX);
@@ -158,22 +161,33 @@ remote_summary remote_maintenance::stats() {
     if (f == "lease_hits") s.fleet.lease_hits = n;
     if (f == "lease_wait_ms") s.fleet.lease_wait_ms = n;
   }
-  const redis_result info = impl_->checked(impl_->connection.command({"INFO"}), "reading the server's INFO");
-  const std::string text(info.value.begin(), info.value.end());
-  auto field = [&](const std::string& name) -> std::string {
-    const auto at = text.find("\n" + name + ":");
-    if (at == std::string::npos) return "";
-    const auto start = at + name.size() + 2;
-    return text.substr(start, text.find_first_of("\r\n", start) - start);
-  };
-  // The server's figures are untrusted: anything but a number that fits is 0.
-  auto number = [&](const std::string& name) -> std::uint64_t { return parse_decimal(field(name), UINT64_MAX).value_or(0); };
-  s.server_version = quoted(field("redis_version"), 32);
-  s.used_memory = number("used_memory");
-  s.maxmemory = number("maxmemory");
-  s.maxmemory_policy = quoted(field("maxmemory_policy"), 32);
-  s.keyspace_hits = number("keyspace_hits");
-  s.keyspace_misses = number("keyspace_misses");
+  // The servers' own figures: a cluster's added up over its masters (the
+  // version and policy are the first one's).
+  bool first = true;
+  for (const redis_config& node : impl_->server.servers()) {
+    redis_connection connection(node);
+    const redis_result info = impl_->checked(connection.command({"INFO"}), "reading the server's INFO");
+    const std::string text(info.value.begin(), info.value.end());
+    auto field = [&](const std::string& name) -> std::string {
+      const auto at = text.find("\n" + name + ":");
+      if (at == std::string::npos) return "";
+      const auto start = at + name.size() + 2;
+      return text.substr(start, text.find_first_of("\r\n", start) - start);
+    };
+    // The server's figures are untrusted: anything but a number that fits is 0.
+    auto number = [&](const std::string& name) -> std::uint64_t {
+      return parse_decimal(field(name), UINT64_MAX).value_or(0);
+    };
+    if (first) {
+      s.server_version = quoted(field("redis_version"), 32);
+      s.maxmemory_policy = quoted(field("maxmemory_policy"), 32);
+    }
+    first = false;
+    s.used_memory += number("used_memory");
+    s.maxmemory += number("maxmemory");
+    s.keyspace_hits += number("keyspace_hits");
+    s.keyspace_misses += number("keyspace_misses");
+  }
   return s;
 }
 
@@ -189,7 +203,7 @@ std::vector<remote_entry_info> remote_maintenance::verify(bool fix) {
   for (const std::string& key : impl_->keys()) {
     remote_entry_info info = impl_->inspect(key);
     if (info.valid) continue;
-    if (fix) impl_->checked(impl_->connection.del(key), "deleting a bad remote value");
+    if (fix) impl_->checked(impl_->server.delete_value(key), "deleting a bad remote value");
     bad.push_back(std::move(info));
   }
   return bad;
@@ -199,7 +213,7 @@ std::uint64_t remote_maintenance::clear() {
   impl_->require_writable();
   std::uint64_t removed = 0;
   for (const std::string& key : impl_->keys()) {
-    const redis_result r = impl_->checked(impl_->connection.del(key), "deleting a remote value");
+    const redis_result r = impl_->checked(impl_->server.delete_value(key), "deleting a remote value");
     removed += r.value == byte_vector{'1'} ? 1 : 0;
   }
   return removed;
