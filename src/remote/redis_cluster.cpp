@@ -2,7 +2,10 @@
 // cluster nodes answer (CLUSTER SLOTS, MOVED, ASK), and the router.
 #include "remote/redis_cluster.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -172,7 +175,12 @@ redis_cluster::redis_cluster(redis_config config) : config_(std::move(config)), 
     mutex_lock l(&mu_);
     slot_master_.fill(cluster_slot_map::kNoMaster);
   }
-  loader_ = std::thread([this] { load_loop(); });
+  try {
+    loader_ = std::thread([this] { load_loop(); });
+  } catch (const std::system_error& e) {
+    // No thread to be had (a process at its limit): the library's own error.
+    throw remote_error(std::string("Redis Cluster router: cannot start its thread: ") + e.what());
+  }
 }
 
 redis_cluster::~redis_cluster() {
@@ -182,7 +190,12 @@ redis_cluster::~redis_cluster() {
   }
   stop_loading_ = true;
   load_wanted_cv_.notify_all();
-  loader_.join();
+  // A child of fork() has no loader thread to wait for.
+  if (::getpid() == owner_) {
+    loader_.join();
+  } else {
+    loader_.detach();
+  }
 }
 
 redis_cluster_stats redis_cluster::statistics() const {

@@ -14,6 +14,9 @@
 // shape or bounds is an error, the map stays as it was.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -91,7 +94,8 @@ class redis_cluster {
  public:
   // Starts nothing but the map-loading thread (no connection until the
   // first call). The seeds are config.seeds, or config.host:port where
-  // that is empty. Throws invalid_argument for a database other than 0.
+  // that is empty. Throws invalid_argument for a database other than 0,
+  // remote_error when its thread cannot start.
   explicit redis_cluster(redis_config config);
   // Waits for a map load under way (bounded by its timeouts) and closes
   // every connection.
@@ -171,6 +175,7 @@ class redis_cluster {
 
   std::atomic<std::uint64_t> moved_{0}, asked_{0}, map_loads_{0}, failed_loads_{0};
   std::atomic<bool> stop_loading_{false};  // read between nodes by a load under way
+  const pid_t owner_ = ::getpid();  // the process whose thread loader_ is
   std::thread loader_;  // last: started when the rest is ready
 };
 

@@ -7,6 +7,7 @@
 
 #include "unicache/config.hpp"
 #include "util/env.hpp"
+#include "util/parse.hpp"
 
 namespace unicache {
 namespace {
@@ -137,6 +138,15 @@ TEST(Switch, AcceptsOnlyZeroAndOne) {
   EXPECT_EQ(parse_switch("0"), false);
   EXPECT_EQ(parse_switch(" 1 "), true);
   for (const char* bad : {"", "2", "yes", "true", "01", "-1"}) EXPECT_FALSE(parse_switch(bad)) << bad;
+}
+
+TEST(Decimal, ADigitAboveASmallBoundIsRefused) {
+  EXPECT_EQ(detail::parse_decimal("1", 1), 1u);
+  EXPECT_EQ(detail::parse_decimal("2", 1), std::nullopt) << "above the bound";
+  EXPECT_EQ(detail::parse_decimal("9", 8), std::nullopt);
+  EXPECT_EQ(detail::parse_decimal("10", 9), std::nullopt);
+  EXPECT_EQ(detail::parse_decimal("18446744073709551615", UINT64_MAX), UINT64_MAX);
+  EXPECT_EQ(detail::parse_decimal("18446744073709551616", UINT64_MAX), std::nullopt);
 }
 
 class EnvironmentTest : public ::testing::Test {
