@@ -1,9 +1,6 @@
 // remote_tier (store/remote_tier.hpp).
 #include "store/remote_tier.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,35 +17,11 @@
 namespace unicache::detail {
 namespace {
 
-constexpr std::size_t kMacBytes = remote_tier::kMacBytes;
 constexpr std::int64_t kLongestBackoffNs = std::int64_t{3600} * 1'000'000'000;
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// HMAC-SHA256 under `secret` of the scope, a zero byte and the entry: a
-// value signed for one scope is no value of another's. nullopt if OpenSSL
-// fails (the value is then neither signed nor accepted).
-std::optional<std::array<unsigned char, kMacBytes>> mac_of(const std::string& secret, const std::string& scope,
-                                                           byte_span entry) {
-  static EVP_MAC* const hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  if (!hmac) return std::nullopt;
-  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(hmac), &EVP_MAC_CTX_free);
-  char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
-  const unsigned char zero = 0;
-  std::array<unsigned char, kMacBytes> out{};
-  std::size_t length = 0;
-  if (!ctx ||
-      !EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), params) ||
-      !EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(scope.data()), scope.size()) ||
-      !EVP_MAC_update(ctx.get(), &zero, 1) || !EVP_MAC_update(ctx.get(), entry.data(), entry.size()) ||
-      !EVP_MAC_final(ctx.get(), out.data(), &length, out.size()) || length != kMacBytes) {
-    return std::nullopt;
-  }
-  return out;
 }
 
 // 32 hex digits from the system's random source (the time, pid and an
@@ -82,8 +55,7 @@ std::size_t remote_tier::max_value_bytes(std::size_t key_bytes) {
 remote_tier::remote_tier(std::string kind, std::unique_ptr<remote_backend> backend, std::string secret)
     : kind_(std::move(kind)),
       backend_(std::move(backend)),
-      secret_(std::move(secret)),
-      scope_(backend_->scope()),
+      signer_(std::move(secret), backend_->scope()),
       read_only_(backend_->read_only()),
       owner_(::getpid()),
       token_(random_token()) {
@@ -110,23 +82,10 @@ remote_tier::~remote_tier() {
 bool remote_tier::in_owner() const { return ::getpid() == owner_; }
 
 byte_vector remote_tier::encode(const device_identity& device, std::string_view key, byte_span binary) const {
-  byte_vector value = encode_entry(device_hash(device), key, binary, ::time(nullptr));
-  if (!secret_.empty()) {
-    const auto mac = mac_of(secret_, scope_, value);
-    if (!mac) return {};  // not written (put drops an empty value)
-    value.insert(value.end(), mac->begin(), mac->end());
-  }
-  return value;
+  return signer_.sign(encode_entry(device_hash(device), key, binary, ::time(nullptr)));  // empty: not written
 }
 
-std::optional<byte_span> remote_tier::signed_entry(byte_span value) const {
-  if (secret_.empty()) return value;
-  if (value.size() < kMacBytes) return std::nullopt;
-  const byte_span entry = value.first(value.size() - kMacBytes);
-  const auto mac = mac_of(secret_, scope_, entry);
-  if (!mac || CRYPTO_memcmp(mac->data(), value.data() + entry.size(), kMacBytes) != 0) return std::nullopt;
-  return entry;
-}
+std::optional<byte_span> remote_tier::signed_entry(byte_span value) const { return signer_.verify(value); }
 
 std::optional<byte_vector> remote_tier::decode(const device_identity& device, std::string_view key,
                                                byte_span value) const {

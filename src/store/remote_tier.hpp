@@ -15,7 +15,8 @@
 //   working throughout.
 // - Signing. Values are the store's entry format (magic, version, device
 //   hash, full key, checksum), followed, when a secret is configured, by an
-//   HMAC-SHA256 of the backend's scope and the entry under the secret. A
+//   HMAC-SHA256 of the backend's scope and the entry under the secret
+//   (entry_signing.hpp). A
 //   value that fails any check is a miss, counted as rejected, never served.
 // - Counters, reported to the server's shared counters (when it keeps any)
 //   every few seconds and at flush, each report numbered and applied once.
@@ -42,6 +43,7 @@
 #include <string>
 #include <thread>
 
+#include "store/entry_signing.hpp"
 #include "store/remote_backend.hpp"
 #include "store/storage_tier.hpp"
 #include "unicache/remote.hpp"
@@ -100,7 +102,7 @@ class remote_tier : public storage_tier {
   // binary the tier writes, plus a MAC.
   static std::size_t max_value_bytes(std::size_t key_bytes);
 
-  static constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256, after the entry of a signed value
+  static constexpr std::size_t kMacBytes = entry_signer::kMacBytes;  // after the entry of a signed value
   static constexpr std::size_t kQueueLimit = 256;
   static constexpr std::size_t kQueueBytes = std::size_t{256} << 20;    // queued values, in all
   static constexpr std::size_t kMaxBinaryBytes = std::size_t{64} << 20;  // larger binaries stay local
@@ -144,8 +146,7 @@ class remote_tier : public storage_tier {
 
   const std::string kind_;
   const std::unique_ptr<remote_backend> backend_;
-  const std::string secret_;
-  const std::string scope_;  // backend_->scope(), what signatures bind to
+  const entry_signer signer_;  // bound to backend_->scope()
   const bool read_only_;
   remote_counters counters_;
 
