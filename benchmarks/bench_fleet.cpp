@@ -306,6 +306,16 @@ int run_child(int start_fd) {
   // variant, specializations) count as builds too; then the remote tier's
   // queued writes go out before the process ends.
   wait_for_specializations();
+  // Not timed either: what every output adds up to (absolute values), which
+  // the parent compares with the lone process's: a wrong kernel changes it.
+  double checksum = 0;
+  auto add_up = [&](void* buffer, std::int64_t count) {
+    std::vector<float> host(static_cast<std::size_t>(count));
+    gpu.read(strm, buffer, host.data(), host.size() * sizeof(float));
+    for (const float v : host) checksum += std::fabs(static_cast<double>(v));
+  };
+  for (std::size_t b = 0; b < mlp_io.size(); ++b) add_up(mlp_io[b][2], kMlpBatches[b] * kHidden);
+  for (std::size_t i = 0; i < bert_y.size(); ++i) add_up(bert_y[i], rows * bert.steps[i].n);
   kernel_store::instance().flush_remote();
   const gpu_backends::kernel_counts after = gpu.counts();
   const remote_stats remote = kernel_store::instance().remote_statistics();
@@ -326,8 +336,8 @@ int run_child(int start_fd) {
                 static_cast<unsigned long long>(remote.errors), static_cast<unsigned long long>(remote.timeouts),
                 static_cast<unsigned long long>(remote.skipped), static_cast<unsigned long long>(remote.puts),
                 static_cast<unsigned long long>(remote.dropped));
-  std::printf("%s%s, \"rows\": %lld, \"backend\": %s, \"device\": %s}\n", line, lease_fields(remote).c_str(),
-              static_cast<long long>(rows), json_string(gpu.backend).c_str(), json_string(gpu.device).c_str());
+  std::printf("%s%s, \"checksum\": %.17g, \"rows\": %lld, \"backend\": %s, \"device\": %s}\n", line,
+              lease_fields(remote).c_str(), checksum, static_cast<long long>(rows), json_string(gpu.backend).c_str(), json_string(gpu.device).c_str());
   std::fflush(stdout);
   if (!std::isfinite(results[0]) || !std::isfinite(results[1])) {
     std::fprintf(stderr, "bench_fleet: a result is not finite (%g, %g)\n", results[0], results[1]);
@@ -637,6 +647,16 @@ class fleet_benchmark {
       if (c.ok()) {
         s.reports.push_back(*parse_report(c.report_line));
         s.reports.back().numbers["cpu_ms"] = c.cpu_ms;
+        // Every process computes the same outputs from the same inputs: one
+        // whose outputs add up to another sum than the lone process's ran a
+        // wrong kernel (rounding differences aside: split-K sums in another
+        // order).
+        const double want = name == "lone" ? NAN : lone_.reports.at(0).number("checksum");
+        const double got = s.reports.back().number("checksum");
+        if (!std::isnan(want) && !(std::fabs(got - want) <= 1e-4 * std::fabs(want))) {
+          s.failures.push_back("process " + std::to_string(i) + ": its outputs add up to " + std::to_string(got) +
+                               ", the lone process's to " + std::to_string(want) + " (a wrong result)");
+        }
       } else {
         s.failures.push_back("process " + std::to_string(i) + " " + c.failure() +
                              (c.output.empty() ? "" : "; its output:\n" + c.output));

@@ -55,6 +55,7 @@ remote_reply to_reply(redis_result r) {
     case redis_status::miss: out.status = out.message.empty() ? remote_status::miss : remote_status::rejected; break;
     case redis_status::error: out.status = remote_status::error; break;
     case redis_status::timeout: out.status = remote_status::timeout; break;
+    case redis_status::unavailable: out.status = remote_status::unavailable; break;
     case redis_status::refused:
       // Something else stored under the key (a hash, a list): a value that
       // fails the checks, not a server that fails.

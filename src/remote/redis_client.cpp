@@ -107,6 +107,7 @@ const char* to_string(redis_status s) {
     case redis_status::error: return "error";
     case redis_status::timeout: return "timeout";
     case redis_status::refused: return "refused";
+    case redis_status::unavailable: return "unavailable";
   }
   return "unknown";
 }

@@ -29,6 +29,7 @@ enum class redis_status : std::uint8_t {
   error,    // refused connection, closed, a protocol error, a reply too large
   timeout,  // connect or the whole command took longer than its timeout
   refused,  // the server answered with an error (WRONGTYPE, NOPERM, OOM, ...); the connection is fine
+  unavailable,  // a cluster: the node of the key's slot is down, the others answer (redis_cluster.hpp)
 };
 const char* to_string(redis_status s);
 

@@ -21,18 +21,6 @@ constexpr std::size_t kMaxIdlePerNode = 8;
 constexpr auto kLoadInterval = std::chrono::milliseconds(100);
 constexpr std::size_t kMaxSlotsReplyBytes = std::size_t{4} << 20;
 
-std::string name_of(const redis_node& n) {
-  return (n.host.find(':') != std::string::npos ? "[" + n.host + "]" : n.host) + ":" + std::to_string(n.port);
-}
-
-// An announced host: empty, "?" (or nil) means the answering node's.
-std::optional<std::string> announced_host(std::string_view host, std::string_view answering_host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "?") return std::string(answering_host);
-  if (!valid_redis_host(host)) return std::nullopt;
-  return std::string(host);
-}
-
 // The router's configuration for one of its nodes: not a cluster's.
 redis_config config_of_node(const redis_config& cluster, const redis_node& address) {
   redis_config c = cluster;
@@ -51,100 +39,17 @@ bool starts_with(std::string_view text, std::string_view prefix) { return text.s
 
 redis_result failed(redis_status status, std::string message) { return {status, {}, std::move(message)}; }
 
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
-
-std::uint16_t crc16(std::string_view data) {
-  std::uint16_t crc = 0;
-  for (const char c : data) {
-    crc ^= static_cast<std::uint16_t>(static_cast<unsigned char>(c) << 8);
-    for (int bit = 0; bit < 8; ++bit) {
-      crc = static_cast<std::uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
-    }
-  }
-  return crc;
-}
-
-std::uint16_t key_slot(std::string_view key) {
-  if (const auto open = key.find('{'); open != std::string_view::npos) {
-    const auto close = key.find('}', open + 1);
-    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
-  }
-  return static_cast<std::uint16_t>(crc16(key) % kClusterSlots);
-}
-
-std::optional<redis_redirect> parse_redirect(std::string_view error, std::string_view answering_host) {
-  redis_redirect r;
-  if (starts_with(error, "MOVED ")) {
-    error.remove_prefix(6);
-  } else if (starts_with(error, "ASK ")) {
-    r.ask = true;
-    error.remove_prefix(4);
-  } else {
-    return std::nullopt;
-  }
-  const auto space = error.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  const auto slot = parse_decimal(error.substr(0, space), kClusterSlots - 1);
-  const std::string_view target = error.substr(space + 1);
-  const auto colon = target.rfind(':');
-  if (!slot || colon == std::string_view::npos) return std::nullopt;
-  const auto port = parse_decimal(target.substr(colon + 1), 65535);
-  auto host = announced_host(target.substr(0, colon), answering_host);
-  if (!port || *port == 0 || !host) return std::nullopt;
-  r.slot = static_cast<std::uint16_t>(*slot);
-  r.target = {std::move(*host), static_cast<std::uint16_t>(*port)};
-  return r;
-}
-
-std::optional<cluster_slot_map> parse_cluster_slots(const redis_element& reply, std::string_view answering_host,
-                                                    std::string& why) {
-  using kind = redis_element::kind;
-  const auto fail = [&](std::string what) -> std::optional<cluster_slot_map> {
-    why = std::move(what);
-    return std::nullopt;
-  };
-  if (reply.type != kind::array) return fail("the reply is not an array");
-  if (reply.elements.empty()) return fail("no slot is assigned to any node");
-  if (reply.elements.size() > kClusterSlots) return fail("more ranges than slots");
-  cluster_slot_map map;
-  map.slot_master.fill(cluster_slot_map::kNoMaster);
-  absl::flat_hash_map<std::string, std::uint16_t> index;
-  for (const redis_element& range : reply.elements) {
-    if (range.type != kind::array || range.elements.size() < 3) {
-      return fail("a range that is not [start, end, master, ...]");
-    }
-    const redis_element &start = range.elements[0], &end = range.elements[1], &master = range.elements[2];
-    if (start.type != kind::integer || end.type != kind::integer || start.integer < 0 || start.integer > end.integer ||
-        end.integer >= static_cast<std::int64_t>(kClusterSlots)) {
-      return fail("a slot range out of 0..16383");
-    }
-    if (master.type != kind::array || master.elements.size() < 2) return fail("a master that is not [host, port, ...]");
-    const redis_element &host = master.elements[0], &port = master.elements[1];
-    if ((host.type != kind::text && host.type != kind::nil) || port.type != kind::integer || port.integer < 1 ||
-        port.integer > 65535) {
-      return fail("a master's host or port out of shape or range");
-    }
-    auto address = announced_host(host.type == kind::nil ? "?" : host.text, answering_host);
-    if (!address) return fail("a master's host " + quoted(host.text, 80) + " that is not a host name or address");
-    redis_node node{std::move(*address), static_cast<std::uint16_t>(port.integer)};
-    const auto [it, added] = index.try_emplace(name_of(node), static_cast<std::uint16_t>(map.masters.size()));
-    if (added) {
-      if (map.masters.size() == cluster_slot_map::kMaxMasters) return fail("more than 1024 masters");
-      map.masters.push_back(std::move(node));
-    }
-    for (auto slot = start.integer; slot <= end.integer; ++slot) {
-      std::uint16_t& owner = map.slot_master[static_cast<std::size_t>(slot)];
-      if (owner != cluster_slot_map::kNoMaster) return fail("ranges that overlap");
-      owner = it->second;
-    }
-  }
-  return map;
-}
 
 // One node: its address and its pool of idle connections.
 struct redis_cluster::node {
   node(const redis_config& cluster, redis_node where)
-      : address(std::move(where)), name(name_of(address)), config(config_of_node(cluster, address)) {}
+      : address(std::move(where)), name(node_name(address)), config(config_of_node(cluster, address)) {}
 
   std::unique_ptr<redis_connection> take() {
     {
@@ -162,11 +67,33 @@ struct redis_cluster::node {
     if (idle.size() < kMaxIdlePerNode) idle.push_back(std::move(c));
   }
 
+  // The node's own breaker: after a failure the rest of the cluster did
+  // not share, the node's slots fail at once (unavailable) for the
+  // configuration's breaker_s, then one call probes it.
+  bool admits() {
+    const std::int64_t until = down_until_ns.load(std::memory_order_acquire);
+    if (until == 0) return true;
+    if (steady_ns() < until) return false;
+    bool expected = false;
+    return probing.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
+  }
+  void answered() {
+    if (down_until_ns.load(std::memory_order_relaxed) == 0) return;
+    down_until_ns.store(0, std::memory_order_release);
+    probing.store(false, std::memory_order_release);
+  }
+  void failed_alone() {
+    down_until_ns.store(steady_ns() + std::int64_t{config.breaker_s} * 1'000'000'000, std::memory_order_release);
+    probing.store(false, std::memory_order_release);
+  }
+
   const redis_node address;
   const std::string name;  // host:port
   const redis_config config;
   mutex mu;
   std::vector<std::unique_ptr<redis_connection>> idle ABSL_GUARDED_BY(mu);
+  std::atomic<std::int64_t> down_until_ns{0};  // steady clock; 0: up
+  std::atomic<bool> probing{false};
 };
 
 redis_cluster::redis_cluster(redis_config config) : config_(std::move(config)), seeds_(seeds_of(config_)) {
@@ -237,7 +164,7 @@ void redis_cluster::load_loop() {
             if (c.host == n.host && c.port == n.port) return;
           }
         }
-        (name_of(n) == suspect ? last : candidates).push_back(n);
+        (node_name(n) == suspect ? last : candidates).push_back(n);
       };
       for (const auto& n : nodes_) add(n->address);
       for (const redis_node& n : seeds_) add(n);
@@ -253,9 +180,11 @@ void redis_cluster::load_loop() {
     mutex_lock l(&mu_);
     if (map) {
       install(std::move(*map));
+      last_load_ok_ = true;
       ++map_loads_;
     } else {
       last_load_error_ = why;
+      last_load_ok_ = false;
       ++failed_loads_;
     }
     last_load_ = clock::now();
@@ -275,7 +204,7 @@ std::optional<cluster_slot_map> redis_cluster::load_from(const redis_node& addre
   }
   std::string problem;
   auto map = parse_cluster_slots(reply, address.host, problem);
-  if (!map) why = "the slot map of " + name_of(address) + " (CLUSTER SLOTS): " + problem;
+  if (!map) why = "the slot map of " + node_name(address) + " (CLUSTER SLOTS): " + problem;
   return map;
 }
 
@@ -285,7 +214,7 @@ void redis_cluster::install(cluster_slot_map map) {
   for (auto& n : nodes_) known.emplace(n->name, std::move(n));
   nodes_.clear();
   for (redis_node& address : map.masters) {
-    const auto it = known.find(name_of(address));
+    const auto it = known.find(node_name(address));
     nodes_.push_back(it != known.end() ? std::move(it->second) : std::make_shared<node>(config_, std::move(address)));
   }
   slot_master_ = map.slot_master;
@@ -308,7 +237,7 @@ bool redis_cluster::wait_for_load(clock::time_point deadline, const node* suspec
 // Routing ---------------------------------------------------------------
 
 std::shared_ptr<redis_cluster::node> redis_cluster::node_at_locked(const redis_node& address, std::uint16_t* index) {
-  const std::string name = name_of(address);
+  const std::string name = node_name(address);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i]->name == name) {
       if (index) *index = static_cast<std::uint16_t>(i);
@@ -403,6 +332,23 @@ redis_result redis_cluster::on_node(node& n, bool asking, clock::time_point dead
   return r;
 }
 
+redis_result redis_cluster::node_failed(node& n, redis_result r) {
+  bool others_answer = false;
+  {
+    mutex_lock l(&mu_);
+    others_answer = last_load_ok_;
+  }
+  if (!others_answer) {
+    n.probing.store(false, std::memory_order_release);
+    return r;  // the cluster as a whole: the caller's breaker decides
+  }
+  n.failed_alone();
+  r.status = redis_status::unavailable;
+  r.message += "; the other masters answer: this node's slots are skipped for " + std::to_string(config_.breaker_s) +
+               " s";
+  return r;
+}
+
 template <typename Op>
 redis_result redis_cluster::routed(std::string_view key, Op op) {
   const clock::time_point deadline = clock::now() + std::chrono::milliseconds(config_.timeout_ms);
@@ -411,9 +357,14 @@ redis_result redis_cluster::routed(std::string_view key, Op op) {
   if (!to.target) return to.failure;
   bool asking = false, retried = false;
   for (int redirections = 0;;) {
+    if (!to.target->admits()) {
+      return failed(redis_status::unavailable, "the cluster node " + to.target->name +
+                                                   " failed while others answered: its slots are skipped for now");
+    }
     std::string answer;
     redis_result r = on_node(*to.target, asking, deadline, op, answer);
     asking = false;
+    if (r.status != redis_status::error && r.status != redis_status::timeout) to.target->answered();
     if (r.status == redis_status::refused && (starts_with(answer, "MOVED ") || starts_with(answer, "ASK "))) {
       const auto redirect = parse_redirect(answer, to.target->address.host);
       if (!redirect) return failed(redis_status::error, "a malformed redirection: " + r.message);
@@ -428,10 +379,12 @@ redis_result redis_cluster::routed(std::string_view key, Op op) {
     // CLUSTERDOWN, TRYAGAIN and the rest: refused, as the server said.
     if (r.status != redis_status::error && r.status != redis_status::timeout) return r;
     // The node failed: once, with a map from another node.
-    if (retried || clock::now() >= deadline || !wait_for_load(deadline, to.target.get())) return r;
+    if (retried || clock::now() >= deadline || !wait_for_load(deadline, to.target.get())) {
+      return node_failed(*to.target, std::move(r));
+    }
     retried = true;
     slot_route again = route(slot, deadline);
-    if (!again.target) return r;
+    if (!again.target) return node_failed(*to.target, std::move(r));
     to = std::move(again);
   }
 }

@@ -48,6 +48,9 @@ std::uint16_t crc16(std::string_view data);
 // first '}' after it, when that is not empty), else of the whole key.
 std::uint16_t key_slot(std::string_view key);
 
+// "host:port" ("[v6]:port"): what names a node in messages and maps.
+std::string node_name(const redis_node& n);
+
 // A MOVED or ASK error reply, parsed ("MOVED 3999 10.0.0.2:6381").
 struct redis_redirect {
   bool ask = false;  // ASK: this command only; MOVED: the slot has moved
@@ -105,7 +108,11 @@ class redis_cluster {
 
   // As redis_connection's, on the master of the key's slot. CLUSTERDOWN
   // and TRYAGAIN answers are refused; a redirection that cannot be
-  // followed (malformed, or more than 5) is an error.
+  // followed (malformed, or more than 5) is an error. A master that fails
+  // while a map load finds the others answering is `unavailable`, and its
+  // slots are then unavailable at once for breaker_s seconds (the router's
+  // breaker per node), after which one call tries it again; the other
+  // slots go on.
   redis_result get(std::string_view key, std::size_t max_bytes);
   redis_result set(std::string_view key, std::span<const unsigned char> value);
   redis_result del(std::string_view key);
@@ -140,6 +147,9 @@ class redis_cluster {
   redis_result routed(std::string_view key, Op op);
   template <typename Op>
   redis_result on_node(node& n, bool asking, clock::time_point deadline, Op& op, std::string& server_error);
+  // `r`, the failure of `n`: unavailable (and `n` skipped for breaker_s)
+  // when the last map load found other nodes answering, else as it is.
+  redis_result node_failed(node& n, redis_result r) ABSL_LOCKS_EXCLUDED(mu_);
   // The master of `slot`, the map loaded first when it has none.
   slot_route route(std::uint16_t slot, clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // The redirection's node; MOVED also updates the slot and asks for a load.
@@ -170,6 +180,7 @@ class redis_cluster {
   std::string suspect_ ABSL_GUARDED_BY(mu_);  // "host:port" of a node that failed: asked last
   std::uint64_t loads_ended_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_load_error_ ABSL_GUARDED_BY(mu_);
+  bool last_load_ok_ ABSL_GUARDED_BY(mu_) = false;  // whether the last load found a node that answered
   clock::time_point last_load_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -34,7 +34,8 @@ struct remote_maintenance::impl {
   }
 
   redis_result checked(redis_result r, const char* what) {
-    if (r.status == redis_status::error || r.status == redis_status::timeout || r.status == redis_status::refused) {
+    if (r.status == redis_status::error || r.status == redis_status::timeout || r.status == redis_status::refused ||
+        r.status == redis_status::unavailable) {
       throw remote_error(std::string("unicache-store: ") + what + ": " + r.message);
     }
     return r;

@@ -31,6 +31,8 @@ enum class remote_status : std::uint8_t {
   refused,    // the server will not do this (rights, memory, a read-only replica); it is fine otherwise
   error,      // the server failed (closed, unreachable, a protocol error)
   timeout,    // connect or the operation took longer than its timeout
+  unavailable,  // the part of the server that holds this key is down, the rest answers (a cluster's node):
+                // this call failed, and the tier's breaker stays closed for the other keys
 };
 
 struct remote_reply {

@@ -136,8 +136,11 @@ bool remote_tier::record(const remote_reply& r) {
     record_failure(r);
     return true;
   }
-  record_success();
-  return false;
+  record_success();  // the server answered, if not for this key
+  if (r.status != remote_status::unavailable) return false;
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  if (!warned_.exchange(true)) warn("remote kernel cache: " + r.message + "; the local store keeps working");
+  return true;
 }
 
 tier_result remote_tier::get(const device_identity& device, std::string_view key) noexcept {

@@ -126,8 +126,9 @@ class remote_tier : public storage_tier {
   void record_failure(const remote_reply& r);
   void record_success();
   // Ends an admitted call by its reply's status: success for what the
-  // server answered, failure for error and timeout. Returns whether it was
-  // a failure.
+  // server answered, failure for error and timeout (the breaker opens).
+  // Returns whether the call failed: those, and unavailable (a part of the
+  // server down: counted as an error, the breaker left closed).
   bool record(const remote_reply& r);
   bool enqueue(write w);
   // The verified value of (device, key) for lease(), or nullopt; `failed`

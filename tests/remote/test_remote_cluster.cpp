@@ -30,8 +30,9 @@ using testing::redis_tier;
 
 constexpr int kMasters = testing::redis_cluster_server::kMasters;
 
+// The entries (not the counters' keys) that master `node` holds.
 std::uint64_t keys_on(const redis_config& node) {
-  const detail::redis_result r = redis_connection(node).command({"DBSIZE"});
+  const detail::redis_result r = redis_connection(node).command({"KEYS", "unicache:1:*"});
   return std::stoull(std::string(r.value.begin(), r.value.end()));
 }
 
@@ -100,6 +101,37 @@ TEST_F(RemoteCluster, MaintenanceWalksEveryMaster) {
   EXPECT_TRUE(tool.verify(false).empty());
   EXPECT_EQ(tool.clear(), 30u);
   EXPECT_EQ(tool.stats().entries, 0u);
+}
+
+TEST_F(RemoteCluster, AKilledMasterCostsItsOwnKeysAndTheTierGoesOnWithTheOthers) {
+  const device_identity device = testing::gpu_a();
+  const std::string options = "timeout_ms=300&connect_timeout_ms=100";
+  {
+    redis_tier writer(config(options), "");
+    for (int i = 0; i < 60; ++i) writer.put(device, "cuda k" + std::to_string(i), testing::binary_for("k", 700));
+    writer.flush();
+  }
+  const std::uint64_t elsewhere = keys_on(cluster_->node_config(0)) + keys_on(cluster_->node_config(2));
+  ASSERT_GT(keys_on(cluster_->node_config(1)), 0u);
+  cluster_->kill(1);
+  redis_tier reader(config(options), "");
+  ::testing::internal::CaptureStderr();
+  std::uint64_t hits = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 60; ++i) {
+      const detail::tier_result r = reader.get(device, "cuda k" + std::to_string(i));
+      if (r.status == detail::tier_status::hit) {
+        EXPECT_EQ(r.binary, testing::binary_for("k", 700));
+        ++hits;
+      }
+    }
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(hits, 2 * elsewhere) << "every key of the other masters, both rounds: the tier's breaker stayed closed";
+  EXPECT_EQ(reader.counters().skipped.load(), 0u);
+  EXPECT_EQ(reader.counters().errors.load() + reader.counters().timeouts.load(), 2 * (60 - elsewhere));
+  EXPECT_NE(err.find("remote kernel cache:"), std::string::npos) << "one warning";
+  EXPECT_EQ(reader.lease(device, "cuda new").status, detail::lease_status::granted) << "leases on the other masters";
 }
 
 TEST_F(RemoteCluster, AMasterKilledMidRunCostsRebuildsNeverAWrongBinaryOrAHang) {
