@@ -32,7 +32,9 @@
 //              lease=0|1              build leases (default 1): after a miss, one process of the
 //                                     fleet builds a kernel and the others wait for its value
 //              lease_ms=N             how long a lease lasts unless its holder ends it,
-//                                     10..600000 (default 10000): the longest anyone waits
+//                                     10..600000 (default 10000); a process waits for at most
+//                                     the lease it found and the next holder's build, never
+//                                     more than twice this
 //
 // The password is never printed: redis_config::to_string() and every error
 // and warning show "***" in its place.

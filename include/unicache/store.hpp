@@ -206,7 +206,9 @@ class kernel_store {
   // a build lease on (device, key), so that the processes of a fleet that
   // miss at once build it once (remote.hpp, "lease"):
   //   - `binary` set: found, or built by the process that held the lease
-  //     while this one waited (at most the lease's ttl, then it builds);
+  //     while this one waited (for at most the lease it found and the
+  //     next holder's build, never more than twice the lease's ttl; then
+  //     it builds);
   //   - otherwise the caller builds it. With `leased`, this process holds
   //     the lease: put() releases it once the value is on its way, and a
   //     caller whose build failed calls release_lease().

@@ -163,19 +163,24 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
             c.build_ns.fetch_add(ns, std::memory_order_relaxed);
             c.from_source.fetch_add(1, std::memory_order_relaxed);
             trace("build", owner, src.kernel_name, key, ns);
+            bool published = false;
             if (stored.leased) {
               // Others wait for it: stored now (which ends the lease), not
-              // after the first launch.
-              const byte_vector bin = built->binary();
-              if (!bin.empty() && store.put(identity, key, bin)) {
+              // after the first launch. A binary that could not be stored
+              // is tried again then, as any other.
+              try {
+                const byte_vector bin = built->binary();
+                published = !bin.empty() && store.put(identity, key, bin);
+              } catch (...) {
+              }
+              store.release_lease(identity, key);  // if put did not
+              if (published) {
                 c.stored.fetch_add(1, std::memory_order_relaxed);
                 trace("store", owner, src.kernel_name, key, 0);
-              } else {
-                store.release_lease(identity, key);
               }
             }
             return std::make_shared<const kernel>(owner, std::move(built), src.kernel_name, key, identity,
-                                                  !stored.leased);
+                                                  !published);
           })
       .value();
 }

@@ -338,10 +338,7 @@ redis_result redis_cluster::node_failed(node& n, redis_result r) {
     mutex_lock l(&mu_);
     others_answer = last_load_ok_;
   }
-  if (!others_answer) {
-    n.probing.store(false, std::memory_order_release);
-    return r;  // the cluster as a whole: the caller's breaker decides
-  }
+  if (!others_answer) return r;  // the cluster as a whole: the caller's breaker decides
   n.failed_alone();
   r.status = redis_status::unavailable;
   r.message += "; the other masters answer: this node's slots are skipped for " + std::to_string(config_.breaker_s) +
@@ -356,10 +353,22 @@ redis_result redis_cluster::routed(std::string_view key, Op op) {
   slot_route to = route(slot, deadline);
   if (!to.target) return to.failure;
   bool asking = false, retried = false;
+  // The node this call was admitted to (once per node: the probe, when it
+  // was down); whatever way the call ends, it holds no probe after.
+  struct admission {
+    std::shared_ptr<node> n;
+    ~admission() {
+      if (n) n->probing.store(false, std::memory_order_release);
+    }
+  } admitted;
   for (int redirections = 0;;) {
-    if (!to.target->admits()) {
-      return failed(redis_status::unavailable, "the cluster node " + to.target->name +
-                                                   " failed while others answered: its slots are skipped for now");
+    if (admitted.n != to.target) {
+      if (!to.target->admits()) {
+        return failed(redis_status::unavailable, "the cluster node " + to.target->name +
+                                                     " failed while others answered: its slots are skipped for now");
+      }
+      if (admitted.n) admitted.n->probing.store(false, std::memory_order_release);
+      admitted.n = to.target;
     }
     std::string answer;
     redis_result r = on_node(*to.target, asking, deadline, op, answer);
@@ -378,13 +387,15 @@ redis_result redis_cluster::routed(std::string_view key, Op op) {
     }
     // CLUSTERDOWN, TRYAGAIN and the rest: refused, as the server said.
     if (r.status != redis_status::error && r.status != redis_status::timeout) return r;
-    // The node failed: once, with a map from another node.
-    if (retried || clock::now() >= deadline || !wait_for_load(deadline, to.target.get())) {
-      return node_failed(*to.target, std::move(r));
-    }
+    // The node failed: once more, with a map loaded from another node.
+    // Failing again after that load found the others answering, it is down
+    // alone; without a new load in time (a timeout used the call's time),
+    // or with the whole cluster failing, the failure is the caller's.
+    if (retried) return node_failed(*to.target, std::move(r));
+    if (clock::now() >= deadline || !wait_for_load(deadline, to.target.get())) return r;
     retried = true;
     slot_route again = route(slot, deadline);
-    if (!again.target) return node_failed(*to.target, std::move(r));
+    if (!again.target) return r;
     to = std::move(again);
   }
 }

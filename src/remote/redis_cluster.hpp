@@ -109,10 +109,11 @@ class redis_cluster {
   // As redis_connection's, on the master of the key's slot. CLUSTERDOWN
   // and TRYAGAIN answers are refused; a redirection that cannot be
   // followed (malformed, or more than 5) is an error. A master that fails
-  // while a map load finds the others answering is `unavailable`, and its
-  // slots are then unavailable at once for breaker_s seconds (the router's
-  // breaker per node), after which one call tries it again; the other
-  // slots go on.
+  // twice in a call, around a map load that found the others answering, is
+  // `unavailable`, and its slots are then unavailable at once for breaker_s
+  // seconds (the router's breaker per node), after which one call probes
+  // it; the other slots go on. A timeout (it uses the call's time) stays a
+  // timeout.
   redis_result get(std::string_view key, std::size_t max_bytes);
   redis_result set(std::string_view key, std::span<const unsigned char> value);
   redis_result del(std::string_view key);
@@ -147,8 +148,9 @@ class redis_cluster {
   redis_result routed(std::string_view key, Op op);
   template <typename Op>
   redis_result on_node(node& n, bool asking, clock::time_point deadline, Op& op, std::string& server_error);
-  // `r`, the failure of `n`: unavailable (and `n` skipped for breaker_s)
-  // when the last map load found other nodes answering, else as it is.
+  // `r`, the second failure of `n` in one call, after a map load that
+  // ended during the call: unavailable (and `n` skipped for breaker_s) when
+  // that load found other nodes answering, else as it is.
   redis_result node_failed(node& n, redis_result r) ABSL_LOCKS_EXCLUDED(mu_);
   // The master of `slot`, the map loaded first when it has none.
   slot_route route(std::uint16_t slot, clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);

@@ -95,8 +95,12 @@ struct kernel_store::impl {
     std::string token;
   };
   void hold_lease(std::string id, held_lease lease) {
-    detail::mutex_lock l(&leases_mu);
-    leases_[std::move(id)] = std::move(lease);
+    {
+      detail::mutex_lock l(&leases_mu);
+      std::swap(leases_[std::move(id)], lease);
+    }
+    // `lease` now holds what was there (another owner's lease on the same
+    // key, expired and granted again): its tier goes outside the lock.
   }
   std::optional<held_lease> take_lease(const std::string& id) {
     detail::mutex_lock l(&leases_mu);

@@ -136,8 +136,13 @@ bool remote_tier::record(const remote_reply& r) {
     record_failure(r);
     return true;
   }
-  record_success();  // the server answered, if not for this key
-  if (r.status != remote_status::unavailable) return false;
+  if (r.status != remote_status::unavailable) {
+    record_success();
+    return false;
+  }
+  // A part of the server down: this call failed, the breaker is left as it
+  // was (the answer may be the backend's own, with no server asked).
+  abandon_probe();
   counters_.errors.fetch_add(1, std::memory_order_relaxed);
   if (!warned_.exchange(true)) warn("remote kernel cache: " + r.message + "; the local store keeps working");
   return true;
@@ -179,8 +184,10 @@ tier_result remote_tier::get(const device_identity& device, std::string_view key
 bool remote_tier::enqueue(write w) {
   scoped_lock l(&queue_mu_);
   // stopping_: being destroyed, or the writer gave up (out of memory):
-  // nothing would take the write off the queue.
-  if (stopping_ || queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes) return false;
+  // nothing would take the write off the queue. A lease's release (a few
+  // bytes; without it others wait out the ttl) is never left out for room.
+  const bool full = queue_.size() >= kQueueLimit || queued_bytes_ + w.value.size() > kQueueBytes;
+  if (stopping_ || (full && w.what != write::kind::release)) return false;
   queued_bytes_ += w.value.size();
   queue_.push_back(std::move(w));
   queue_cv_.notify_all();
@@ -219,7 +226,12 @@ lease_result remote_tier::lease(const device_identity& device, std::string_view 
   try {
     const milliseconds ttl = backend_->lease_ttl();
     // A read-only process could not publish what it builds.
-    if (read_only_ || !in_owner() || ttl.count() <= 0 || leases_refused_.load(std::memory_order_relaxed)) return {};
+    // A key the tier does not store (over kMaxKeyBytes) could never be
+    // published: nobody waits for it.
+    if (read_only_ || !in_owner() || ttl.count() <= 0 || key.size() > kMaxKeyBytes ||
+        leases_refused_.load(std::memory_order_relaxed)) {
+      return {};
+    }
     const std::string token = token_ + "." + std::to_string(lease_number_.fetch_add(1, std::memory_order_relaxed));
     const auto start = std::chrono::steady_clock::now();
     // The lease this caller found ends within a ttl; the next holder's
@@ -255,9 +267,14 @@ lease_result remote_tier::lease(const device_identity& device, std::string_view 
         return {lease_status::granted, std::nullopt, token};
       }
       if (r.status != remote_status::miss) {
-        // No leases here (an ACL without SET or EVAL, a server without
-        // them): builds go on as without.
-        leases_refused_.store(true, std::memory_order_relaxed);
+        // No leases here (an ACL without the commands, scripts off, a
+        // server without them): builds go on as without, from now on.
+        // Anything else refused (OOM, LOADING, a failover, a spoiled lease
+        // key): without a lease this time.
+        if (r.message.find("NOPERM") != std::string::npos || r.message.find("unknown command") != std::string::npos ||
+            r.message.find("has no leases") != std::string::npos) {
+          leases_refused_.store(true, std::memory_order_relaxed);
+        }
         if (waiting) waited();
         return {};
       }
@@ -388,11 +405,11 @@ void remote_tier::report() {
       p.seq = ++report_seq_;
       pending_ = p;
     }
-    if (!admit()) return;  // with something to send: a probe gets an answer
-    std::vector<counter_delta> deltas;
+    std::vector<counter_delta> deltas;  // before admit(): an allocation that fails holds no probe
     for (std::size_t i = 0; i < kFields.size(); ++i) {
       if (pending_->deltas[i] != 0) deltas.emplace_back(kFields[i], pending_->deltas[i]);
     }
+    if (!admit()) return;  // with something to send: a probe gets an answer
     remote_reply r;
     try {
       r = backend_->report(token_, pending_->seq, deltas);

@@ -61,7 +61,7 @@ class storage_tier {
   // Build leases (kernel_store::get_or_lease), for a tier that processes
   // share: after a miss, a lease on building (device, key), or, while
   // another process holds it, the value once that one has put it (waiting
-  // at most the lease's lifetime). release_lease ends a granted lease after
+  // at most twice the lease's lifetime). release_lease ends a granted lease after
   // the value is on its way (a tier that writes in the background releases
   // it after the writes queued before). Neither throws.
   virtual lease_result lease(const device_identity& /*device*/, std::string_view /*key*/) noexcept { return {}; }

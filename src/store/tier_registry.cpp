@@ -99,8 +99,9 @@ tier_list tiers_from_environment() noexcept {
     const std::string secret_file = environment_variable("UNICACHE_REMOTE_CACHE_SECRET_FILE").value_or("");
     try {
       return make_tiers(*urls, secret_file);
-    } catch (const invalid_argument& e) {
-      // The value is not echoed: it may hold a password.
+    } catch (const error& e) {
+      // A malformed URL or secret file, or a tier that cannot start its
+      // thread. The value is not echoed: it may hold a password.
       warn(std::string("ignoring UNICACHE_REMOTE_CACHE (not shown: it may hold a password): ") + e.what() +
            "; running with the local store only");
     }

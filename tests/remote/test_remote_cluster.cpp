@@ -131,7 +131,9 @@ TEST_F(RemoteCluster, AKilledMasterCostsItsOwnKeysAndTheTierGoesOnWithTheOthers)
   EXPECT_EQ(reader.counters().skipped.load(), 0u);
   EXPECT_EQ(reader.counters().errors.load() + reader.counters().timeouts.load(), 2 * (60 - elsewhere));
   EXPECT_NE(err.find("remote kernel cache:"), std::string::npos) << "one warning";
-  EXPECT_EQ(reader.lease(device, "cuda new").status, detail::lease_status::granted) << "leases on the other masters";
+  int granted = 0;
+  for (int i = 0; i < 12; ++i) granted += reader.lease(device, "cuda new" + std::to_string(i)).status == detail::lease_status::granted;
+  EXPECT_GT(granted, 0) << "leases on the other masters";
 }
 
 TEST_F(RemoteCluster, AMasterKilledMidRunCostsRebuildsNeverAWrongBinaryOrAHang) {

@@ -118,7 +118,7 @@ TEST_F(RemoteProcesses, EightProcessesAndAVandalShareOneServerWithZeroCorruptRea
 
 TEST_F(RemoteProcesses, ALeaseHolderKilledMidBuildHandsTheBuildToOneOtherAfterItsTtl) {
   constexpr int kWaiters = 4;
-  constexpr int kLeaseMs = 1000, kBuildMs = 200;
+  constexpr int kLeaseMs = 2000, kBuildMs = 200;
   const std::string url = server_.url("lease_ms=" + std::to_string(kLeaseMs));
   const std::string root = root_.path();
   const std::string key = "cuda gemm_64x64";

@@ -6,8 +6,10 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "redis_test.hpp"
 #include "store_test_support.hpp"
@@ -65,6 +67,37 @@ TEST_F(RemoteStore, ARemoteThatIsDownNeverFailsAGetOrAPut) {
   EXPECT_EQ(st.errors + st.timeouts, 1u) << "one failure, then the breaker";
   EXPECT_EQ(st.skipped, 4u);
   EXPECT_EQ(store.get(device, "k3"), binary(100, 2));
+}
+
+TEST_F(RemoteStore, ALeaseGoesWithAPutOrAFailedBuildsReleaseAndTheNextAskerBuilds) {
+  testing::temp_dir a_dir, b_dir, c_dir;
+  kernel_store a(testing::store_in(a_dir.path())), b(testing::store_in(b_dir.path())), c(testing::store_in(c_dir.path()));
+  for (kernel_store* s : {&a, &b, &c}) s->set_remote(server_.url());
+  const device_identity device = testing::gpu_a();
+  const kernel_store::lookup first = a.get_or_lease(device, "cuda k");
+  ASSERT_FALSE(first.binary);
+  ASSERT_TRUE(first.leased) << "the first to miss builds";
+  // a's build fails: it hands the lease on, and b (waiting) gets it.
+  kernel_store::lookup second;
+  std::thread waiter([&] { second = b.get_or_lease(device, "cuda k"); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (b.remote_statistics().lease_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  a.release_lease(device, "cuda k");
+  a.flush_remote();
+  waiter.join();
+  EXPECT_FALSE(second.binary);
+  ASSERT_TRUE(second.leased) << "b builds next";
+  // b's build succeeds: its put stores the binary and ends the lease; c
+  // finds the binary without waiting.
+  EXPECT_TRUE(b.put(device, "cuda k", testing::binary_for("k", 900)));
+  b.flush_remote();
+  const kernel_store::lookup third = c.get_or_lease(device, "cuda k");
+  EXPECT_EQ(third.binary, testing::binary_for("k", 900));
+  EXPECT_FALSE(third.leased);
+  EXPECT_EQ(c.remote_statistics().lease_waits, 0u);
+  EXPECT_EQ(a.remote_statistics().leases + b.remote_statistics().leases, 2u);
 }
 
 TEST_F(RemoteStore, BadSettingsAreRefusedWithoutQuotingSecrets) {
