@@ -175,7 +175,9 @@ TEST_F(RemoteCluster, AMasterKilledMidRunCostsRebuildsNeverAWrongBinaryOrAHang) 
     int status = 0;
     ::waitpid(pid, &status, 0);
     EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    if (WIFEXITED(status)) EXPECT_EQ(WEXITSTATUS(status), 0);
+    if (WIFEXITED(status)) {
+      EXPECT_EQ(WEXITSTATUS(status), 0);
+    }
   }
 }
 
