@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "run_facts.hpp"
 #include "dynamic_shapes_workload.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
@@ -477,22 +478,6 @@ std::string json_string(const std::string& v) {
     out += c;
   }
   return out + "\"";
-}
-
-std::string machine_name() {
-  std::ifstream cpu("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpu, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
-  return buf;
 }
 
 int run_device(const options& o, const std::string& dev) {

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "run_facts.hpp"
 #include "dynamic_shapes_workload.hpp"
 #include "gpu_engine.hpp"
 #include "redis_server.hpp"
@@ -749,22 +750,6 @@ void fleet_benchmark::print_table(const std::string& server) const {
     std::printf("leases/waits/hits: build leases granted, lease waits on another process's build, and waits\n"
                 "that ended with its value, summed.\n");
   }
-}
-
-std::string machine_name() {
-  std::ifstream cpu("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpu, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&now));
-  return buf;
 }
 
 std::string summary_json(const wave_summary& w, double distinct, double lone_compile_ms) {
