@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -209,6 +211,21 @@ class redis_cluster_server {
   std::string problem_;
   std::array<int, kMasters> ports_{};
   std::array<pid_t, kMasters> pids_{-1, -1, -1};
+};
+
+// A GoogleTest fixture with a cluster of its own, skipped, saying why,
+// where redis-server or redis-cli is missing.
+class redis_cluster_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = redis_cluster_server::missing(); !why.empty()) GTEST_SKIP() << why;
+    cluster_ = std::make_unique<redis_cluster_server>();
+    ASSERT_TRUE(cluster_->started()) << cluster_->problem();
+  }
+  // The cluster's URL with `options`, parsed.
+  redis_config config(const std::string& options = "") { return parse_redis_url(cluster_->url(options)); }
+
+  std::unique_ptr<redis_cluster_server> cluster_;
 };
 
 }  // namespace unicache::testing

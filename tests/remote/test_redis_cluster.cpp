@@ -141,14 +141,8 @@ TEST(RedisClusterReplies, ASlotMapOutOfShapeIsAnErrorNeverACrash) {
   EXPECT_NE(why.find("1024"), std::string::npos) << why;
 }
 
-class RedisCluster : public ::testing::Test {
+class RedisCluster : public testing::redis_cluster_test {
  protected:
-  void SetUp() override {
-    if (const std::string missing = testing::redis_cluster_server::missing(); !missing.empty()) GTEST_SKIP() << missing;
-    cluster_ = std::make_unique<testing::redis_cluster_server>();
-    ASSERT_TRUE(cluster_->started()) << cluster_->problem();
-  }
-  redis_config config(const std::string& options = "") { return parse_redis_url(cluster_->url(options)); }
   redis_result on_master(int i, std::initializer_list<std::string_view> args) {
     return redis_connection(cluster_->node_config(i)).command(args);
   }
@@ -190,7 +184,6 @@ class RedisCluster : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<testing::redis_cluster_server> cluster_;
 };
 
 TEST_F(RedisCluster, KeysSpreadOverEveryMasterAndReadBack) {

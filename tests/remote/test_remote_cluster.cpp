@@ -36,16 +36,8 @@ std::uint64_t keys_on(const redis_config& node) {
   return std::stoull(std::string(r.value.begin(), r.value.end()));
 }
 
-class RemoteCluster : public ::testing::Test {
+class RemoteCluster : public testing::redis_cluster_test {
  protected:
-  void SetUp() override {
-    if (const std::string missing = testing::redis_cluster_server::missing(); !missing.empty()) GTEST_SKIP() << missing;
-    cluster_ = std::make_unique<testing::redis_cluster_server>();
-    ASSERT_TRUE(cluster_->started()) << cluster_->problem();
-  }
-  redis_config config(const std::string& options = "") { return parse_redis_url(cluster_->url(options)); }
-
-  std::unique_ptr<testing::redis_cluster_server> cluster_;
   testing::temp_dir root_;
 };
 
