@@ -22,10 +22,12 @@ namespace unicache {
 namespace {
 
 
-// Forks `count` children running body(i) and returns their exit statuses
-// (128 + signal when one was killed; an alarm ends any that hangs).
+// Forks `count` children running body(i) and returns their pids. The caller
+// must have no other thread running: a child of fork() inherits every lock
+// held at that moment (a sanitizer's thread registry while a thread starts,
+// say) and would hang on it. An alarm ends any child that hangs.
 template <typename Body>
-std::vector<int> run_children(int count, Body body) {
+std::vector<pid_t> spawn_children(int count, Body body) {
   std::vector<pid_t> pids;
   for (int i = 0; i < count; ++i) {
     const pid_t pid = ::fork();
@@ -35,6 +37,12 @@ std::vector<int> run_children(int count, Body body) {
     }
     pids.push_back(pid);
   }
+  return pids;
+}
+
+// Waits for the children and returns their exit statuses (128 + signal when
+// one was killed).
+std::vector<int> reap_children(const std::vector<pid_t>& pids) {
   std::vector<int> statuses;
   for (const pid_t pid : pids) {
     int status = 0;
@@ -42,6 +50,11 @@ std::vector<int> run_children(int count, Body body) {
     statuses.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return statuses;
+}
+
+template <typename Body>
+std::vector<int> run_children(int count, Body body) {
+  return reap_children(spawn_children(count, body));
 }
 
 class RemoteProcesses : public testing::redis_test {
@@ -140,11 +153,7 @@ TEST_F(RemoteProcesses, ALeaseHolderKilledMidBuildHandsTheBuildToOneOtherAfterIt
   ASSERT_EQ(said, 'L') << "the first process got the lease";
   // Exit codes: 10 built it, 11 loaded it, 3 a wrong binary, 4 waited
   // longer than a ttl and one build (with a second of slack).
-  std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ::kill(holder, SIGKILL);
-  });
-  const auto statuses = run_children(kWaiters, [&](int child) {
+  const std::vector<pid_t> waiters = spawn_children(kWaiters, [&](int child) {
     kernel_store store(testing::store_in(root + "/w" + std::to_string(child)));
     store.set_remote(url);
     const auto start = std::chrono::steady_clock::now();
@@ -162,7 +171,11 @@ TEST_F(RemoteProcesses, ALeaseHolderKilledMidBuildHandsTheBuildToOneOtherAfterIt
     if (waited > std::chrono::milliseconds(kLeaseMs + kBuildMs + 1000)) return 4;
     return code;
   });
-  killer.join();
+  // The holder dies mid-build, with the waiters already waiting. (From this
+  // thread: the waiters were forked with no other thread running.)
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(holder, SIGKILL);
+  const std::vector<int> statuses = reap_children(waiters);
   ::waitpid(holder, nullptr, 0);
   ::close(ready[0]);
   ::close(ready[1]);
