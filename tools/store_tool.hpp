@@ -1,7 +1,8 @@
 // What the parts of unicache-store share: its exit codes, the options of a
 // command line, the output helpers, and the commands (each runs one
-// subcommand on the local store, local_commands.cpp, or on the remote tier,
-// remote_commands.cpp); unicache_store.cpp dispatches to them.
+// subcommand on the local store, local_commands.cpp and bundle_commands.cpp,
+// or on the remote tier, remote_commands.cpp); unicache_store.cpp
+// dispatches to them.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,9 @@ struct options {
   bool json = false;
   bool recount = false;
   std::optional<std::uint64_t> max_mb, older_than_days;
+  // export and import (bundle_commands.cpp): the bundle, export's filter.
+  std::optional<std::string> bundle;
+  unicache::bundle_filter filter;
 };
 
 // A time as "2026-11-26T02:19:04Z".
@@ -53,6 +57,10 @@ int list_local(unicache::kernel_store& store, const unicache::store_config& conf
 int verify_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
 int prune_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
 int clear_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
+
+// The local store's bundles (bundle_commands.cpp).
+int export_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
+int import_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
 
 // The remote tier's commands (run_remote makes the remote_maintenance).
 int stats_remote(unicache::remote_maintenance& remote, const options& o);

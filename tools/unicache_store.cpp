@@ -1,10 +1,11 @@
 // unicache-store: inspect and maintain a store (the local one, or the
 // remote tier with --remote). This file: the table of commands, the command
-// line and main; the commands are in local_commands.cpp and
-// remote_commands.cpp.
+// line and main; the commands are in local_commands.cpp,
+// bundle_commands.cpp and remote_commands.cpp.
 //
-// Exit codes: 0 success; 1 the store is unusable, an operation failed, or
-// `verify` found bad entries (without --fix); 2 usage error.
+// Exit codes: 0 success; 1 the store is unusable, an operation failed,
+// `verify` found bad entries (without --fix), or `export` or `import`
+// refused some; 2 usage error.
 //
 // Each command is a row of kCommands: its name, its line in the usage, its
 // own help, the options it takes, and the functions that run it on the
@@ -34,6 +35,8 @@ enum accepted_options : unsigned {
   accepts_json = 1u << 1,     // list --json
   accepts_recount = 1u << 2,  // stats --recount (the local store only)
   accepts_limits = 1u << 3,   // prune --max-size MB, --older-than DAYS: at least one
+  accepts_export = 1u << 4,   // export --out FILE [--kind K] [--device TEXT] [--newer-than DAYS] [--secret-file F]
+  accepts_import = 1u << 5,   // import FILE [--secret-file F]
 };
 
 using local_command = int (*)(unicache::kernel_store&, const unicache::store_config&, const options&);
@@ -92,6 +95,33 @@ const command kCommands[] = {
      "Removes every entry of every device. Exit 0, or 1 if the store is\n"
      "unusable or not writable.\n",
      accepts_nothing, clear_local, clear_remote},
+    {"export", "export --out FILE [--kind K] [--device TEXT]\n         [--newer-than DAYS] [--secret-file F]",
+     "write entries to a bundle FILE, to import elsewhere",
+     "usage: unicache-store [--dir DIR] export --out FILE [--kind K] [--device TEXT]\n"
+     "                      [--newer-than DAYS] [--secret-file F]\n\n"
+     "Writes the store's entries to the bundle FILE (one file, for another\n"
+     "machine's `import`): those whose key is of kind K as `list` shows it\n"
+     "(opencl-c, cuda-c), of devices whose description contains TEXT, used\n"
+     "within DAYS days; without options, every entry. FILE is written beside\n"
+     "itself under a temporary name and renamed when complete. With\n"
+     "--secret-file (as UNICACHE_REMOTE_CACHE_SECRET_FILE), every record is\n"
+     "signed. Prints a line per damaged entry left out, then a summary.\n"
+     "Exit 0, 1 if an entry was left out or FILE or the store is unusable,\n"
+     "2 on bad options or an unusable secret file.\n",
+     accepts_export, export_local, nullptr},
+    {"import", "import FILE [--secret-file F]", "store the entries of a bundle FILE",
+     "usage: unicache-store [--dir DIR] import FILE [--secret-file F]\n\n"
+     "Stores the entries of the bundle FILE (made by `export`), each checked as\n"
+     "the store checks what it reads and stored as the library stores one;\n"
+     "entries the store holds already are left as they are. A truncated or\n"
+     "damaged FILE, or one that is not a bundle, is refused whole: nothing is\n"
+     "imported. A record that is corrupt, too large for this store or, with\n"
+     "--secret-file, not signed with that secret, is refused and the others\n"
+     "imported; without --secret-file, signatures are not checked. Prints a\n"
+     "line per refused record, then a summary. Exit 0, 1 if a record was\n"
+     "refused or FILE or the store is unusable, 2 on bad options or an\n"
+     "unusable secret file.\n",
+     accepts_import, import_local, nullptr},
     {"help", "help [COMMAND]", "this text, or a command's", "usage: unicache-store help [COMMAND]\n", accepts_nothing,
      nullptr, nullptr},
 };
@@ -123,8 +153,9 @@ const char* const kUsageTail =
     "prefix; --secret-file checks signatures as UNICACHE_REMOTE_CACHE_SECRET_FILE\n"
     "does. Passwords are never printed.\n"
     "\n"
-    "exit codes: 0 success; 1 the store is unusable, an operation failed, or\n"
-    "verify found bad entries (without --fix); 2 usage error.\n";
+    "exit codes: 0 success; 1 the store is unusable, an operation failed,\n"
+    "verify found bad entries (without --fix), or export or import refused\n"
+    "some; 2 usage error.\n";
 
 // The tool's usage, its commands listed from kCommands.
 void print_usage(std::FILE* out) {
@@ -206,6 +237,40 @@ std::optional<std::uint64_t> number(std::string_view text) {
   return std::stoull(std::string(text));
 }
 
+// Takes the option of export or import at args[i], and its value (moving i
+// past it); false when it is none of theirs. A bad value sets `exit_code`.
+bool take_bundle_option(const command& c, const std::vector<std::string_view>& args, std::size_t& i, options& o,
+                        std::optional<int>& exit_code) {
+  const std::string_view a = args[i];
+  if ((c.accepts & accepts_import) && !a.starts_with("--") && !o.bundle) {
+    o.bundle = std::string(a);
+    return true;
+  }
+  if (!(c.accepts & (accepts_export | accepts_import)) || i + 1 >= args.size()) return false;
+  const std::string value(args[i + 1]);
+  const bool exporting = c.accepts & accepts_export;
+  if (a == "--secret-file") {
+    o.secret_file = value;
+  } else if (exporting && a == "--out") {
+    o.bundle = value;
+  } else if (exporting && a == "--kind") {
+    o.filter.kind = value;
+  } else if (exporting && a == "--device") {
+    o.filter.device = value;
+  } else if (exporting && a == "--newer-than") {
+    const auto days = number(value);
+    if (!days || *days == 0 || *days > UINT32_MAX) {
+      exit_code = usage_error("bad number of days " + value + " for --newer-than", &c);
+    } else {
+      o.filter.max_age_days = static_cast<std::uint32_t>(*days);
+    }
+  } else {
+    return false;
+  }
+  ++i;
+  return true;
+}
+
 // The options after the command: those it takes, else a usage error.
 std::optional<int> parse_command_options(const command& c, const std::vector<std::string_view>& args, options& o) {
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -221,6 +286,8 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
       if (!value) return usage_error("bad number " + std::string(args[i + 1]) + " for " + std::string(a), &c);
       (a == "--max-size" ? o.max_mb : o.older_than_days) = value;
       ++i;
+    } else if (std::optional<int> exit_code; take_bundle_option(c, args, i, o, exit_code)) {
+      if (exit_code) return exit_code;
     } else {
       return usage_error("unexpected argument " + std::string(a), &c);
     }
@@ -228,6 +295,11 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
   if ((c.accepts & accepts_limits) && !o.max_mb && !o.older_than_days) {
     return usage_error("prune needs --max-size or --older-than", &c);
   }
+  if ((c.accepts & (accepts_export | accepts_import)) && o.remote) {
+    return usage_error(std::string(c.name) + " works on the local store (--dir), not on --remote", &c);
+  }
+  if ((c.accepts & accepts_export) && !o.bundle) return usage_error("export needs --out FILE", &c);
+  if ((c.accepts & accepts_import) && !o.bundle) return usage_error("import needs the bundle FILE", &c);
   return std::nullopt;
 }
 

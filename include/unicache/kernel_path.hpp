@@ -62,8 +62,13 @@ struct kernel_source {
   std::string source;
   std::string options;
   std::string kernel_name;
+  // The shapes the kernel is compiled for ("M=37 N=64 K=768"), or "" for a
+  // kernel that runs every shape (sizes are arguments). The source says it
+  // too; the key carries it apart so that a miss can name it.
+  std::string shape_class;
   // The persistent store's key: everything that decides the binary
-  // (language, kernel name, options, source).
+  // (language, kernel name, options, shape class, source), each a
+  // cache_key text field in that order.
   std::string store_key() const;
 };
 
@@ -97,6 +102,14 @@ class kernel_builder {
   // refuses it (the core then builds from source). Must not throw for a
   // refused binary; may throw for a failure that a rebuild cannot fix.
   virtual std::unique_ptr<device_program> load(const kernel_source& src, byte_span binary) const = 0;
+  // Why this machine cannot run binaries made for identity(), naming what
+  // it lacks ("driver 11040 (CUDA 11.4) cannot run ..."); "" when it can.
+  // identity() holds what decides the binary, not what loads it (a CUDA
+  // cubin is keyed by its architecture and compiler, not by the driver):
+  // asked before a stored or preloaded binary is loaded, and a refusal is a
+  // rejected binary (rebuilt, and the stored one replaced), explained on
+  // stderr. The default: nothing is refused before load() is tried.
+  virtual std::string load_refusal() const { return {}; }
 };
 
 // Counters of the kernel path, per owner id (one per backend), since the

@@ -17,9 +17,11 @@
 // get(), put() and remove() take a device identity and a key directly: for
 // tools, tests, and applications with binaries of their own.
 //
-// The device identity covers platform, device, device version, driver
-// version and unicache's own version and git hash: a driver or library
-// upgrade never serves an old binary. Keys are compared in full on every hit;
+// The device identity says what decides a binary (device_identity.hpp: the
+// architecture, compiler and target for CUDA; device and driver for OpenCL),
+// and the store adds unicache's own version and git hash: a library upgrade,
+// or a driver upgrade where the driver decides the binary, never serves an
+// old binary. Keys are compared in full on every hit;
 // a hash collision never serves another key's binary.
 //
 // Failure is never the caller's problem: get() and put() do not throw. A
@@ -159,6 +161,86 @@ class store_error : public error {
   using error::error;
 };
 
+// Bundles: many entries of a store in one file, so that a warm store
+// travels to another machine (filled by CI, imported on a fleet):
+//
+//   unicache::bundle_filter only_cuda;
+//   only_cuda.kind = "cuda-c";
+//   ci_store.export_bundle("kernels.ucbundle", only_cuda, "/etc/unicache/remote.key");
+//   ...
+//   unicache::bundle_report r = fleet_store.import_bundle("kernels.ucbundle", "/etc/unicache/remote.key");
+//   for (const std::string& why : r.refused) std::fprintf(stderr, "%s\n", why.c_str());
+//
+// Each record of a bundle carries one entry in the store's own format (with
+// its checksum), its device's identity hash and description, and with a
+// secret an HMAC-SHA256 signature; a trailer closes the file. The format:
+// docs/design.md, "Bundles".
+//
+// Secrets (a file as UNICACHE_REMOTE_CACHE_SECRET_FILE: a regular file of 16
+// to 4096 bytes that others cannot write): export with one signs every
+// record; import with one accepts only records signed with it (an unsigned
+// or otherwise signed record is refused and reported). Import without one
+// ignores signatures: a bundle is then trusted as much as files copied into
+// the store would be. Use a secret for a bundle that crosses machines.
+
+// Which entries export_bundle writes; an empty field selects everything.
+struct bundle_filter {
+  std::string kind;                // only keys of this kind, as list() reports it ("opencl-c", "cuda-c")
+  std::string device;              // only devices whose description contains this text ("H200")
+  std::uint32_t max_age_days = 0;  // only entries used within this many days; 0: any
+};
+
+// What an export or an import did. Every string is printable ASCII.
+struct bundle_report {
+  std::uint64_t records = 0;          // export: records written; import: records in the bundle
+  std::uint64_t imported = 0;         // import: entries now stored that were not
+  std::uint64_t already_present = 0;  // import: entries the store held already (left as they were)
+  std::uint64_t bytes = 0;            // the bundle's size
+  // One line per refused record (import: "record 17: entry corrupt
+  // (checksum mismatch)", "record 3: signature does not verify", records
+  // numbered from 1) or per entry export left out because it is damaged
+  // ("<path>: corrupt (checksum mismatch)").
+  std::vector<std::string> refused;
+};
+
+// --- Misses that explain themselves.
+//
+// A warm store that misses costs a build, and the reason is usually a key
+// field: another GPU architecture, another compiler or unicache version,
+// other options or another shape class. With UNICACHE_EXPLAIN_MISSES=1 (or
+// set_explain_misses(true)), the kernel path prints one line on stderr for
+// a kernel it builds while other entries of the same kernel are stored,
+// naming the fields in which the nearest one differs:
+//
+//   unicache: miss explained: cuda-c gemm (3f0c9a1b2d4e5f60): the nearest stored entry
+//     (9a8b7c6d5e4f3a2b) differs in architecture (stored sm_80, here sm_90)
+//
+// and, always, one for a stored binary this machine refused before loading
+// it (kernel_builder::load_refusal: a driver too old for the compiler that
+// made it). Bounded: once per kernel and set of differing fields, at most
+// 256 lines a process. kernel_store::explain_miss gives the same to a tool.
+struct miss_explanation {
+  std::string what;             // the kernel: "cuda-c gemm" (its key's language and name, printable)
+  std::string blob_id;          // the missed (device, key), as blob_id() gives it
+  std::string nearest_blob_id;  // the nearest stored entry of the same kernel
+  // The fields that differ, each "name (stored X, here Y)", in this order:
+  // backend, the identity's fields (CUDA: architecture, target, compiler;
+  // other backends: device, device version, driver), unicache version,
+  // options, shape class, then "generated source" (the same fields, another
+  // kernel configuration or generator) or "key format" (an entry an older
+  // unicache wrote). Values are printable and cut at 48 bytes.
+  std::vector<std::string> differences;
+  // Set instead when a stored binary was refused at load: why.
+  std::string refusal;
+  // The line the kernel path prints.
+  std::string line() const;
+};
+
+// Whether the kernel path explains its misses (UNICACHE_EXPLAIN_MISSES, 0 or
+// 1, default 0). Safe from any thread; applies to misses after the call.
+void set_explain_misses(bool on) noexcept;
+bool explain_misses() noexcept;
+
 class kernel_store {
  public:
   // Opens (creating if needed) the store in config.directory. Never throws:
@@ -286,6 +368,43 @@ class kernel_store {
   std::uint64_t prune(std::uint64_t max_bytes, std::uint32_t max_age_days) const;
   // Removes every entry of every device.
   void clear() const;
+
+  // Bundles (see above). Both throw store_error, with what to do, when the
+  // store is disabled, and invalid_argument for an unusable secret file.
+  //
+  // export_bundle writes the entries `filter` selects to `path`: to a new
+  // temporary file beside it, renamed to `path` once complete (replacing
+  // what was there: a file, or a link itself, never what it points to), so
+  // that `path` never holds a partial bundle. Walks the store without a
+  // lock, as list() does; a damaged entry is left out and reported. Throws
+  // store_error when `path` cannot be written (its directory is missing or
+  // not writable, it is a directory, the disk is full); nothing is left
+  // behind then.
+  bundle_report export_bundle(const std::string& path, const bundle_filter& filter,
+                              const std::string& secret_file = "") const;
+  // import_bundle stores the entries of the bundle at `path`, each checked
+  // as the store checks what it reads (its checksum, its device, this
+  // store's size limits) and published as put publishes (under its shard's
+  // lock, with this store's trust and permissions, counted in its shard's
+  // record, evicting as put does), so other threads and processes may use
+  // the store meanwhile. A new device directory gets the record's
+  // description as its device.txt. A refused record is reported and the
+  // others imported. `path` is opened without following a link or
+  // blocking, and must be a regular file. Throws store_error, importing
+  // nothing, when it is not one, is not a bundle, is of another bundle
+  // format version, or is truncated or damaged (its trailer or a record's
+  // header); and when the store is not writable or stops being writable
+  // (the message says how many entries were imported by then).
+  bundle_report import_bundle(const std::string& path, const std::string& secret_file = "");
+
+  // Why (device, key) misses: compared with the nearest entry of the same
+  // kernel (its name, on any backend) in the local store, field
+  // by field (see miss_explanation). nullopt when no entry of that kernel
+  // is stored, the store is off, or the key is not a kernel's. Reads the
+  // header and key of every entry (at most 100,000; about 10 µs each), so
+  // the kernel path asks only when explain_misses() is on, once per miss.
+  // Never throws.
+  std::optional<miss_explanation> explain_miss(const device_identity& device, std::string_view key) const noexcept;
 
  private:
   friend struct detail::store_access;

@@ -155,6 +155,39 @@ typedef struct {
 } unicache_store_stats_t;
 UNICACHE_API unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats);
 
+/* Bundles: entries of the process-wide store in one file, so that a warm
+ * store travels to another machine (store.hpp, "Bundles"). A secret file
+ * (NULL or "": none), as UNICACHE_REMOTE_CACHE_SECRET_FILE: export signs
+ * every record with it; import with it accepts only records signed with
+ * it; import without one ignores signatures. */
+typedef struct {
+  const char* kind;       /* only keys of this kind ("opencl-c", "cuda-c"); NULL or "": any */
+  const char* device;     /* only devices whose description contains this text; NULL or "": any */
+  uint32_t max_age_days;  /* only entries used within this many days; 0: any */
+} unicache_bundle_filter_t;
+typedef struct {
+  uint64_t records;          /* export: records written; import: records in the bundle */
+  uint64_t imported;         /* import: entries now stored that were not */
+  uint64_t already_present;  /* import: entries the store held already */
+  uint64_t refused;          /* import: records refused; export: damaged entries left out */
+  uint64_t bytes;            /* the bundle's size */
+} unicache_bundle_report_t;
+/* Both fill *report (required). `refusals` (NULL: not wanted) receives one
+ * line per refusal ("record 17: entry corrupt (checksum mismatch)"), each
+ * ending in '\n', as many whole lines as fit in `refusals_size` bytes with
+ * the NUL; report->refused counts them all. A refused record is no error:
+ * the call succeeds. UNICACHE_STORE_ERROR, with what to do: the store is
+ * disabled or not writable (import), `path` cannot be written (export: the
+ * bundle appears whole or not at all), or is not a regular file, not a
+ * bundle, truncated or damaged (import: nothing imported then);
+ * UNICACHE_INVALID_ARGUMENT: a NULL path or report, an unusable secret file. */
+UNICACHE_API unicache_status_t unicache_store_export_bundle(const char* path, const unicache_bundle_filter_t* filter,
+                                                            const char* secret_file, unicache_bundle_report_t* report,
+                                                            char* refusals, size_t refusals_size);
+UNICACHE_API unicache_status_t unicache_store_import_bundle(const char* path, const char* secret_file,
+                                                            unicache_bundle_report_t* report, char* refusals,
+                                                            size_t refusals_size);
+
 /* Blobs, for applications that keep binaries in their own storage: one
  * device binary under its key, self-checking, tied to a device identity
  * (platform, device, device version, driver version; NUL-terminated). */

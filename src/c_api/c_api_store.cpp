@@ -1,5 +1,5 @@
 // The C interface of the persistent kernel store: its runtime settings,
-// statistics and the blob API (unicache.h, "Persistent kernel store").
+// statistics, bundles and the blob API (unicache.h, "Persistent kernel store").
 #include "unicache/unicache.h"
 
 #include "c_api_internal.hpp"
@@ -40,6 +40,52 @@ unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats) {
     need(stats, "stats");
     const store_stats s = kernel_store::instance().stats();
     *stats = {s.entries, s.bytes, s.devices, s.temporary_files};
+  });
+}
+
+namespace {
+
+// The report as C sees it, and as many whole refusal lines as fit.
+void report_out(const bundle_report& r, unicache_bundle_report_t* report, char* refusals, size_t refusals_size) {
+  *report = {r.records, r.imported, r.already_present, r.refused.size(), r.bytes};
+  if (!refusals || refusals_size == 0) return;
+  std::size_t used = 0;
+  for (const std::string& line : r.refused) {
+    if (used + line.size() + 2 > refusals_size) break;  // the line, its newline and the NUL
+    std::memcpy(refusals + used, line.data(), line.size());
+    used += line.size();
+    refusals[used++] = '\n';
+  }
+  refusals[used] = '\0';
+}
+
+}  // namespace
+
+unicache_status_t unicache_store_export_bundle(const char* path, const unicache_bundle_filter_t* filter,
+                                               const char* secret_file, unicache_bundle_report_t* report,
+                                               char* refusals, size_t refusals_size) {
+  return guarded([&] {
+    need(path, "path");
+    need(report, "report");
+    bundle_filter f;
+    if (filter) {
+      f.kind = filter->kind ? filter->kind : "";
+      f.device = filter->device ? filter->device : "";
+      f.max_age_days = filter->max_age_days;
+    }
+    const bundle_report r = kernel_store::instance().export_bundle(path, f, secret_file ? secret_file : "");
+    report_out(r, report, refusals, refusals_size);
+  });
+}
+
+unicache_status_t unicache_store_import_bundle(const char* path, const char* secret_file,
+                                               unicache_bundle_report_t* report, char* refusals,
+                                               size_t refusals_size) {
+  return guarded([&] {
+    need(path, "path");
+    need(report, "report");
+    const bundle_report r = kernel_store::instance().import_bundle(path, secret_file ? secret_file : "");
+    report_out(r, report, refusals, refusals_size);
   });
 }
 

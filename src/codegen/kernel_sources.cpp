@@ -613,7 +613,12 @@ kernel_source gemm_source(dialect d, const gemm_config& c) {
     defines += define("FIXED_M", (*c.fixed_mnk)[0]) + define("FIXED_N", (*c.fixed_mnk)[1]) +
                define("FIXED_K", (*c.fixed_mnk)[2]);
   }
-  return make(d, key, defines, std::string(kGemmLoaders) + body, "gemm");
+  kernel_source s = make(d, key, defines, std::string(kGemmLoaders) + body, "gemm");
+  if (c.fixed_mnk) {
+    s.shape_class = "M=" + std::to_string((*c.fixed_mnk)[0]) + " N=" + std::to_string((*c.fixed_mnk)[1]) +
+                    " K=" + std::to_string((*c.fixed_mnk)[2]);
+  }
+  return s;
 }
 
 kernel_source gemm_reduce_source(dialect d, const gemm_config& c, int work_group) {

@@ -5,6 +5,8 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -60,11 +62,34 @@ void trace(const char* event, owner_id owner, const std::string& kernel_name, co
   detail::write_line(line);
 }
 
+constexpr std::size_t kMaxExplanations = 256;
+
+// Prints `e` once per kernel and reason (the differing fields' names, not
+// their values), and at most kMaxExplanations lines a process.
+void print_explanation(const miss_explanation& e) noexcept {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  try {
+    std::string reason = e.what + "|" + e.refusal;
+    for (const std::string& d : e.differences) reason += "|" + d.substr(0, d.find(" ("));
+    std::lock_guard<std::mutex> lock(mu);
+    if (said.size() > kMaxExplanations || !said.insert(reason).second) return;
+    if (said.size() > kMaxExplanations) {
+      detail::write_line("unicache: miss explained: further explanations are not shown (" +
+                         std::to_string(kMaxExplanations) + " in this process)");
+      return;
+    }
+    detail::write_line(e.line());
+  } catch (...) {
+    // Out of memory: nothing printed.
+  }
+}
+
 }  // namespace
 
 std::string kernel_source::store_key() const {
   cache_key k;
-  k.add(language).add(kernel_name).add(options).add(source);
+  k.add(language).add(kernel_name).add(options).add(shape_class).add(source);
   return std::string(k.bytes());
 }
 
@@ -132,8 +157,23 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
               c.rejected.fetch_add(1, std::memory_order_relaxed);
               trace("reject", owner, src.kernel_name, key, ns);
             };
+            // Refused before a load is tried: binaries for this identity
+            // that this machine cannot run (a driver too old for them).
+            const std::string refusal = builder.load_refusal();
+            auto explain_refusal = [&] {
+              miss_explanation e;
+              e.what = src.language + " " + src.kernel_name;
+              e.blob_id = blob_id(identity, key);
+              e.refusal = refusal;
+              print_explanation(e);
+            };
             for (const kernel_binary& b : preloaded) {
               if (b.key != key) continue;
+              if (!refusal.empty()) {
+                rejected(std::chrono::steady_clock::now());
+                explain_refusal();
+                continue;
+              }
               const auto start = std::chrono::steady_clock::now();
               // Not stored: a blob is the application's to trust, not every
               // user's of a (possibly shared) store.
@@ -146,10 +186,16 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
             // process builds, the others wait for its binary.
             kernel_store::lookup stored = store.get_or_lease(identity, key);
             if (stored.binary) {
-              if (auto p = builder.load(src, *stored.binary)) return loaded(std::move(p), load_start, false);
-              // The driver refused it: it goes, and the rebuilt binary takes its place.
+              if (refusal.empty()) {
+                if (auto p = builder.load(src, *stored.binary)) return loaded(std::move(p), load_start, false);
+              } else {
+                explain_refusal();
+              }
+              // Refused: it goes, and the rebuilt binary takes its place.
               rejected(load_start);
               store.remove(identity, key);
+            } else if (explain_misses()) {
+              if (const auto e = store.explain_miss(identity, key)) print_explanation(*e);
             }
             const auto build_start = std::chrono::steady_clock::now();
             std::unique_ptr<device_program> built;

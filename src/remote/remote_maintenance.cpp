@@ -125,7 +125,7 @@ struct remote_maintenance::impl {
 
 remote_maintenance::remote_maintenance(const std::string& url, const std::string& secret_file)
     : impl_(std::make_unique<impl>(parse_redis_url(url),
-                                   secret_file.empty() ? std::string() : read_remote_secret(secret_file))) {}
+                                   secret_file.empty() ? std::string() : read_secret_file(secret_file, "the remote tier's secret file"))) {}
 
 remote_maintenance::~remote_maintenance() = default;
 

@@ -10,12 +10,6 @@
 
 namespace unicache::detail {
 
-// The secret in `path`, without a trailing newline. The file is opened
-// without blocking (a FIFO never hangs) and must be a regular file that
-// others cannot write, of 16 to 4096 bytes; its contents are never echoed.
-// Throws invalid_argument.
-std::string read_remote_secret(const std::string& path);
-
 // A remote tier on the Redis server of `config`.
 std::unique_ptr<remote_tier> make_redis_tier(redis_config config, std::string secret);
 

@@ -65,6 +65,12 @@ hash128 device_hash(const device_identity& device) {
 
 hash128 key_hash(std::string_view key) { return stable_hash128(key); }
 
+std::string blob_id_of(const hash128& device, std::string_view key) {
+  std::string material(reinterpret_cast<const char*>(device.data()), device.size());
+  material.append(key);
+  return to_hex(key_hash(material));
+}
+
 std::string describe(const device_identity& device) {
   return device.platform_name + " / " + device.device_name + " / " + device.device_version + " / " +
          device.driver_version + " / unicache " + UNICACHE_VERSION_STRING + " (" +

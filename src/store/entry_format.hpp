@@ -45,6 +45,8 @@ constexpr std::uint64_t max_entry_file_bytes(std::uint64_t key_bytes, std::uint6
 // and of this unicache build's version and git hash.
 hash128 device_hash(const device_identity& device);
 hash128 key_hash(std::string_view key);
+// blob_id() of an entry of `device` (a device_hash) and `key`.
+std::string blob_id_of(const hash128& device, std::string_view key);
 // "platform / device / version / driver / unicache x.y.z (git)"
 std::string describe(const device_identity& device);
 

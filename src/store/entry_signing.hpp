@@ -14,6 +14,13 @@
 
 namespace unicache::detail {
 
+// The secret in `path`, without a trailing newline. The file is opened
+// without blocking (a FIFO never hangs) and must be a regular file that its
+// group and others cannot write, of 16 to 4096 bytes; its contents are never
+// echoed. Throws invalid_argument naming `what` ("the remote tier's secret
+// file") and the path.
+std::string read_secret_file(const std::string& path, const std::string& what);
+
 class entry_signer {
  public:
   // `secret` empty: values are neither signed nor checked.

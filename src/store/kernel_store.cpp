@@ -11,6 +11,7 @@
 #include "store/tier_registry.hpp"
 #include "store/background_evictor.hpp"
 #include "store/entry_format.hpp"
+#include "store/entry_slots.hpp"
 #include "store/eviction.hpp"
 #include "store/kernel_store_impl.hpp"
 #include "store/store_layout.hpp"
@@ -25,39 +26,6 @@ using namespace detail;
 namespace {
 
 constexpr long kTouchIntervalS = 60;  // last use is recorded at most once a minute
-
-// Where a key's directory is, relative to the root (for messages, and to
-// name the entry a put must not evict).
-std::string key_directory_relative_path(const hash128& device, const hash128& key) {
-  const auto names = key_directory_names(device, key);
-  return names[0] + "/" + names[1] + "/" + names[2];
-}
-
-// One slot of a key's directory, opened and read the way every reader
-// reads one: a regular file, trusted, no larger than an entry of `key` can
-// be, parsed for `device`. Anything else is skipped by get, put and remove
-// alike, so they always agree on which entry holds a key.
-struct slot {
-  enum class state { empty, skipped, damaged, other_key, this_key };
-  state what = state::empty;
-  opened_file file;
-  byte_vector bytes;
-  parsed_entry entry;  // views into `bytes` (a moved vector keeps its buffer)
-};
-
-slot read_slot(store_directory& d, const directory_handle& dir, const std::string& relative_dir, int n,
-               const hash128& device, std::string_view key, const store_config& config) {
-  slot s;
-  const std::string name = entry_name(n);
-  const int err = open_regular_file(dir, name, s.file);
-  if (err == ENOENT) return s;
-  s.what = slot::state::skipped;
-  if (err != 0 || !d.trusts(s.file.status, relative_dir, name)) return s;
-  if (read_contents(s.file, max_entry_file_bytes(key.size(), config.max_entry_bytes), s.bytes) != 0) return s;
-  s.entry = parse_entry(s.bytes, &device);
-  s.what = !s.entry.ok() ? slot::state::damaged : s.entry.key == key ? slot::state::this_key : slot::state::other_key;
-  return s;
-}
 
 // The binary of `key` for `device` in the open entry `file`, read straight
 // into the vector returned (a get copies nothing), or nullopt when the file
@@ -229,90 +197,11 @@ bool kernel_store::impl::put_local(const device_identity& device, std::string_vi
   try {
     const std::shared_ptr<const store_state> s = state();
     if (!s->directory || !s->directory->writable()) return false;
-    store_directory& d = *s->directory;
-    const store_config& c = s->config;
-    if (binary.size() < c.min_entry_bytes || binary.size() > c.max_entry_bytes || key.size() > kMaxKeyBytes) {
-      return false;
-    }
+    if (check_entry_size(s->config, key.size(), binary.size()) != entry_size_problem::none) return false;
     const hash128 device_h = device_hash(device);
-    const hash128 key_h = hasher(key);
     const byte_vector bytes = encode_entry(device_h, key, binary, ::time(nullptr));
-    // An entry larger than its shard's share of the store would be evicted
-    // by the next put into the shard.
-    if (bytes.size() > shard_limit(c)) return false;
-
-    // ENOENT: an evictor or explicit maintenance removed the (then empty)
-    // key directory after it was created or opened; create it again. Never
-    // a write failure: it only means the race was lost three times.
-    directory_handle dir;
-    std::string temp;
-    int write_err = ENOENT;
-    for (int attempt = 0; attempt < 3 && write_err == ENOENT; ++attempt) {
-      dir = d.open_key_directory(device_h, key_h, /*create=*/true);
-      if (!dir.ok() && dir.error() == ENOENT) continue;
-      if (!dir.ok()) return false;  // in the way, not trusted, or a failed mkdir (reported)
-      write_err = write_temp_file(dir, bytes, d.permissions().file_mode(), temp);
-    }
-    if (write_err == ENOENT) return false;
-    if (write_err != 0) {
-      d.write_failed(write_err, "writing an entry");
-      return false;
-    }
-    d.describe_device(device_h, device);
-
-    const std::string relative_dir = key_directory_relative_path(device_h, key_h);
-    const int shard = shard_of(key_h);
-    bool stored = false;
-    shard_need need;
-    std::string published;
-    int err = 0;
-    {
-      // Publishing and accounting happen together under the shard's lock,
-      // so a walk under it never sees a published entry the record does not
-      // count yet. The slots are read as get reads them, never blocking.
-      lock_file_holder l(&d.lock(shard));
-      int broken_removed = 0;
-      for (int n = 0; n < kMaxCollisions; ++n) {
-        err = publish_no_replace(dir, temp, entry_name(n));
-        if (err == 0) {
-          const shard_need published_need = account_locked(d, shard, c, static_cast<std::int64_t>(bytes.size()), 1);
-          need.clean |= published_need.clean;
-          need.walk |= published_need.walk;
-          published = relative_dir + "/" + entry_name(n);
-          stored = true;
-          break;
-        }
-        if (err != EEXIST) break;
-        // Taken: by this key (another writer was first), by a damaged entry
-        // (removed, and the slot retried), by another key with the same hash
-        // (a collision), or by something get skips too: try n + 1.
-        const slot taken = read_slot(d, dir, relative_dir, n, device_h, key, c);
-        if (taken.what == slot::state::this_key) {
-          ::unlinkat(dir.fd(), temp.c_str(), 0);
-          return true;
-        }
-        if (taken.what == slot::state::damaged && broken_removed < kMaxCollisions &&
-            ::unlinkat(dir.fd(), entry_name(n).c_str(), 0) == 0) {
-          // As get does for a damaged entry (read under this lock: no writer
-          // can have replaced it).
-          const shard_need removed_need = account_locked(
-              d, shard, c, -static_cast<std::int64_t>(taken.file.status.st_size), -1, /*estimate=*/true);
-          need.clean |= removed_need.clean;
-          need.walk |= removed_need.walk;
-          ++broken_removed;
-          --n;  // retry the slot it occupied
-        }
-      }
-    }
-    if (!stored) {
-      ::unlinkat(dir.fd(), temp.c_str(), 0);
-      remove_key_directory_if_empty(d.root(), relative_dir);
-      if (err != 0 && err != EEXIST) d.write_failed(err, "publishing an entry");
-    }
-    // Over its share, or due its daily walk: the shard is cleaned in the
-    // background, never by this put.
-    if (need.clean || need.walk) background_evictor::instance().request(s->directory, c, shard, published, need.walk);
-    return stored;
+    const publish_result r = publish_entry(s->directory, s->config, device_h, hasher(key), key, bytes, describe(device));
+    return r == publish_result::stored || r == publish_result::already_present;
   } catch (...) {
     return false;
   }
@@ -471,12 +360,7 @@ void kernel_store::flush_remote() {
 
 // --- Blob API -------------------------------------------------------------
 
-std::string blob_id(const device_identity& device, std::string_view key) {
-  const hash128 d = device_hash(device);
-  std::string material(reinterpret_cast<const char*>(d.data()), d.size());
-  material.append(key);
-  return to_hex(key_hash(material));
-}
+std::string blob_id(const device_identity& device, std::string_view key) { return blob_id_of(device_hash(device), key); }
 
 byte_vector serialize_blob(const device_identity& device, std::string_view key, byte_span binary) {
   return encode_entry(device_hash(device), key, binary, ::time(nullptr));

@@ -179,7 +179,8 @@ directory_handle store_directory::open_key_directory(const hash128& device, cons
   return current;
 }
 
-void store_directory::describe_device(const hash128& device_hash_value, const device_identity& device) {
+void store_directory::describe_device(const hash128& device_hash_value, std::string_view description) {
+  if (description.empty()) return;
   const std::string hex = to_hex(device_hash_value);
   {
     mutex_lock l(&devices_mu_);
@@ -188,7 +189,7 @@ void store_directory::describe_device(const hash128& device_hash_value, const de
   const directory_handle dir = root_.open_subdirectory(hex);
   struct stat st {};
   if (dir.ok() && ::fstatat(dir.fd(), kDeviceDescriptionName, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
-    const std::string text = describe(device) + "\n";
+    const std::string text = std::string(description) + "\n";
     std::string temp;
     if (write_temp_file(dir, {reinterpret_cast<const unsigned char*>(text.data()), text.size()},
                         permissions_.file_mode(), temp) == 0 &&

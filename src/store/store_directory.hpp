@@ -62,8 +62,10 @@ class store_directory {
   // the errno of a failed mkdir (also reported through write_failed).
   directory_handle open_key_directory(const hash128& device, const hash128& key, bool create);
 
-  // Writes <device>/device.txt if it is missing (once per process and device).
-  void describe_device(const hash128& device_hash, const device_identity& device);
+  // Writes `description` and a newline as <device>/device.txt if it is
+  // missing (once per process and device; nothing when `description` is
+  // empty).
+  void describe_device(const hash128& device_hash, std::string_view description);
 
   store_directory(const std::string& path, directory_handle root, bool shared);
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "store/entry_format.hpp"
+#include "store/entry_inspection.hpp"
 #include "store/eviction.hpp"
 #include "store/key_description.hpp"
 #include "store/kernel_store_impl.hpp"
@@ -21,57 +22,6 @@ using namespace detail;
 
 namespace {
 
-// Reads and checks one entry found by a walk: that the store trusts it, its
-// size, its format, and that it lies in its own device's and key's directory.
-store_entry_info inspect(const store_directory& d, const store_config& config, const store_file& f) {
-  store_entry_info info;
-  info.path = shown_path(d.path(), f);
-  info.device_hash = f.device_hex;
-  info.file_bytes = f.bytes;
-  info.last_use_unix = f.mtime;
-  const directory_handle dir = open_beneath(d.root(), f.directory);
-  opened_file file;
-  int err = dir.ok() ? open_regular_file(dir, f.name, file) : dir.error();
-  if (err == 0) {
-    if (const std::string why = d.permissions().distrust(file.status); !why.empty()) {
-      info.problem = "not trusted: " + why;
-      return info;
-    }
-  }
-  byte_vector bytes;
-  if (err == 0) err = read_contents(file, max_entry_file_bytes(kMaxKeyBytes, config.max_entry_bytes), bytes);
-  if (err == EFBIG) {
-    info.problem = "larger than any entry this store keeps";
-    return info;
-  }
-  if (err != 0) {
-    info.problem = std::string("unreadable: ") + std::strerror(err);
-    return info;
-  }
-  const parsed_entry e = parse_entry(bytes, nullptr);
-  if (!e.ok()) {
-    info.problem = describe(e.problem);
-    return info;
-  }
-  info.key_bytes = e.key.size();
-  info.binary_bytes = e.binary.size();
-  key_description key = describe_key(e.key);
-  info.kind = std::move(key.kind);
-  info.name = std::move(key.name);
-  info.key_preview = std::move(key.preview);
-  if (to_hex(e.device) != f.device_hex) {
-    info.problem = "in the directory of another device";
-    return info;
-  }
-  // The entry must sit under its own key's hash (the layout is the index).
-  if (f.directory.substr(f.directory.rfind('/') + 1) != to_hex(key_hash(e.key))) {
-    info.problem = "in the directory of another key";
-    return info;
-  }
-  info.valid = true;
-  return info;
-}
-
 store_entry_info stray_info(const store_directory& d, const store_file& f) {
   store_entry_info info;
   info.path = shown_path(d.path(), f);
@@ -80,16 +30,6 @@ store_entry_info stray_info(const store_directory& d, const store_file& f) {
   info.last_use_unix = f.mtime;
   info.problem = f.problem;
   return info;
-}
-
-// The device's description as its first writer recorded it, printable.
-std::string device_description(const store_directory& d, const std::string& device_hex) {
-  const directory_handle dir = open_beneath(d.root(), device_hex);
-  byte_vector bytes;
-  if (!dir.ok() || read_regular_file(dir, kDeviceDescriptionName, kMaxDeviceDescriptionBytes, bytes) != 0) return "";
-  std::string text(bytes.begin(), bytes.end());
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  return printable(text, kMaxDeviceDescriptionBytes);
 }
 
 }  // namespace
@@ -137,9 +77,9 @@ std::vector<store_entry_info> kernel_store::list() const {
   std::map<std::string, std::string> descriptions;  // read once per device
   std::vector<store_entry_info> out;
   for (const store_file& f : w.entries) {
-    out.push_back(inspect(d, s->config, f));
+    out.push_back(inspect_entry(d, s->config, f));
     const auto [it, first] = descriptions.try_emplace(f.device_hex);
-    if (first) it->second = device_description(d, f.device_hex);
+    if (first) it->second = printable(read_device_description(d, f.device_hex), kMaxDeviceDescriptionBytes);
     out.back().device_description = it->second;
   }
   return out;
@@ -152,7 +92,7 @@ std::vector<store_entry_info> kernel_store::verify(bool fix) const {
   std::vector<store_entry_info> bad;
   const walk_result w = walk_store(d.root());
   for (const store_file& f : w.entries) {
-    store_entry_info info = inspect(d, s->config, f);
+    store_entry_info info = inspect_entry(d, s->config, f);
     if (info.valid) continue;
     if (fix) remove_beneath(d.root(), f);
     bad.push_back(std::move(info));

@@ -13,17 +13,29 @@
 
 namespace unicache::detail {
 
-int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept {
+namespace {
+
+int open_regular_file_at(int dir_fd, const char* name, opened_file& out) noexcept {
   constexpr int kFlags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
-  out.fd = unique_fd(::openat(dir.fd(), name.c_str(), kFlags | O_NOATIME));
+  out.fd = unique_fd(::openat(dir_fd, name, kFlags | O_NOATIME));
   // O_NOATIME needs the file to be ours (a shared store's files may be
   // another user's): without it, then.
-  if (!out.fd && errno == EPERM) out.fd = unique_fd(::openat(dir.fd(), name.c_str(), kFlags));
+  if (!out.fd && errno == EPERM) out.fd = unique_fd(::openat(dir_fd, name, kFlags));
   if (!out.fd) return errno;
   if (::fstat(out.fd.get(), &out.status) != 0) return errno;
   if (S_ISDIR(out.status.st_mode)) return EISDIR;
   if (!S_ISREG(out.status.st_mode)) return EINVAL;
   return 0;
+}
+
+}  // namespace
+
+int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept {
+  return open_regular_file_at(dir.fd(), name.c_str(), out);
+}
+
+int open_regular_file(const std::string& path, opened_file& out) noexcept {
+  return open_regular_file_at(AT_FDCWD, path.c_str(), out);
 }
 
 int read_contents(const opened_file& file, std::size_t max_bytes, byte_vector& out) noexcept {

@@ -28,6 +28,9 @@ struct opened_file {
 // ours): an atime update is a metadata write, which waits for the
 // filesystem's journal when another process is removing thousands of files.
 int open_regular_file(const directory_handle& dir, const std::string& name, opened_file& out) noexcept;
+// The same for a path a user gave (a bundle): links on the way to its last
+// component are followed, the last component itself never.
+int open_regular_file(const std::string& path, opened_file& out) noexcept;
 
 // Reads the whole of `file` into `out`, or nothing at all when it is larger
 // than `max_bytes` (EFBIG). Returns 0 or errno (ENOMEM when out of memory).

@@ -264,6 +264,13 @@ TEST(ErrorContract, Store) {
   expect_library_error("verify() of a disabled store", [&] { off.verify(false); });
   expect_library_error("prune() of a disabled store", [&] { off.prune(0, 0); });
   expect_library_error("clear() of a disabled store", [&] { off.clear(); });
+  expect_library_error("export_bundle() of a disabled store", [&] { off.export_bundle(dir.path() + "/b", {}); });
+  expect_library_error("import_bundle() of a disabled store", [&] { off.import_bundle(dir.path() + "/b"); });
+  expect_library_error("import_bundle(a FIFO)", [&] { store.import_bundle(fifo); });
+  expect_library_error("import_bundle(a directory)", [&] { store.import_bundle(dir.path()); });
+  expect_library_error("export_bundle(into a FIFO's place)", [&] { store.export_bundle(fifo + "/b", {}); });
+  expect_library_error("export_bundle(missing secret file)",
+                       [&] { store.export_bundle(dir.path() + "/b", {}, dir.path() + "/no-such-secret"); });
 
   const byte_vector garbage(64, 0xAB);
   expect_library_error("deserialize_blob(garbage)", [&] { deserialize_blob(device, garbage); });
@@ -339,7 +346,7 @@ class failing_builder final : public kernel_builder {
 };
 
 TEST(ErrorContract, KernelPathPassesTheBackendsErrorOn) {
-  kernel_source src{"contract-config", "contract-c", "int main;", "", "k"};
+  kernel_source src{"contract-config", "contract-c", "int main;", "", "k", ""};
   expect_library_error("get_kernel(a build that fails)",
                        [&] { get_kernel(0x7E57C002, cache_scope{}, failing_builder(), src, {}); });
 }

@@ -44,6 +44,9 @@ struct engine_state {
   CUcontext context = nullptr;
   CUdevice device = 0;
   bool primary = false;  // the device's primary context, retained by this engine
+  // make_offline_engine: no device and no context; kernels are compiled by
+  // NVRTC and never loaded, and nothing runs.
+  bool offline = false;
   device_info info;
   // 16x8 threads, 8x8 each: as fast as 128x128 tiles on large problems and
   // 2x faster where M is a few hundred rows (fewer tiles leave SMs idle);
@@ -82,11 +85,38 @@ struct stream_state {
 // The backend singleton (registered on first use).
 backend* the_backend();
 const engine_state& state_of(const engine& e);
+// The same for work on the device: throws cuda_error naming `what` for an
+// offline engine, which cannot run anything.
+const engine_state& device_state_of(const engine& e, const char* what);
 
 // What compiled kernels target on a device of this compute capability with
 // the loaded NVRTC: "sm_90", or "compute_86 (PTX)" when NVRTC cannot target
 // the device; "" when NVRTC is unavailable.
 std::string compile_target(int major, int minor);
+
+// --- What decides a binary, and which drivers run it -------------------------------
+
+// What decides a binary: the architecture ("sm_90"), what NVRTC compiled to
+// (device_info::target) and NVRTC's version. The store keeps binaries under
+// it, so every device of one architecture shares them, whatever its model
+// or driver; whether this machine's driver runs them is checked at load
+// (driver_refusal).
+device_identity code_identity(const device_info& i);
+// This very device and driver: what an engine cache blob describes.
+device_identity machine_identity(const device_info& i);
+// Whether `target` is PTX ("compute_86 (PTX)") rather than a cubin.
+bool target_is_ptx(const std::string& target);
+// Why a driver of `driver_version` (cuDriverGetVersion) cannot run what
+// NVRTC `nvrtc_version` made for `target`, naming the driver; "" when it
+// can (or a version is unknown). A cubin needs a driver of NVRTC's major
+// version or later (minor version compatibility), PTX one of NVRTC's
+// version or later.
+std::string driver_refusal(int driver_version, int nvrtc_version, const std::string& target);
+// Tests: engines made after this call report driver `version` (0: the
+// driver's own), as a machine with another driver would.
+void report_driver_version_for_testing(int version);
+// The driver version an engine reports: `actual`, unless a test set another.
+int reported_driver_version(int actual);
 
 // --- Kernel path -----------------------------------------------------------------
 

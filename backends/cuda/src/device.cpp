@@ -50,6 +50,10 @@ class cuda_device final : public gpu::device {
   std::unique_ptr<device_program> load(const engine& e, const kernel_source& src, byte_span binary) const override {
     return load_program(e, src, binary);
   }
+  std::string load_refusal(const engine& e) const override {
+    const device_info& i = state_of(e).info;
+    return driver_refusal(i.driver_version, i.nvrtc_version, i.target);
+  }
 
   // CUDA's grid: 2^31 - 1 blocks in x, 65535 in y and z.
   void check_launch(const gpu::launch_dims& dims, const char* what) const override {
@@ -65,7 +69,7 @@ class cuda_device final : public gpu::device {
   }
 
   gpu::buffer allocate(const engine& e, std::size_t bytes, const char* what, bool last_try) const override {
-    context_guard guard(state_of(e).context);
+    context_guard guard(device_state_of(e, what).context);
     CUdeviceptr p = 0;
     const CUresult r = api().cuMemAlloc(&p, bytes);
     if (r == CUDA_ERROR_OUT_OF_MEMORY && !last_try) return nullptr;
@@ -116,7 +120,7 @@ class cuda_device final : public gpu::device {
   }
 
   stream make_stream(const engine& e) const override {
-    const engine_state& es = state_of(e);
+    const engine_state& es = device_state_of(e, "a stream");
     context_guard guard(es.context);
     auto s = std::make_shared<stream_state>();
     s->context = es.context;

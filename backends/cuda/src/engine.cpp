@@ -56,19 +56,12 @@ device_info query_device(CUdevice device) {
   check(d.cuDeviceTotalMem(&bytes, device), "cuDeviceTotalMem");
   i.global_memory_bytes = bytes;
   check(d.cuDriverGetVersion(&i.driver_version), "cuDriverGetVersion");
+  i.driver_version = reported_driver_version(i.driver_version);
   i.nvrtc_version = nvrtc_version();
   char bus[64] = {};
   if (d.cuDeviceGetPCIBusId(bus, sizeof bus - 1, device) == CUDA_SUCCESS) i.pci_bus_id = lower(bus);
   i.target = compile_target(i.compute_major, i.compute_minor);
   return i;
-}
-
-// Binaries are valid for: the device model and architecture, what they were
-// compiled to, the driver that loads them and the NVRTC that made them.
-device_identity identity_of(const device_info& i) {
-  return {"CUDA", i.device_name,
-          "sm_" + std::to_string(i.compute_major) + std::to_string(i.compute_minor) + " target " + i.target,
-          "driver " + std::to_string(i.driver_version) + " nvrtc " + std::to_string(i.nvrtc_version)};
 }
 
 // The PCI address in the form every backend uses for a physical device.
@@ -82,13 +75,15 @@ std::string physical_key(const device_info& i, int ordinal) {
   return "cuda:" + i.device_name + "#" + std::to_string(ordinal);
 }
 
+std::atomic<std::uint64_t> next_private_scope{1};
+
 engine wrap(CUcontext context, CUdevice device, bool primary) {
   auto s = std::make_shared<engine_state>();
   s->context = context;
   s->device = device;
   s->primary = primary;
   s->info = query_device(device);
-  s->facts.identity = identity_of(s->info);
+  s->facts.identity = code_identity(s->info);
   s->facts.compute_units = s->info.multiprocessors;
   int ordinal = 0;
   const int n = device_count();
@@ -101,7 +96,6 @@ engine wrap(CUcontext context, CUdevice device, bool primary) {
   // so the address cannot name another context while any of them lives. A
   // caller's context cannot be retained: each engine over one gets a scope
   // of its own, never reused.
-  static std::atomic<std::uint64_t> next_private_scope{1};
   const std::uint64_t context_id = primary ? reinterpret_cast<std::uintptr_t>(context)
                                            : (std::uint64_t{1} << 63) | next_private_scope.fetch_add(1);
   return engine(the_backend(), engine_kind::gpu, device_id, context_id, std::move(s));
@@ -258,6 +252,16 @@ const engine_state& state_of(const engine& e) {
   return e.native<engine_state>();
 }
 
+const engine_state& device_state_of(const engine& e, const char* what) {
+  const engine_state& s = state_of(e);
+  if (s.offline) {
+    throw cuda_error(std::string("cuda: ") + what + " on an offline engine (" + s.info.device_name +
+                         "): it compiles kernels, it cannot run them",
+                     0);
+  }
+  return s;
+}
+
 std::string compile_target(int major, int minor) {
   const std::optional<nvrtc_target> t = nvrtc_target_for(major, minor, nullptr);
   if (!t) return "";
@@ -299,6 +303,37 @@ engine make_engine(int ordinal) {
     d.cuDevicePrimaryCtxRelease(device);
     throw;
   }
+}
+
+engine make_offline_engine(int compute_major, int compute_minor, int multiprocessors) {
+  if (compute_major < 3 || compute_major > 20 || compute_minor < 0 || compute_minor > 9) {
+    throw cuda_error("cuda: no such architecture: sm_" + std::to_string(compute_major) + std::to_string(compute_minor), 0);
+  }
+  if (multiprocessors < 1 || multiprocessors > 100000) {
+    throw cuda_error("cuda: an offline engine needs its devices' multiprocessor count (1 to 100000), not " +
+                         std::to_string(multiprocessors),
+                     0);
+  }
+  if (std::string why; !nvrtc(&why)) throw cuda_error("cuda: NVRTC cannot be loaded: " + why, 0);
+  const std::string arch = "sm_" + std::to_string(compute_major) + std::to_string(compute_minor);
+  std::string why_not;
+  if (!nvrtc_target_for(compute_major, compute_minor, &why_not)) {
+    throw cuda_error("cuda: NVRTC " + std::to_string(nvrtc_version()) + " cannot compile for " + arch + ": " + why_not, 0);
+  }
+  auto s = std::make_shared<engine_state>();
+  s->offline = true;
+  device_info& i = s->info;
+  i.device_name = "offline " + arch;
+  i.compute_major = compute_major;
+  i.compute_minor = compute_minor;
+  i.multiprocessors = multiprocessors;
+  i.nvrtc_version = nvrtc_version();
+  i.target = compile_target(compute_major, compute_minor);
+  s->facts.identity = code_identity(i);
+  s->facts.compute_units = multiprocessors;
+  const int device_id = physical_device_id(engine_kind::gpu, "cuda-offline:" + arch);
+  const std::uint64_t context_id = (std::uint64_t{1} << 63) | next_private_scope.fetch_add(1);
+  return engine(the_backend(), engine_kind::gpu, device_id, context_id, std::move(s));
 }
 
 engine make_engine(CUcontext context) {
@@ -350,13 +385,13 @@ stream make_stream(const engine& e, CUstream s) { return caller_stream(e, s, fal
 stream make_stream_with_versioned_constants(const engine& e, CUstream s) { return caller_stream(e, s, true); }
 
 std::string get_engine_cache_blob_id(int ordinal) {
-  return blob_id(identity_of(query_device(device_of(ordinal))), kEngineBlobKey);
+  return blob_id(machine_identity(query_device(device_of(ordinal))), kEngineBlobKey);
 }
 
 byte_vector get_engine_cache_blob(const engine& e) {
   const engine_state& s = state_of(e);
   const std::string payload = encode_info(s.info);
-  return serialize_blob(s.facts.identity, kEngineBlobKey,
+  return serialize_blob(machine_identity(s.info), kEngineBlobKey,
                         byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
 }
 
@@ -364,7 +399,7 @@ engine make_engine_from_cache_blob(int ordinal, byte_span blob) {
   const device_info queried = query_device(device_of(ordinal));
   blob_contents contents;
   try {
-    contents = deserialize_blob(identity_of(queried), blob);
+    contents = deserialize_blob(machine_identity(queried), blob);
   } catch (const store_error& err) {
     throw cuda_error(std::string("cuda: engine cache blob rejected: ") + err.what(), 0);
   }

@@ -44,6 +44,7 @@ bool loadable_image(byte_span binary) {
 }  // namespace
 
 program::~program() {
+  if (!module_) return;  // compiled offline: never loaded
   try {
     context_guard guard(engine_->context);
     api().cuModuleUnload(module_);
@@ -63,6 +64,11 @@ std::unique_ptr<device_program> build_program(const engine& e, const kernel_sour
                                                 info.device_name + " (sm_" + std::to_string(info.compute_major) +
                                                 std::to_string(info.compute_minor) + "): kernels are compiled to PTX (" +
                                                 out.arch + ") and the driver compiles them again in every process");
+  }
+  if (state.offline) {
+    // Ahead of time: the binary is what is wanted, and there is no device to
+    // load it on.
+    return std::make_unique<program>(e.native_shared<const engine_state>(), nullptr, nullptr, std::move(out.binary));
   }
   context_guard guard(state.context);
   CUmodule module = nullptr;
@@ -84,6 +90,11 @@ std::unique_ptr<device_program> build_program(const engine& e, const kernel_sour
 
 std::unique_ptr<device_program> load_program(const engine& e, const kernel_source& src, byte_span binary) {
   if (!loadable_image(binary)) return nullptr;
+  if (state_of(e).offline) {
+    // Stored already: kept as it is (an offline engine never loads).
+    return std::make_unique<program>(e.native_shared<const engine_state>(), nullptr, nullptr,
+                                     byte_vector(binary.begin(), binary.end()));
+  }
   byte_vector image(binary.begin(), binary.end());
   context_guard guard(state_of(e).context);
   CUmodule module = nullptr;

@@ -36,6 +36,7 @@ class device_builder final : public kernel_builder {
   std::unique_ptr<device_program> load(const kernel_source& src, byte_span binary) const override {
     return device_.load(engine_, src, binary);
   }
+  std::string load_refusal() const override { return device_.load_refusal(engine_); }
 
  private:
   const device& device_;

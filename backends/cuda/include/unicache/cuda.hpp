@@ -31,8 +31,11 @@
 // kernel (kernel_shapes::specialized compiles M, N and K in). A kernel goes
 // through the kernel path (kernel_path.hpp): kernel cache, preloaded blob
 // binary, persistent store, NVRTC. The store's entries are keyed by the
-// kernel's source and the device identity: device name, compute capability
-// and compile target, driver version, NVRTC version (and unicache's build).
+// kernel's source and what decides the binary: the architecture, the compile
+// target and NVRTC's version (and unicache's build), not the device model or
+// the driver. A driver too old for NVRTC's output (a cubin: an older major
+// version; PTX: an older version) refuses stored binaries before loading
+// them, with one line on stderr naming the driver, and rebuilds.
 //
 // Constant MatMul weights are packed on the device once per (contents,
 // layout) and context, in the constant tensor cache; evicting one frees its
@@ -132,6 +135,17 @@ engine make_engine(int ordinal);
 // destroying the context, call release_cached(engine) so that the caches
 // free its kernels and weights while the context exists. Throws cuda_error.
 engine make_engine(CUcontext context);
+
+// An engine that compiles and never runs: kernels for architecture
+// sm_<compute_major><compute_minor> on devices with `multiprocessors` SMs
+// (which decides where a GEMM splits K), built by NVRTC with no GPU and no
+// driver, for ahead-of-time builds (unicache::precompile). Its kernels'
+// binaries carry the identity a real engine of that architecture (and of
+// this NVRTC and unicache build) has, so a machine with such a GPU hits
+// them in the store. Streams, buffers and execution throw cuda_error.
+// Throws cuda_error when NVRTC cannot be loaded or cannot compile for the
+// architecture.
+engine make_offline_engine(int compute_major, int compute_minor, int multiprocessors);
 
 // Waits for the kernels being built in the background (specialized ones,
 // and a GEMM's other split-K variant), then evicts every kernel, compiled

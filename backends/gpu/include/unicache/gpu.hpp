@@ -214,6 +214,9 @@ class device {
   // refuses it (the core then builds from source); throws only for a
   // failure a rebuild cannot fix (out of memory).
   virtual std::unique_ptr<device_program> load(const engine& e, const kernel_source& src, byte_span binary) const = 0;
+  // Why this machine cannot run binaries made for the engine's identity
+  // (kernel_builder::load_refusal); "" when it can.
+  virtual std::string load_refusal(const engine& /*e*/) const { return {}; }
   // A launch's limits, checked when a kernel is compiled (so that the error
   // is a compile error): throws the API's error naming `what` beyond them.
   virtual void check_launch(const launch_dims& /*dims*/, const char* /*what*/) const {}
