@@ -47,7 +47,7 @@
 //   bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]
 //       [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]
 //       [--modes 1,2,3,4,4d,5,5w,5wd,dnnl,dnnl_rt] [--out DIR] [--record-trace]
-//       [--quiet] [--demo] [--shapes-out FILE] [--requests-out]
+//       [--quiet] [--demo] [--shapes-out FILE] [--graph-out FILE] [--requests-out]
 // --shapes-out writes the trace's rows per request to FILE and exits (what
 // scripts/torch_dynamic_shapes.py replays with torch.matmul).
 // --record-trace also writes <out>/trace_<device>.csv from mode 2 (what the
@@ -109,11 +109,13 @@ struct options {
   std::int64_t hidden = 768;
   std::int64_t ffn = 3072;
   double budget_s = 100;
-  std::vector<std::string> modes{"1", "2", "3", "4", "4d", "5", "5w", "5wd", "dnnl", "dnnl_rt"};
+  std::vector<std::string> modes{"1", "2", "3", "4", "4d", "4b", "5", "5w", "5wd", "dnnl", "dnnl_rt"};
+  std::string bundle;  // --bundle: mode 4b's store holds only this bundle's entries
   std::string out = ".";
   bool record_trace = false;
   bool quiet = false;
   std::string shapes_out;  // --shapes-out: write the trace's rows per request there and stop
+  std::string graph_out;   // --graph-out: write the layer as graph JSON with the trace's shapes and stop
   bool requests_out = false;
   // Child only.
   std::string mode;
@@ -447,6 +449,9 @@ std::vector<mode_spec> all_modes(const std::string& store, const std::string& dr
        off + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1"},
       {"4d", "warm store + driver cache", "4 with the driver's own cache on and warm",
        driver_on + "UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1", true},
+      {"4b", "bundle", "3 + a persistent store holding only a bundle built ahead of time (--bundle)",
+       "POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + store +
+           "-bundle UNICACHE_KERNEL_SHAPES=agnostic UNICACHE_PERSISTENT_CACHE=1"},
       {"5", "adaptive", "generic kernel at once, hot shape classes specialized in the background (the default)",
        off + "UNICACHE_KERNEL_SHAPES=adaptive UNICACHE_PERSISTENT_CACHE=0"},
       {"5w", "adaptive, warm store", "5 + the persistent store, filled by a warm-up process that specialized every class",
@@ -505,6 +510,17 @@ int run_device(const options& o, const std::string& dev) {
                    m.name.c_str(), done, total, tty ? "   " : "\n");
       std::fflush(stderr);
     };
+    if (m.id == "4b") {
+      if (o.bundle.empty()) continue;
+      store_config config;
+      config.directory = store + "-bundle";
+      const bundle_report r = kernel_store(config).import_bundle(o.bundle);
+      if (r.imported == 0 || !r.refused.empty()) {
+        std::fprintf(stderr, "bench_dynamic_shapes: the bundle %s imported %llu entries, %zu refused\n",
+                     o.bundle.c_str(), static_cast<unsigned long long>(r.imported), r.refused.size());
+        return 1;
+      }
+    }
     if (m.id == "4" || m.id == "4d") {
       // Fill the store (and the driver cache) in a process of its own: two
       // requests build every configuration of the layer.
@@ -615,7 +631,8 @@ const char* const kUsage =
     "usage: bench_dynamic_shapes [--device cpu|opencl|cuda|all] [--requests N] [--seed S]\n"
     "           [--max-batch B] [--max-seq L] [--hidden H] [--ffn F] [--budget-s S]\n"
     "           [--modes 1,2,3,4,4d,5,5w,5wd,dnnl,dnnl_rt] [--out DIR] [--record-trace]\n"
-    "           [--quiet] [--demo] [--shapes-out FILE] [--requests-out]\n"
+    "           [--quiet] [--demo] [--shapes-out FILE] [--graph-out FILE]\n"
+    "           [--requests-out]\n"
     "\n"
     "A serving workload whose shapes change on every request (the matmuls of a\n"
     "BERT-base encoder layer, M = batch x longest sequence), run through\n"
@@ -643,6 +660,10 @@ const char* const kUsage =
     "  --demo           the README demo: 40 short requests, modes 1-5, at most\n"
     "                   10 s each, JSON under the temporary directory\n"
     "  --shapes-out F   write the trace's rows per request to F and stop\n"
+    "  --bundle F       also mode 4b: a store holding only the bundle F (built\n"
+    "                   ahead of time: `unicache-store precompile --out F`)\n"
+    "  --graph-out F    write the layer as graph JSON, a request per distinct M\n"
+    "                   of the trace (for `unicache-store precompile`), and stop\n"
     "  --requests-out   also write <out>/requests_<device>_<mode>.csv: per\n"
     "                   request, its latency, compile() and execute() time,\n"
     "                   and the builds, loads and specializations so far\n"
@@ -699,6 +720,10 @@ int main(int argc, char** argv) {
         o.out = (fs::temp_directory_path() / "unicache_demo").string();
       } else if (a == "--shapes-out") {
         o.shapes_out = next();
+      } else if (a == "--bundle") {
+        o.bundle = next();
+      } else if (a == "--graph-out") {
+        o.graph_out = next();
       } else if (a == "--mode") {
         o.mode = next();
       } else if (a == "--trace-out") {
@@ -729,6 +754,19 @@ int main(int argc, char** argv) {
       if (o.mode == "dnnl") return child_onednn(o, false);
       if (o.mode == "dnnl_rt") return child_onednn(o, true);
       return child_unicache(o);
+    }
+    if (!o.graph_out.empty()) {
+      // The layer for `unicache-store precompile`, with one request per
+      // distinct M of the trace (the first request's first).
+      const layer l(o.hidden, o.ffn);
+      std::vector<shape_request> requests;
+      std::set<std::int64_t> seen;
+      for (const request& r : make_trace(o.requests, o.seed, o.max_batch, o.max_seq)) {
+        if (seen.insert(r.rows()).second) requests.push_back({{l.g.tensors()[0].id, {r.rows(), o.hidden}}});
+      }
+      std::ofstream(o.graph_out) << to_json(l.g, requests);
+      std::printf("wrote the layer with %zu requests to %s\n", requests.size(), o.graph_out.c_str());
+      return 0;
     }
     if (!o.shapes_out.empty()) {
       // The trace for another framework's replay (scripts/torch_dynamic_shapes.py).

@@ -118,11 +118,9 @@ class blackhole {
 
 // --- Child: one fresh process ---------------------------------------------------
 
-template <class Backend>
-int child_first_result(const sizes& sz) {
+// The partition every run compiles: MatMul [m,k] x [k,n] + bias + GELU.
+unicache::graph the_graph(const sizes& sz) {
   using namespace unicache;
-  using buffer = typename Backend::buffer;
-  const auto start = clock_type::now();
   graph g;
   auto x = g.tensor({-1, sz.k}), w = g.tensor({sz.k, sz.n}, tensor_property::constant);
   auto b = g.tensor({sz.n}, tensor_property::constant), mm = g.tensor({-1, sz.n}), s = g.tensor({-1, sz.n});
@@ -131,6 +129,15 @@ int child_first_result(const sizes& sz) {
   g.add_op(op_kind::add, {mm, b}, {s});
   g.add_op(op_kind::gelu_erf, {s}, {y});
   g.finalize();
+  return g;
+}
+
+template <class Backend>
+int child_first_result(const sizes& sz) {
+  using namespace unicache;
+  using buffer = typename Backend::buffer;
+  const auto start = clock_type::now();
+  const graph g = the_graph(sz);
   const auto xv = random_values(sz.m * sz.k, 1), wv = random_values(sz.k * sz.n, 2), bv = random_values(sz.n, 3);
 
   const auto t_engine = clock_type::now();
@@ -320,6 +327,12 @@ const char* const kUsage =
     "  --m M, --k K, --n N\n"
     "               the matmul's sizes (default 256 x 768 x 3072, the BERT FFN)\n"
     "  --json FILE  write the figures to FILE as well\n"
+    "  --bundle FILE\n"
+    "               also the bundle condition: an empty store with FILE imported\n"
+    "               (`unicache-store precompile --out`, `export`) before each run\n"
+    "  --graph-out FILE\n"
+    "               write the partition's graph, with its shape, as graph JSON\n"
+    "               (what `unicache-store precompile` takes), and exit\n"
     "(--child, --engine and --context are how it starts its own processes.)\n";
 
 }  // namespace
@@ -334,6 +347,7 @@ int main(int argc, char** argv) {
   std::string backend = "cuda";
 #endif
   bool child = false, engine_mode = false, context_mode = false;
+  std::string graph_out, bundle;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -346,6 +360,8 @@ int main(int argc, char** argv) {
     else if (a == "--k") sz.k = std::atoll(next().c_str());
     else if (a == "--n") sz.n = std::atoll(next().c_str());
     else if (a == "--json") json_path = next();
+    else if (a == "--graph-out") graph_out = next();
+    else if (a == "--bundle") bundle = next();
     else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -364,6 +380,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool cuda = backend == "cuda";
+  if (!graph_out.empty()) {
+    // What `unicache-store precompile` takes to build this run's kernels ahead of time.
+    const unicache::graph g = the_graph(sz);
+    std::ofstream(graph_out) << unicache::to_json(g, {{{g.tensors()[0].id, {sz.m, sz.k}}}});
+    std::printf("wrote the graph (MatMul %lldx%lldx%lld + bias + GELU) to %s\n", static_cast<long long>(sz.m),
+                static_cast<long long>(sz.k), static_cast<long long>(sz.n), graph_out.c_str());
+    return 0;
+  }
   try {
     if (child) return run_child_mode(backend, engine_mode, context_mode, sz);
   } catch (const std::exception& e) {
@@ -393,6 +417,10 @@ int main(int argc, char** argv) {
        "UNICACHE_PERSISTENT_CACHE=0 " + drivers_on, {}},
       {"warm", "unicache store warm, driver caches off", store + " " + drivers_off, store + " " + drivers_off, {}},
   };
+  if (!bundle.empty()) {
+    conditions.push_back({"bundle", "an empty store with the bundle imported before each run, driver caches off",
+                          drivers_off, "", {}});
+  }
   // The remote condition: a server of its own, filled by a warm-up process
   // with a local store of its own.
   unicache::testing::redis_server redis;
@@ -440,6 +468,20 @@ int main(int argc, char** argv) {
               drivers_off;
       }
       if (c.name == "remote" || c.name == "down" || c.name == "stalled") env += std::to_string(r);  // empty every run
+      if (c.name == "bundle") {
+        // A new store holding only what the bundle holds (built elsewhere,
+        // for instance by `unicache-store precompile` on a machine without a GPU).
+        const std::string dir = root + "/bundle" + std::to_string(r);
+        unicache::store_config config;
+        config.directory = dir;
+        const unicache::bundle_report imported = unicache::kernel_store(config).import_bundle(bundle);
+        if (imported.imported == 0 || !imported.refused.empty()) {
+          std::fprintf(stderr, "bench_warm_start: the bundle %s imported %llu entries, %zu refused\n", bundle.c_str(),
+                       static_cast<unsigned long long>(imported.imported), imported.refused.size());
+          return 1;
+        }
+        env = "UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + dir + " " + env;
+      }
       child_run one = run_child(env, size_args);
       if (!one.ok) {
         std::fprintf(stderr, "bench_warm_start: a %s run failed:\n%s", c.name.c_str(), one.output.c_str());

@@ -25,6 +25,7 @@
 #include "gpu_engine.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/graph.hpp"
+#include "unicache/store.hpp"
 
 namespace {
 
@@ -35,9 +36,11 @@ double ms_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
 }
 
-// One process: what an application does, timed.
-int run_model(const char* label) {
-  constexpr std::int64_t kHidden = 768, kFfn = 3072;
+constexpr std::int64_t kHidden = 768, kFfn = 3072;
+constexpr std::int64_t kBatches[] = {1, 8, 32};
+
+// The MLP block: two partitions, MatMul+bias+GELU and MatMul+bias.
+graph mlp_graph() {
   graph g;
   auto x = g.tensor({-1, kHidden});
   auto w1 = g.tensor({kHidden, kFfn}, tensor_property::constant), b1 = g.tensor({kFfn}, tensor_property::constant);
@@ -50,7 +53,12 @@ int run_model(const char* label) {
   g.add_op(op_kind::matmul, {a, w2}, {y});
   g.add_op(op_kind::add, {y, b2}, {out});
   g.finalize();
+  return g;
+}
 
+// One process: what an application does, timed.
+int run_model(const char* label) {
+  const graph g = mlp_graph();
   const auto start = clock_type::now();
   const examples::gpu gpu = examples::make_gpu(/*quiet=*/std::string(label) == "cold");
   const engine& eng = gpu.eng;
@@ -66,7 +74,7 @@ int run_model(const char* label) {
   };
   void* weights[4] = {buffer(kHidden * kFfn), buffer(kFfn), buffer(kFfn * kHidden), buffer(kHidden)};
   double compile_ms = 0, first_result_ms = 0;
-  for (std::int64_t batch : {1, 8, 32}) {
+  for (std::int64_t batch : kBatches) {
     void *xin = buffer(batch * kHidden), *act = buffer(batch * kFfn), *res = buffer(batch * kHidden);
     const auto t = clock_type::now();
     compiled_partition up = compile(g.partitions()[0], {{batch, kHidden}, {kHidden, kFfn}, {kFfn}}, eng);
@@ -90,7 +98,7 @@ int run_model(const char* label) {
 }
 
 const char* const kUsage =
-    "usage: gpu_demo\n"
+    "usage: gpu_demo [--bundle FILE | --graph]\n"
     "\n"
     "Cold start against warm start on the default GPU device: runs the MLP block\n"
     "of mlp_demo (768 -> 3072 (GELU) -> 768) for batch sizes 1, 8 and 32 in two\n"
@@ -99,7 +107,12 @@ const char* const kUsage =
     "kernel, the warm one loads them from the store. Prints each one's engine,\n"
     "compile and first-result times and its kernels built and loaded.\n"
     "\n"
-    "Takes no options. The backend is CUDA where the driver reports a device,\n"
+    "  --bundle FILE  the first process starts from a store holding only FILE's\n"
+    "                 entries (`unicache-store precompile --out FILE`), not empty\n"
+    "  --graph        print the MLP as graph JSON, with its three batch sizes\n"
+    "                 (what `unicache-store precompile` takes), and exit\n"
+    "\n"
+    "The backend is CUDA where the driver reports a device,\n"
     "else OpenCL; UNICACHE_BACKEND=cuda|opencl forces one, UNICACHE_CUDA_DEVICE\n"
     "and UNICACHE_OPENCL_DEVICE pick the device. (gpu_demo --process LABEL is\n"
     "how it starts its two processes.)\n";
@@ -122,9 +135,28 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (argc > 1) return unicache::examples::answer_argument("gpu_demo", kUsage, argv[1]);
+  if (argc > 1 && std::string(argv[1]) == "--graph") {
+    // What `unicache-store precompile` takes: the MLP and its three batch sizes.
+    const graph g = mlp_graph();
+    std::vector<shape_request> requests;
+    for (std::int64_t batch : kBatches) requests.push_back({{g.tensors()[0].id, {batch, kHidden}}});
+    std::printf("%s\n", to_json(g, requests).c_str());
+    return 0;
+  }
+  std::string bundle;
+  if (argc > 2 && std::string(argv[1]) == "--bundle") bundle = argv[2];
+  if (argc > 1 && bundle.empty()) return unicache::examples::answer_argument("gpu_demo", kUsage, argv[1]);
   char tmpl[] = "/tmp/unicache-demo-XXXXXX";
   const std::string store = ::mkdtemp(tmpl);
+  if (!bundle.empty()) {
+    // The first process starts from what the bundle holds (kernels built
+    // ahead of time, elsewhere) instead of an empty store.
+    store_config config;
+    config.directory = store;
+    const bundle_report r = kernel_store(config).import_bundle(bundle);
+    std::printf("imported %llu entries from %s (%zu refused)\n", static_cast<unsigned long long>(r.imported),
+                bundle.c_str(), r.refused.size());
+  }
   // The driver's own caches off: what a process on a new machine (or in a
   // fresh container) pays, and what the unicache store removes.
   const std::string env = "env UNICACHE_PERSISTENT_CACHE=1 UNICACHE_PERSISTENT_CACHE_DIR=" + store +
@@ -135,7 +167,7 @@ int main(int argc, char** argv) {
               "from store");
   std::fflush(stdout);
   int status = 0;
-  for (const char* label : {"cold", "warm"}) {
+  for (const char* label : {bundle.empty() ? "cold" : "bundle", "warm"}) {
     std::fprintf(stderr, "  (%s process running%s)\n", label,
                  std::string(label) == "cold" ? ": building every kernel, a few seconds" : "");
     status |= std::system((env + self_path() + " --process " + label).c_str());

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "unicache/remote.hpp"
 #include "unicache/store.hpp"
@@ -67,5 +68,9 @@ int stats_remote(unicache::remote_maintenance& remote, const options& o);
 int list_remote(unicache::remote_maintenance& remote, const options& o);
 int verify_remote(unicache::remote_maintenance& remote, const options& o);
 int clear_remote(unicache::remote_maintenance& remote, const options& o);
+
+// `precompile` with the arguments after its name (precompile_command.cpp);
+// it opens the store itself, through the process's kernel_store.
+int precompile_command(const std::vector<std::string_view>& args, const options& global, const char* help);
 
 }  // namespace unicache_store

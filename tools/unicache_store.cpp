@@ -122,6 +122,24 @@ const command kCommands[] = {
      "refused or FILE or the store is unusable, 2 on bad options or an\n"
      "unusable secret file.\n",
      accepts_import, import_local, nullptr},
+    {"precompile", "precompile GRAPH --cuda-arch sm_XY[,sm_XY...] [--sm-count N]\n         [--out FILE] [--secret-file F]",
+     "compile a graph's CUDA kernels ahead of time, no GPU needed,\ninto the store or a bundle FILE",
+     "usage: unicache-store [--dir DIR] precompile GRAPH --cuda-arch sm_XY[,sm_XY...]\n"
+     "                      [--sm-count N] [--out FILE] [--secret-file F]\n\n"
+     "Compiles every partition of the graph document GRAPH (docs/graph-json.md)\n"
+     "for each of its requests (none: each unknown dim as 1 and as 4096, which\n"
+     "covers both split-K variants of a generic GEMM) with NVRTC for each\n"
+     "architecture, without a GPU, and stores the kernels under the identity a\n"
+     "GPU of that architecture has with this NVRTC and unicache build: such a\n"
+     "machine loads them instead of building. Kernels are generic, or\n"
+     "specialized per shape as UNICACHE_KERNEL_SHAPES says. --sm-count is the\n"
+     "fleet's multiprocessors (where a GEMM splits K; default 108 for sm_80,\n"
+     "132 for sm_90, required for others). Into the store (--dir, else\n"
+     "UNICACHE_PERSISTENT_CACHE_DIR), or with --out into the bundle FILE alone\n"
+     "(signed with --secret-file), for `import` on the fleet. Prints a line per\n"
+     "architecture. Exit 0, 1 if the graph does not compile or the store or\n"
+     "FILE is unusable, 2 on bad options.\n",
+     accepts_nothing, nullptr, nullptr},
     {"help", "help [COMMAND]", "this text, or a command's", "usage: unicache-store help [COMMAND]\n", accepts_nothing,
      nullptr, nullptr},
 };
@@ -384,6 +402,7 @@ int main(int argc, char** argv) {
     }
   }
   if (std::string_view(c->name) == "help") return show_help(args);
+  if (std::string_view(c->name) == "precompile") return precompile_command(args, o, c->help);
   if (const auto exit_code = parse_command_options(*c, args, o)) return *exit_code;
   return o.remote ? run_remote(*c, o) : run_local(*c, o);
 }

@@ -80,6 +80,9 @@ class compiled_partition {
   // self-checking; compile_from_cache_blob() takes it.
   std::string get_cache_blob_id() const;
   byte_vector get_cache_blob() const;
+  // The device binaries of its kernels, each with its store key (what the
+  // blob holds; none on the CPU backend). Throws compile_error when empty.
+  std::vector<kernel_binary> kernel_binaries() const;
 
   struct state;
 
@@ -118,5 +121,30 @@ stream make_stream(const engine& e);
 inline constexpr owner_id compiled_partition_owner = 0xC0DE0001;
 [[deprecated("use compiled_partition_owner")]] inline constexpr owner_id compiled_partition_backend_id =
     compiled_partition_owner;
+
+// --- Ahead of time ---------------------------------------------------------------
+//
+// Fills the persistent store with the kernels a graph needs, where it was
+// not built and with no device to run it: the kernels of every partition of
+// `g` (finalized) for each request (graph.hpp's shape_request; none: each
+// -1 dim of the inputs as 1 and as 4096, which reaches both split-K
+// variants of a generic GEMM), compiled on `e` (an engine that compiles
+// only, such as cuda::make_offline_engine(9, 0, 132), or any engine) in the
+// current kernel_shapes mode, and put in kernel_store::instance() under the
+// engine's identity, as the kernel path stores a kernel after its first
+// launch. A process whose engine has that identity (the same architecture,
+// compiler and unicache build) then loads them instead of building.
+// Compiles in `e`'s scope, whose cached kernels it evicts as it goes (an
+// offline engine's scope is its own). Throws what compile() throws
+// (compile_error naming the partition), graph_error for a request that does
+// not fit, and store_error when the store is off or a binary cannot be
+// stored. Thread-safe as compile() is.
+struct precompile_report {
+  std::uint64_t compiles = 0;        // partitions compiled (one per partition and request)
+  std::uint64_t kernels = 0;         // distinct binaries among them
+  std::uint64_t stored = 0;          // of those, written to the store
+  std::uint64_t already_stored = 0;  // of those, the store held already
+};
+precompile_report precompile(const graph& g, const std::vector<shape_request>& requests, const engine& e);
 
 }  // namespace unicache

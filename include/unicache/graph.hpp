@@ -22,13 +22,19 @@
 // MatMul -> (Add|Multiply)* -> eltwise* into one partition; every other op
 // is a partition of its own.
 //
+// A graph has a JSON form (to_json, graph_from_json, at the end; the schema
+// in docs/graph-json.md), so that a tool compiles it where it was not built.
+//
 // Thread safety: a graph is built by one thread; after finalize() it and its
 // partitions are immutable and may be shared.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "unicache/error.hpp"
@@ -157,7 +163,11 @@ class graph {
   const std::vector<partition>& partitions() const;
 
   const std::vector<op>& ops() const { return ops_; }
+  // Every declared tensor, in id order: tensors()[i].id == i + 1.
+  const std::vector<logical_tensor>& tensors() const { return tensors_; }
   const logical_tensor& tensor_of(std::uint64_t id) const;
+  // The ids given to mark_output, in the order given.
+  const std::vector<std::uint64_t>& marked_outputs() const { return marked_outputs_; }
 
  private:
   std::vector<logical_tensor> tensors_;  // index = id - 1
@@ -187,5 +197,67 @@ std::vector<std::int64_t> transpose_output_shape(const std::vector<std::int64_t>
 // `shape` with leading 1s up to `rank` (numpy broadcasting aligns trailing
 // dims); a shape of that rank or more is returned as is.
 std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank);
+
+// --- The JSON form of a graph (docs/graph-json.md) ----------------------------
+//
+// A graph as text, so that a tool compiles it where it was not built (an
+// ahead-of-time compile on a machine without the frontend, or without a GPU):
+//
+//   std::string text = unicache::to_json(g, {{{x.id, {8, 768}}}});  // one request: x is [8,768]
+//   unicache::graph_document doc = unicache::graph_from_json(text);  // finalized
+//   for (const auto& request : doc.requests) {
+//     auto shapes = unicache::partition_input_shapes(doc.g, request);  // one list per partition
+//     for (std::size_t i = 0; i < shapes.size(); ++i) compile(doc.g.partitions()[i], shapes[i], engine);
+//   }
+//
+// Bounds of the reader (text from disk or the network is untrusted): the
+// text, the number of tensors, ops, outputs and requests, and a shape's rank.
+inline constexpr int kGraphJsonVersion = 1;
+inline constexpr std::size_t kGraphJsonMaxBytes = std::size_t{64} << 20;
+inline constexpr std::size_t kGraphJsonMaxItems = 1'000'000;
+inline constexpr std::size_t kGraphJsonMaxRank = 8;
+
+// Concrete shapes of a graph's inputs (the tensors no op writes), by tensor
+// id, none with -1: the shapes one compile is for. An input whose declared
+// shape has no -1 may be left out; every other input must be given.
+using shape_request = std::map<std::uint64_t, std::vector<std::int64_t>>;
+
+// What graph_from_json reads: the graph, finalized, and the document's
+// requests (empty if it has none), each checked against the graph's inputs.
+struct graph_document {
+  graph g;
+  std::vector<shape_request> requests;
+};
+
+// The graph as a JSON document of format version 1, with `requests` when
+// there are any. `g` need not be finalized (graph_from_json finalizes what
+// it reads). Throws graph_error for what the form cannot hold or the reader
+// would refuse: a tensor of rank above kGraphJsonMaxRank, more than
+// kGraphJsonMaxItems tensors or ops, a text above kGraphJsonMaxBytes,
+// transpose flags on an op other than MatMul, an op of an unknown kind, and
+// a request that does not fit the inputs (as partition_input_shapes says).
+// Thread safety: reads `g` only; a finalized graph may be shared.
+std::string to_json(const graph& g, const std::vector<shape_request>& requests = {});
+
+// Reads a graph JSON document (any version-1 document, not only what
+// to_json writes) and returns its graph, finalized, and its requests.
+// `json` is untrusted: anything malformed, out of bounds or not a valid
+// graph throws graph_error whose message starts "graph JSON: " and names
+// the place: a byte offset for a syntax error ("at byte 1234: expected
+// ','"), the value's path for the rest ("ops[3].inputs[1]: tensor 17 is not
+// declared"), and "op 4 (MatMul)" (ops[3]) for what finalize() finds. Time
+// and memory grow linearly with the text; the reader never recurses on it.
+// graph_from_json(to_json(g)) has g's partitions, with equal fingerprints.
+graph_document graph_from_json(std::string_view json);
+
+// The concrete input shapes of every partition of `g` (finalized) for
+// `request`, in partition order, each list in the partition's input order:
+// what compile() takes. Shapes flow from the graph's inputs through each
+// op with the rules above (matmul_output_shape, ...). Throws graph_error
+// naming the tensor: a request naming a tensor that is not an input of g,
+// an input left out that has -1 in its declared shape, a shape that does
+// not fit the declared one, or shapes that do not agree through an op.
+std::vector<std::vector<std::vector<std::int64_t>>> partition_input_shapes(const graph& g,
+                                                                           const shape_request& request);
 
 }  // namespace unicache

@@ -291,6 +291,37 @@ UNICACHE_API unicache_status_t unicache_partition_get_output_count(unicache_part
 UNICACHE_API unicache_status_t unicache_partition_get_output(unicache_partition_t partition, size_t index,
                                                              unicache_logical_tensor_t* tensor);
 
+/* The JSON form of a graph (docs/graph-json.md, graph.hpp's to_json and
+ * graph_from_json): a graph as text, to compile it elsewhere. A request
+ * gives concrete shapes (no -1) of the graph's inputs, the tensors no op
+ * writes: every input with a -1 in its declared shape, and any other. */
+typedef struct {
+  uint64_t tensor_id;
+  int32_t ndims;
+  const int64_t* dims;
+} unicache_tensor_shape_t;
+typedef struct {
+  const unicache_tensor_shape_t* shapes;
+  size_t num_shapes;
+} unicache_shape_request_t;
+/* The graph (finalized or not) as a JSON document, with `num_requests`
+ * requests (0: none; `requests` may then be NULL), NUL-terminated
+ * (size-query pattern). UNICACHE_INVALID_GRAPH: what the form cannot hold
+ * (a rank above 8, transpose flags on an op other than MatMul, a document
+ * above 64 MiB) or a request that does not fit the graph's inputs;
+ * UNICACHE_INVALID_ARGUMENT: a NULL array with a count, ndims out of
+ * range, a tensor twice in one request. */
+UNICACHE_API unicache_status_t unicache_graph_to_json(unicache_graph_t graph, const unicache_shape_request_t* requests,
+                                                      size_t num_requests, char* json, size_t* size);
+/* A new graph, finalized, from the JSON document `json` of `json_size`
+ * bytes (need not be NUL-terminated; untrusted: at most 64 MiB). Its
+ * requests are checked, not kept. UNICACHE_INVALID_GRAPH with a message
+ * naming the place ("graph JSON: ops[3].inputs[1]: tensor 17 is not
+ * declared", "graph JSON: at byte 1234: expected ','"); *graph is then
+ * untouched. The caller owns the graph (unicache_graph_destroy). */
+UNICACHE_API unicache_status_t unicache_graph_create_from_json(const char* json, size_t json_size,
+                                                               unicache_graph_t* graph);
+
 /* --- Engines, streams, compiling, executing ------------------------------- */
 
 typedef struct unicache_engine* unicache_engine_t;

@@ -22,6 +22,18 @@ class LogicalTensorStruct(C.Structure):
     ]
 
 
+class TensorShapeStruct(C.Structure):
+    """unicache_tensor_shape_t"""
+
+    _fields_ = [("tensor_id", C.c_uint64), ("ndims", C.c_int32), ("dims", C.POINTER(C.c_int64))]
+
+
+class ShapeRequestStruct(C.Structure):
+    """unicache_shape_request_t"""
+
+    _fields_ = [("shapes", C.POINTER(TensorShapeStruct)), ("num_shapes", C.c_size_t)]
+
+
 class TensorStruct(C.Structure):
     """unicache_tensor_t"""
 

@@ -86,6 +86,8 @@ _CORE: Dict[str, List[Any]] = {
     "unicache_partition_get_input": [_VP, _SZ, _P(_abi.LogicalTensorStruct)],
     "unicache_partition_get_output_count": [_VP, _PSZ],
     "unicache_partition_get_output": [_VP, _SZ, _P(_abi.LogicalTensorStruct)],
+    "unicache_graph_to_json": [_VP, _P(_abi.ShapeRequestStruct), _SZ, _VP, _PSZ],
+    "unicache_graph_create_from_json": [C.c_char_p, _SZ, _PVP],
     # engines, streams, compiling, executing
     "unicache_engine_create_cpu": [C.c_int, _PVP],
     "unicache_engine_destroy": [_VP],

@@ -10,14 +10,18 @@
 
 A graph is built by one thread (its methods are not thread-safe); once
 finalized, its partitions may be compiled from any thread.
+
+A graph has a JSON form (docs/graph-json.md), to compile it elsewhere:
+`text = g.to_json(requests=[{x: [8, 64]}])`, then `Graph.from_json(text)`.
 """
 from __future__ import annotations
 
+import collections.abc
 import ctypes as C
 import enum
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _abi, _lib
 from ._handle import NativeHandle, Resource
@@ -107,6 +111,26 @@ def _ids(tensors: Sequence[TensorRef], what: str) -> C.Array:
     return (C.c_uint64 * max(len(ids), 1))(*ids)
 
 
+def _request_structs(requests: Sequence[Mapping[TensorRef, Sequence[int]]]) -> Tuple[C.Array, List[Any]]:
+    """The requests as unicache_shape_request_t structs, and the arrays they point into."""
+    keep: List[Any] = []
+    structs = (_abi.ShapeRequestStruct * max(len(requests), 1))()
+    for k, request in enumerate(requests):
+        if not isinstance(request, collections.abc.Mapping):
+            raise InvalidArgument(f"to_json: requests[{k}]: a request is a dict {{tensor or id: shape}}, "
+                                  f"got {request!r}")
+        shapes = (_abi.TensorShapeStruct * max(len(request), 1))()
+        for i, (tensor, shape) in enumerate(request.items()):
+            (tensor_id,) = _ids([tensor], f"to_json: requests[{k}]")
+            dims = check_shape(shape, f"to_json: requests[{k}]: tensor {tensor_id}", allow_unknown=False)
+            row = (C.c_int64 * max(len(dims), 1))(*dims)
+            keep.append(row)
+            shapes[i] = _abi.TensorShapeStruct(tensor_id, len(dims), C.cast(row, C.POINTER(C.c_int64)))
+        keep.append(shapes)
+        structs[k] = _abi.ShapeRequestStruct(C.cast(shapes, C.POINTER(_abi.TensorShapeStruct)), len(request))
+    return structs, keep
+
+
 class Graph(Resource):
     """A graph under construction, then finalized into partitions.
 
@@ -117,9 +141,43 @@ class Graph(Resource):
     def __init__(self) -> None:
         handle = C.c_void_p()
         _lib.call("unicache_graph_create", C.byref(handle))
+        self._adopt(handle.value or 0)
+
+    def _adopt(self, pointer: int) -> None:
         destroy = _lib.function("unicache_graph_destroy")
-        self._own(NativeHandle(handle.value or 0, destroy, "graph"))
+        self._own(NativeHandle(pointer, destroy, "graph"))
         self._partitions: Optional[List[Partition]] = None
+
+    @classmethod
+    def from_json(cls, text: Union[str, bytes]) -> "Graph":
+        """A new graph, finalized, from a graph JSON document (docs/graph-json.md).
+
+        InvalidGraph, whose message names the place ("graph JSON: ops[3].inputs[1]:
+        tensor 17 is not declared"), for text that is malformed, above 64 MiB or not
+        a valid graph. The document's requests are checked, not kept."""
+        if isinstance(text, str):
+            data = text.encode("utf-8", errors="surrogateescape")
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            data = bytes(text)
+        else:
+            raise InvalidArgument(f"from_json: expected the document as str or bytes, got {type(text).__name__}")
+        handle = C.c_void_p()
+        _lib.call("unicache_graph_create_from_json", data, len(data), C.byref(handle), what="from_json")
+        graph = cls.__new__(cls)
+        graph._adopt(handle.value or 0)
+        return graph
+
+    def to_json(self, requests: Optional[Sequence[Mapping[TensorRef, Sequence[int]]]] = None) -> str:
+        """The graph (finalized or not) as a graph JSON document (docs/graph-json.md).
+
+        `requests`: concrete shapes to compile for, each a dict from an input tensor
+        (or its id) to its shape without -1; every input with a -1 in its declared
+        shape must be given. InvalidGraph for a request that does not fit the
+        graph's inputs, or a graph the form cannot hold (a rank above 8)."""
+        given = list(requests or [])
+        structs, _arrays = _request_structs(given)  # _arrays: what structs point into, alive for the call
+        with self._handle() as g:
+            return _lib.query_string("unicache_graph_to_json", g, structs, len(given), what="to_json")
 
     def add_tensor(self, shape: Sequence[int], constant: bool = False) -> LogicalTensor:
         """Declares an f32 tensor; -1 marks a dimension given when compiling."""

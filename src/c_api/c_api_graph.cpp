@@ -18,6 +18,28 @@ void tensor_at(const std::vector<logical_tensor>& list, size_t index, unicache_l
   *tensor = to_c(list[index]);
 }
 
+namespace {
+
+// The C requests as C++ ones: each shape checked (ndims, dims), no tensor twice.
+std::vector<shape_request> requests_of(const unicache_shape_request_t* requests, size_t num_requests) {
+  if (num_requests) need(requests, "requests");
+  std::vector<shape_request> out;
+  for (size_t k = 0; k < num_requests; ++k) {
+    const unicache_shape_request_t& r = requests[k];
+    if (r.num_shapes) need(r.shapes, "requests[].shapes");
+    shape_request& request = out.emplace_back();
+    for (size_t i = 0; i < r.num_shapes; ++i) {
+      const unicache_tensor_shape_t& s = r.shapes[i];
+      if (!request.emplace(s.tensor_id, shape_of(s.ndims, s.dims)).second) {
+        raise(UNICACHE_INVALID_ARGUMENT, "requests[" + std::to_string(k) + "]: tensor " + std::to_string(s.tensor_id) +
+                                             " twice");
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
 }  // namespace unicache::c_api
 
 extern "C" {
@@ -141,6 +163,28 @@ unicache_status_t unicache_partition_get_output_count(unicache_partition_t parti
 unicache_status_t unicache_partition_get_output(unicache_partition_t partition, size_t index,
                                                 unicache_logical_tensor_t* tensor) {
   return guarded([&] { tensor_at(part(partition).outputs(), index, tensor); });
+}
+
+// --- The JSON form ------------------------------------------------------------------
+
+unicache_status_t unicache_graph_to_json(unicache_graph_t graph, const unicache_shape_request_t* requests,
+                                         size_t num_requests, char* json, size_t* size) {
+  return guarded([&] {
+    unicache_graph* g = live(graph, kGraphMagic, "graph");
+    need(size, "size");
+    copy_out(to_json(g->g, requests_of(requests, num_requests)), json, size);
+  });
+}
+
+unicache_status_t unicache_graph_create_from_json(const char* json, size_t json_size, unicache_graph_t* graph) {
+  return guarded([&] {
+    need(graph, "graph");
+    if (json_size) need(json, "json");
+    auto h = std::make_unique<unicache_graph>();
+    h->g = graph_from_json(std::string_view(json ? json : "", json_size)).g;  // finalized
+    for (const partition& p : h->g.partitions()) h->partitions.push_back({&p});
+    *graph = created(std::move(h));
+  });
 }
 
 }  // extern "C"

@@ -446,6 +446,11 @@ std::string compiled_partition::get_cache_blob_id() const {
   return blob_id(state_->identity, state_->blob_key);
 }
 
+std::vector<kernel_binary> compiled_partition::kernel_binaries() const {
+  if (!state_) throw compile_error("kernel_binaries() of an empty compiled_partition");
+  return state_->kernel->binaries();
+}
+
 byte_vector compiled_partition::get_cache_blob() const {
   if (!state_) throw compile_error("get_cache_blob() of an empty compiled_partition");
   return serialize_blob(state_->identity, state_->blob_key, encode_binaries(state_->kernel->binaries()));

@@ -1,8 +1,11 @@
 // The partitioner: fuses MatMul -> (Add|Multiply)* -> eltwise* chains into one
 // partition each, every other op a partition of its own, in an order that runs.
 #include <algorithm>
+#include <functional>
+#include <queue>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "graph/passes.hpp"
 
@@ -60,31 +63,38 @@ op_groups group_ops(const std::vector<op>& ops, const std::vector<std::size_t>& 
   return groups;
 }
 
-// The groups' indices in an order that runs.
+// The groups' indices in an order that runs: Kahn's algorithm over the
+// groups, the lowest-numbered ready group first (so the order is stable and
+// follows the op order where dependencies allow).
 std::vector<std::size_t> group_order(const op_groups& groups, const std::vector<int>& owner,
                                      const std::vector<op>& ops, const producer_map& producer) {
   // Order partitions topologically (a fused chain may read a tensor that a
   // later op in the op order produces).
-  std::vector<std::set<int>> deps(groups.size());
+  std::vector<std::vector<std::size_t>> dependents(groups.size());
+  std::vector<std::size_t> waiting(groups.size(), 0);  // groups not yet ordered that each one reads from
   for (std::size_t g = 0; g < groups.size(); ++g) {
+    std::set<int> deps;
     for (std::size_t i : groups[g]) {
       for (std::uint64_t id : ops[i].inputs) {
         if (auto it = producer.find(id); it != producer.end() && owner[it->second] != static_cast<int>(g)) {
-          deps[g].insert(owner[it->second]);
+          deps.insert(owner[it->second]);
         }
       }
     }
+    for (int d : deps) dependents[static_cast<std::size_t>(d)].push_back(g);
+    waiting[g] = deps.size();
   }
-  std::vector<int> done(groups.size(), 0);
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (waiting[g] == 0) ready.push(g);
+  }
   std::vector<std::size_t> order;
-  while (order.size() < groups.size()) {
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      if (done[g]) continue;
-      if (std::all_of(deps[g].begin(), deps[g].end(), [&](int d) { return done[d] != 0; })) {
-        done[g] = 1;
-        order.push_back(g);
-        break;
-      }
+  while (!ready.empty()) {
+    const std::size_t g = ready.top();
+    ready.pop();
+    order.push_back(g);
+    for (std::size_t d : dependents[g]) {
+      if (--waiting[d] == 0) ready.push(d);
     }
   }
   return order;
@@ -94,14 +104,12 @@ std::vector<std::size_t> group_order(const op_groups& groups, const std::vector<
 partition_parts assemble(const std::vector<std::size_t>& group, const std::vector<logical_tensor>& tensors,
                          const std::vector<op>& ops) {
   partition_parts p;
-  std::vector<std::uint64_t> internal;  // tensors produced inside
+  std::unordered_set<std::uint64_t> internal;  // tensors produced inside
   for (std::size_t i : group) {
     p.ops.push_back(ops[i]);
-    internal.push_back(ops[i].outputs[0]);
+    internal.insert(ops[i].outputs[0]);
   }
-  auto inside = [&](std::uint64_t id) {
-    return std::find(internal.begin(), internal.end(), id) != internal.end();
-  };
+  auto inside = [&](std::uint64_t id) { return internal.count(id) != 0; };
   for (const op& o : p.ops) {
     for (std::uint64_t id : o.inputs) {
       if (!inside(id)) p.inputs.push_back(tensors[id - 1]);

@@ -198,6 +198,13 @@ TEST(ErrorContract, Graphs) {
   expect_library_error("tensor_of(unknown id)", [] { graph().tensor_of(42); });
   expect_library_error("matmul_output_shape(mismatch)", [] { matmul_output_shape({2, 3}, {4, 5}, false, false, "t"); });
   expect_library_error("broadcast_shape(mismatch)", [] { broadcast_shape({2, 3}, {4}, "t"); });
+  expect_library_error("graph_from_json: not JSON", [] { graph_from_json("[[[["); });
+  expect_library_error("graph_from_json: an undeclared tensor", [] {
+    graph_from_json(R"({"format": "unicache-graph", "version": 1, "tensors": [],)"
+                    R"( "ops": [{"kind": "ReLU", "inputs": [1], "outputs": [2]}]})");
+  });
+  expect_library_error("to_json: a request for a tensor that is not declared", [] { to_json(graph(), {{{7, {1}}}}); });
+  expect_library_error("partition_input_shapes before finalize", [] { partition_input_shapes(graph(), {}); });
 }
 
 graph relu_graph() {
