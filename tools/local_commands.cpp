@@ -140,4 +140,22 @@ int clear_local(unicache::kernel_store& store, const unicache::store_config& con
   return kOk;
 }
 
+int explain_local(unicache::kernel_store& store, const unicache::store_config&, const options& o) {
+  const std::string& id = *o.miss_id;
+  if (id.size() < 8 || id.size() > 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    std::fprintf(stderr, "unicache-store: not a miss's id (8 to 32 lowercase hex digits, as the line shows)\n");
+    return kUsage;
+  }
+  const std::optional<unicache::miss_explanation> e = store.explain_recorded_miss(id);
+  if (!e) {
+    std::fprintf(stderr,
+                 "unicache-store: no recorded miss %s (a process records the misses it explains with "
+                 "UNICACHE_EXPLAIN_MISSES=1)\n",
+                 id.c_str());
+    return kFailure;
+  }
+  std::printf("%s\n", e->line().c_str());
+  return kOk;
+}
+
 }  // namespace unicache_store

@@ -33,6 +33,8 @@ struct options {
   // export and import (bundle_commands.cpp): the bundle, export's filter.
   std::optional<std::string> bundle;
   unicache::bundle_filter filter;
+  // explain: the recorded miss's id.
+  std::optional<std::string> miss_id;
 };
 
 // A time as "2026-11-26T02:19:04Z".
@@ -58,6 +60,7 @@ int list_local(unicache::kernel_store& store, const unicache::store_config& conf
 int verify_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
 int prune_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
 int clear_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
+int explain_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);
 
 // The local store's bundles (bundle_commands.cpp).
 int export_local(unicache::kernel_store& store, const unicache::store_config& config, const options& o);

@@ -37,6 +37,7 @@ enum accepted_options : unsigned {
   accepts_limits = 1u << 3,   // prune --max-size MB, --older-than DAYS: at least one
   accepts_export = 1u << 4,   // export --out FILE [--kind K] [--device TEXT] [--newer-than DAYS] [--secret-file F]
   accepts_import = 1u << 5,   // import FILE [--secret-file F]
+  accepts_id = 1u << 6,       // explain ID
 };
 
 using local_command = int (*)(unicache::kernel_store&, const unicache::store_config&, const options&);
@@ -122,6 +123,16 @@ const command kCommands[] = {
      "refused or FILE or the store is unusable, 2 on bad options or an\n"
      "unusable secret file.\n",
      accepts_import, import_local, nullptr},
+    {"explain", "explain ID", "why a kernel the library built missed in the store,\nagainst the store as it is now",
+     "usage: unicache-store [--dir DIR] explain ID\n\n"
+     "Explains again a miss that a process explained with\n"
+     "UNICACHE_EXPLAIN_MISSES=1 (it records each in the store, the newest 64):\n"
+     "ID is the id that process's line shows (16 hex digits; 8 or more are\n"
+     "enough), and the line printed is the one the process would print now:\n"
+     "the fields in which the nearest stored entry of the same kernel differs,\n"
+     "or that none is stored. Exit 0, 1 if no miss has that id or the store is\n"
+     "unusable, 2 on a malformed id.\n",
+     accepts_id, explain_local, nullptr},
     {"precompile", "precompile GRAPH --cuda-arch sm_XY[,sm_XY...] [--sm-count N]\n         [--out FILE] [--secret-file F]",
      "compile a graph's CUDA kernels ahead of time, no GPU needed,\ninto the store or a bundle FILE",
      "usage: unicache-store [--dir DIR] precompile GRAPH --cuda-arch sm_XY[,sm_XY...]\n"
@@ -304,6 +315,8 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
       if (!value) return usage_error("bad number " + std::string(args[i + 1]) + " for " + std::string(a), &c);
       (a == "--max-size" ? o.max_mb : o.older_than_days) = value;
       ++i;
+    } else if ((c.accepts & accepts_id) && !a.starts_with("--") && !o.miss_id) {
+      o.miss_id = std::string(a);
     } else if (std::optional<int> exit_code; take_bundle_option(c, args, i, o, exit_code)) {
       if (exit_code) return exit_code;
     } else {
@@ -318,6 +331,8 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
   }
   if ((c.accepts & accepts_export) && !o.bundle) return usage_error("export needs --out FILE", &c);
   if ((c.accepts & accepts_import) && !o.bundle) return usage_error("import needs the bundle FILE", &c);
+  if ((c.accepts & accepts_id) && !o.miss_id) return usage_error("explain needs the miss's ID", &c);
+  if ((c.accepts & accepts_id) && o.remote) return usage_error("explain works on the local store (--dir)", &c);
   return std::nullopt;
 }
 

@@ -405,6 +405,20 @@ class kernel_store {
   // the kernel path asks only when explain_misses() is on, once per miss.
   // Never throws.
   std::optional<miss_explanation> explain_miss(const device_identity& device, std::string_view key) const noexcept;
+  // Records a miss of (device, key) in the store, so that it can be
+  // explained again offline (`unicache-store explain ID`): the kernel path
+  // records each miss it explains. At most 64 records are kept (the oldest
+  // go), under the store's directory, with the store's permissions; not
+  // entries (stats and list do not count them). Never throws; does nothing
+  // when the store is off or not writable.
+  void record_miss(const device_identity& device, std::string_view key) noexcept;
+  // The explanation, against the store as it is now, of a recorded miss,
+  // by its blob id or a prefix of it of 8 or more hex digits (the
+  // explanation line shows 16). Without an entry of its kernel stored now,
+  // the explanation's nearest_blob_id is empty. nullopt: no record has that
+  // id. Throws store_error: the store is off, the id is not hex, it names
+  // several records, or the record is damaged or not trusted.
+  std::optional<miss_explanation> explain_recorded_miss(std::string_view id) const;
 
  private:
   friend struct detail::store_access;

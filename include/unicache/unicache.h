@@ -155,6 +155,17 @@ typedef struct {
 } unicache_store_stats_t;
 UNICACHE_API unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats);
 
+/* Misses that explain themselves (store.hpp): as UNICACHE_EXPLAIN_MISSES,
+ * whether the kernel path prints, for a kernel it builds while other entries
+ * of it are stored, one stderr line naming the fields in which the nearest
+ * differs, and records the miss in the store. */
+UNICACHE_API unicache_status_t unicache_set_explain_misses(int enabled);
+/* The line for a recorded miss, by the id its line shows (8 to 32 hex
+ * digits), against the store as it is now (size-query pattern).
+ * UNICACHE_STORE_ERROR: no such miss, a malformed or ambiguous id, a
+ * damaged record, or the store is off. */
+UNICACHE_API unicache_status_t unicache_store_explain_miss(const char* id, char* line, size_t* size);
+
 /* Bundles: entries of the process-wide store in one file, so that a warm
  * store travels to another machine (store.hpp, "Bundles"). A secret file
  * (NULL or "": none), as UNICACHE_REMOTE_CACHE_SECRET_FILE: export signs

@@ -35,6 +35,19 @@ unicache_status_t unicache_store_get_directory(char* directory, size_t* size) {
   return guarded([&] { copy_out(kernel_store::instance().config().directory, directory, size); });
 }
 
+unicache_status_t unicache_set_explain_misses(int enabled) {
+  return guarded([&] { set_explain_misses(enabled != 0); });
+}
+
+unicache_status_t unicache_store_explain_miss(const char* id, char* line, size_t* size) {
+  return guarded([&] {
+    const std::string which = need(id, "id");
+    const std::optional<miss_explanation> e = kernel_store::instance().explain_recorded_miss(which);
+    if (!e) throw store_error("no recorded miss has that id (misses are recorded while explaining: UNICACHE_EXPLAIN_MISSES=1)");
+    copy_out(e->line(), line, size);
+  });
+}
+
 unicache_status_t unicache_store_get_stats(unicache_store_stats_t* stats) {
   return guarded([&] {
     need(stats, "stats");

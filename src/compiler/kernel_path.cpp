@@ -195,7 +195,10 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
               rejected(load_start);
               store.remove(identity, key);
             } else if (explain_misses()) {
-              if (const auto e = store.explain_miss(identity, key)) print_explanation(*e);
+              if (const auto e = store.explain_miss(identity, key)) {
+                print_explanation(*e);
+                store.record_miss(identity, key);  // for `unicache-store explain`
+              }
             }
             const auto build_start = std::chrono::steady_clock::now();
             std::unique_ptr<device_program> built;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "store/entry_format.hpp"
+#include "store/miss_explanation.hpp"
 #include "store/kernel_store_impl.hpp"
 #include "store/store_layout.hpp"
 #include "store/store_walk.hpp"
@@ -164,50 +165,59 @@ std::string miss_explanation::line() const {
   return out;
 }
 
+namespace detail {
+
+std::optional<miss_explanation> explain_against(const directory_handle& root, const std::string& description,
+                                                std::string_view key) {
+  const key_fields here_key = parse_key(key);
+  if (!here_key.ok) return std::nullopt;  // not a kernel's key
+  const identity_fields here = parse_description(description);
+  miss_explanation out;
+  out.what = here_key.language + " " + printable(here_key.name, kShownValueBytes);
+  const walk_result w = walk_store(root);
+  std::map<std::string, identity_fields> devices;
+  std::size_t best = SIZE_MAX;
+  std::int64_t best_mtime = 0;
+  std::size_t read = 0;
+  for (const store_file& f : w.entries) {
+    if (++read > kMaxEntriesRead) break;
+    hash128 stored_device{};
+    const std::string stored_key = read_key(root, f, stored_device);
+    if (stored_key.empty()) continue;
+    const key_fields k = parse_key(stored_key);
+    // The same kernel: its name, on any backend (the key's second field,
+    // in every format kernel_source has written).
+    cache_key_reader head(stored_key);
+    std::string stored_language;
+    try {
+      stored_language = std::string(head.read_text());
+      if (head.read_text() != here_key.name) continue;
+    } catch (const invalid_argument&) {
+      continue;
+    }
+    auto d = devices.find(f.device_hex);
+    if (d == devices.end()) d = devices.emplace(f.device_hex, parse_description(description_of(root, f.device_hex))).first;
+    std::vector<std::string> diff = differences(d->second, k, stored_language, here, here_key);
+    if (diff.size() < best || (diff.size() == best && f.mtime > best_mtime)) {
+      best = diff.size();
+      best_mtime = f.mtime;
+      out.differences = std::move(diff);
+      out.nearest_blob_id = blob_id_of(stored_device, stored_key);
+    }
+  }
+  if (out.nearest_blob_id.empty()) return std::nullopt;
+  return out;
+}
+
+}  // namespace detail
+
 std::optional<miss_explanation> kernel_store::explain_miss(const device_identity& device,
                                                            std::string_view key) const noexcept {
   try {
     const std::shared_ptr<const store_state> s = impl_->state();
     if (!s || !s->directory) return std::nullopt;
-    const key_fields here_key = parse_key(key);
-    if (!here_key.ok) return std::nullopt;  // not a kernel's key
-    const identity_fields here = parse_description(describe(device));
-    miss_explanation out;
-    out.blob_id = blob_id(device, key);
-    out.what = here_key.language + " " + printable(here_key.name, kShownValueBytes);
-    const directory_handle& root = s->directory->root();
-    const walk_result w = walk_store(root);
-    std::map<std::string, identity_fields> devices;
-    std::size_t best = SIZE_MAX;
-    std::int64_t best_mtime = 0;
-    std::size_t read = 0;
-    for (const store_file& f : w.entries) {
-      if (++read > kMaxEntriesRead) break;
-      hash128 stored_device{};
-      const std::string stored_key = read_key(root, f, stored_device);
-      if (stored_key.empty()) continue;
-      const key_fields k = parse_key(stored_key);
-      // The same kernel: its name, on any backend (the key's second field,
-      // in every format kernel_source has written).
-      cache_key_reader head(stored_key);
-      std::string stored_language;
-      try {
-        stored_language = std::string(head.read_text());
-        if (head.read_text() != here_key.name) continue;
-      } catch (const invalid_argument&) {
-        continue;
-      }
-      auto d = devices.find(f.device_hex);
-      if (d == devices.end()) d = devices.emplace(f.device_hex, parse_description(description_of(root, f.device_hex))).first;
-      std::vector<std::string> diff = differences(d->second, k, stored_language, here, here_key);
-      if (diff.size() < best || (diff.size() == best && f.mtime > best_mtime)) {
-        best = diff.size();
-        best_mtime = f.mtime;
-        out.differences = std::move(diff);
-        out.nearest_blob_id = blob_id_of(stored_device, stored_key);
-      }
-    }
-    if (out.nearest_blob_id.empty()) return std::nullopt;
+    std::optional<miss_explanation> out = explain_against(s->directory->root(), describe(device), key);
+    if (out) out->blob_id = blob_id(device, key);
     return out;
   } catch (...) {
     return std::nullopt;  // out of memory: a diagnostic is never worth a failure

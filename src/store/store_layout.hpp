@@ -25,6 +25,8 @@ namespace unicache::detail {
 // and one size file for the whole store).
 inline constexpr char kFormatDirectory[] = "v2";
 inline constexpr char kShardsDirectory[] = "shards";
+// Misses the kernel path explained, for `unicache-store explain` (miss_records.cpp).
+inline constexpr char kMissesDirectory[] = "misses";
 inline constexpr int kShards = 16;
 inline constexpr char kDeviceDescriptionName[] = "device.txt";
 inline constexpr char kTemporaryPrefix[] = ".tmp.";

@@ -48,6 +48,10 @@ class walker {
         if (expect(root, "", name, "", {"the shards' directory", true}) && only_shard < 0) {
           walk_shards(root.open_subdirectory(name));
         }
+      } else if (name == kMissesDirectory) {
+        if (expect(root, "", name, "", {"the explained misses' directory", true}) && only_shard < 0) {
+          walk_misses(root.open_subdirectory(name));
+        }
       } else if (is_temporary_name(name)) {
         expect(root, "", name, "", {"a temporary file", false}, &out.temporaries);
       } else if (is_hex_name(name, kHashDigits)) {
@@ -62,6 +66,20 @@ class walker {
   }
 
  private:
+  // Records of explained misses (<id>.miss): not entries, never counted.
+  void walk_misses(const directory_handle& dir) {
+    if (!dir.ok()) return;
+    for (const std::string& name : directory_names(dir)) {
+      if (name.size() == kHashDigits + 5 && name.ends_with(".miss") && is_hex_name(name.substr(0, kHashDigits), kHashDigits)) {
+        expect(dir, kMissesDirectory, name, "", {"a recorded miss", false});
+      } else if (is_temporary_name(name)) {
+        expect(dir, kMissesDirectory, name, "", {"a temporary file", false}, &out.temporaries);
+      } else {
+        expect(dir, kMissesDirectory, name, "", {nullptr, false});
+      }
+    }
+  }
+
   void walk_shards(const directory_handle& dir) {
     if (!dir.ok()) return;
     for (const std::string& name : directory_names(dir)) {

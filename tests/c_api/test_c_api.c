@@ -96,6 +96,14 @@ static void test_store(void) {
   CHECK(strstr(unicache_last_error(), "hunter2") == NULL);  /* never quotes a password */
   OK(unicache_store_set_remote(NULL, NULL));                 /* off */
   OK(unicache_store_set_size_eviction(1));
+  /* Misses that explain themselves: the switch, and a miss nobody recorded. */
+  OK(unicache_set_explain_misses(1));
+  OK(unicache_set_explain_misses(0));
+  size_t line_size = 0;
+  CHECK_STATUS(unicache_store_explain_miss("0123456789abcdef", NULL, &line_size), UNICACHE_STORE_ERROR);
+  CHECK(strstr(unicache_last_error(), "UNICACHE_EXPLAIN_MISSES") != NULL);
+  CHECK_STATUS(unicache_store_explain_miss("not hex", NULL, &line_size), UNICACHE_STORE_ERROR);
+  CHECK_STATUS(unicache_store_explain_miss(NULL, NULL, &line_size), UNICACHE_INVALID_ARGUMENT);
 }
 
 static void test_blobs(void) {

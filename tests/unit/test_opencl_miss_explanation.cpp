@@ -1,7 +1,8 @@
 // Misses that explain themselves, through the kernel path on the machine's
 // OpenCL device (PoCL in CI): with UNICACHE_EXPLAIN_MISSES on, a kernel built
 // while another shape class of it is stored prints one line naming the
-// shape class, once per kernel and reason; with it off, nothing.
+// shape class, once per kernel and reason, and records the miss for
+// `unicache-store explain`; with it off, nothing.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -66,6 +67,13 @@ TEST_F(ExplainedMisses, AKernelBuiltBesideAnotherShapeClassOfItNamesTheShapeClas
   const std::string err = built({5, 7});
   EXPECT_EQ(count(err, "unicache: miss explained: opencl-c gemm ("), 1u) << "once per kernel and reason:\n" << err;
   EXPECT_NE(err.find("differs in shape class (stored M=3 N=64 K=96, here M=5 N=64 K=96)"), std::string::npos) << err;
+  // The miss was recorded: explained again offline by the id its line shows.
+  const std::size_t at = err.find("opencl-c gemm (") + 15;
+  const std::string id = err.substr(at, 16);
+  const std::optional<miss_explanation> again = kernel_store::instance().explain_recorded_miss(id);
+  ASSERT_TRUE(again.has_value()) << id;
+  const std::string line = err.substr(err.find("unicache: miss explained:"), err.find('\n', at) - err.find("unicache: miss explained:"));
+  EXPECT_EQ(again->line(), line);
 }
 
 TEST_F(ExplainedMisses, NothingIsPrintedWhenExplainingIsOffOrNoOtherEntryOfTheKernelIsStored) {

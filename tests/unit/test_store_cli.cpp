@@ -159,7 +159,8 @@ TEST(StoreTool, ListJsonIsValidJsonThatScriptsCanRead) {
 }
 
 TEST(StoreTool, HelpOnEveryCommandAndUsageErrorsExitTwo) {
-  for (const char* command : {"stats", "list", "verify", "prune", "clear", "help"}) {
+  for (const char* command : {"stats", "list", "verify", "prune", "clear", "export", "import", "explain", "precompile",
+                              "help"}) {
     const run_result r = tool(std::string(command) + " --help");
     EXPECT_EQ(r.status, 0) << command;
     EXPECT_NE(r.out.find("usage: unicache-store"), std::string::npos) << command << "\n" << r.out;
@@ -178,6 +179,28 @@ TEST(StoreTool, UnusableStoreExitsOne) {
   std::ofstream(dir.path() + "/file") << "x";
   const run_result r = tool("--dir " + dir.path() + "/file stats");
   EXPECT_EQ(r.status, 1) << r.out;
+}
+
+TEST(StoreTool, ExplainPrintsARecordedMissAgainstTheStoreAsItIsNow) {
+  temp_dir dir;
+  const device_identity here{"CUDA", "sm_90", "sm_90", "nvrtc 13000"}, there{"CUDA", "sm_80", "sm_80", "nvrtc 13000"};
+  cache_key key;
+  key.add("cuda-c").add("gemm").add("-default-device").add("").add("void gemm() {}");
+  const std::string k(key.bytes());
+  {
+    kernel_store store(store_in(dir.path()));
+    ASSERT_TRUE(store.put(there, k, binary_for("g", 100)));
+    store.record_miss(here, k);
+  }
+  const std::string id = blob_id(here, k).substr(0, 16);
+  const run_result r = tool("--dir " + dir.path() + " explain " + id);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("unicache: miss explained: cuda-c gemm (" + id + "): the nearest stored entry"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("architecture (stored sm_80, here sm_90)"), std::string::npos) << r.out;
+  EXPECT_EQ(tool("--dir " + dir.path() + " explain 00000000deadbeef").status, 1) << "no such miss";
+  EXPECT_EQ(tool("--dir " + dir.path() + " explain $'\\x1b[2J'").status, 2) << "not an id";
+  EXPECT_EQ(tool("--dir " + dir.path() + " explain").status, 2) << "no id";
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // architecture, target, compiler, device and driver, unicache version,
 // options, shape class, generated source, an old key's format), picks the
 // entry with the fewest differences, and says nothing where no entry of the
-// kernel is stored.
+// kernel is stored; a recorded miss is explained again offline by its id.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -131,6 +131,34 @@ TEST_F(MissExplanation, StoredValuesArePrintedEscapedAndCut) {
   const std::string said = explained(cuda(), gemm());
   EXPECT_EQ(said.find('\x1b'), std::string::npos) << "escaped";
   EXPECT_LT(said.size(), 200u) << said;
+}
+
+TEST_F(MissExplanation, ARecordedMissIsExplainedAgainByItsIdAgainstTheStoreAsItIsThen) {
+  stored(cuda("sm_80", "sm_80"), gemm());
+  store_.record_miss(cuda(), gemm().store_key());
+  const std::string id = blob_id(cuda(), gemm().store_key());
+  const std::optional<miss_explanation> again = store_.explain_recorded_miss(id.substr(0, 16));
+  ASSERT_TRUE(again.has_value()) << "found by the 16 digits the line shows";
+  EXPECT_EQ(again->line(), store_.explain_miss(cuda(), gemm().store_key())->line()) << "the same line, offline";
+  // The store changes: the explanation follows it.
+  stored(cuda("sm_90", "sm_90", "nvrtc 11020"), gemm());
+  EXPECT_NE(store_.explain_recorded_miss(id)->line().find("differs in compiler (stored nvrtc 11020"), std::string::npos);
+  store_.clear();
+  const std::optional<miss_explanation> none = store_.explain_recorded_miss(id);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_NE(none->line().find("no entry of this kernel is stored"), std::string::npos) << none->line();
+}
+
+TEST_F(MissExplanation, RecordsAreBoundedAreNotEntriesAndBadIdsAreRefused) {
+  for (int i = 0; i < 70; ++i) store_.record_miss(cuda(), gemm("-O" + std::to_string(i)).store_key());
+  std::size_t records = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir_.path() + "/v2/misses")) records += f.path().extension() == ".miss";
+  EXPECT_EQ(records, 64u) << "the newest 64 are kept";
+  EXPECT_EQ(store_.stats(true).entries, 0u) << "records are not entries";
+  EXPECT_TRUE(store_.verify(false).empty()) << "nor strays";
+  EXPECT_FALSE(store_.explain_recorded_miss("0123456789abcdef").has_value());
+  EXPECT_THROW(store_.explain_recorded_miss("xyz"), store_error);
+  EXPECT_THROW(store_.explain_recorded_miss("0123"), store_error) << "too short to name one";
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+// Misses that explain themselves, inside the store: the comparison
+// (miss_explanation.cpp) and the records the kernel path leaves of the
+// misses it explained, for `unicache-store explain` (miss_records.cpp).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "unicache/store.hpp"
+#include "util/directory_handle.hpp"
+
+namespace unicache::detail {
+
+// The explanation of a miss of `key` by a device that describe() gives as
+// `description`, against the entries under `root`; blob_id is left empty.
+// nullopt when `key` is not a kernel's or no entry of its kernel is stored.
+// Throws only std::bad_alloc.
+std::optional<miss_explanation> explain_against(const directory_handle& root, const std::string& description,
+                                                std::string_view key);
+
+}  // namespace unicache::detail
