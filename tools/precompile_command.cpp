@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,11 +92,14 @@ std::optional<std::string> read_graph(const std::string& path, std::string& why)
   return text;
 }
 
-// A private directory for the store a bundle is made from, removed at exit.
+// A private directory for the store a bundle is made from, removed at exit
+// ("" when it could not be made).
 struct scratch_store {
   std::string path;
   scratch_store() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "unicache-precompile-XXXXXX").string();
+    std::error_code ec;
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+    std::string pattern = ((ec ? std::filesystem::path("/tmp") : tmp) / "unicache-precompile-XXXXXX").string();
     if (::mkdtemp(pattern.data())) path = pattern;
   }
   ~scratch_store() {
@@ -151,13 +155,18 @@ int precompile_command(const std::vector<std::string_view>& args, const options&
     const unicache::graph_document doc = unicache::graph_from_json(*text);
     // The kernel path stores through the process's store: pointed at the
     // target directory, or at a scratch one the bundle is made from.
-    scratch_store scratch;
-    std::string directory = out.empty() ? global.dir.value_or("") : scratch.path;
-    if (directory.empty()) {
-      directory = unicache::store_config::from_environment().directory;
+    std::optional<scratch_store> scratch;
+    std::string directory;
+    if (!out.empty()) {
+      scratch.emplace();
+      if (scratch->path.empty()) return fail("no scratch directory for the bundle could be made (TMPDIR)", kFailure);
+      directory = scratch->path;
+    } else {
+      directory = global.dir.value_or(unicache::store_config::from_environment().directory);
       if (directory.empty()) return fail("no store directory (use --dir, UNICACHE_PERSISTENT_CACHE_DIR or --out)", kFailure);
     }
     unicache::kernel_store& store = unicache::kernel_store::instance();
+    store.set_remote("");  // this store alone: nothing goes to, or comes from, a fleet's server
     store.set_directory(directory);
     store.set_enabled(true);
     if (!store.enabled()) return fail("the store at " + directory + " cannot be used", kFailure);
@@ -179,7 +188,7 @@ int precompile_command(const std::vector<std::string_view>& args, const options&
     return b.refused.empty() ? kOk : kFailure;
   } catch (const unicache::invalid_argument& e) {  // the secret file
     return fail(e.what(), kUsage);
-  } catch (const unicache::error& e) {
+  } catch (const std::exception& e) {
     return fail(e.what(), kFailure);
   }
 #endif

@@ -105,7 +105,7 @@ const command kCommands[] = {
      "(opencl-c, cuda-c), of devices whose description contains TEXT, used\n"
      "within DAYS days; without options, every entry. FILE is written beside\n"
      "itself under a temporary name and renamed when complete. With\n"
-     "--secret-file (as UNICACHE_REMOTE_CACHE_SECRET_FILE), every record is\n"
+     "--secret-file (default: UNICACHE_REMOTE_CACHE_SECRET_FILE), every record is\n"
      "signed. Prints a line per damaged entry left out, then a summary.\n"
      "Exit 0, 1 if an entry was left out or FILE or the store is unusable,\n"
      "2 on bad options or an unusable secret file.\n",
@@ -117,8 +117,9 @@ const command kCommands[] = {
      "entries the store holds already are left as they are. A truncated or\n"
      "damaged FILE, or one that is not a bundle, is refused whole: nothing is\n"
      "imported. A record that is corrupt, too large for this store or, with\n"
-     "--secret-file, not signed with that secret, is refused and the others\n"
-     "imported; without --secret-file, signatures are not checked. Prints a\n"
+     "--secret-file (default: UNICACHE_REMOTE_CACHE_SECRET_FILE), not signed\n"
+     "with that secret, is refused and the others imported; without a\n"
+     "secret, signatures are not checked. Prints a\n"
      "line per refused record, then a summary. Exit 0, 1 if a record was\n"
      "refused or FILE or the store is unusable, 2 on bad options or an\n"
      "unusable secret file.\n",

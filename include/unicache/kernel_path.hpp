@@ -107,9 +107,14 @@ class kernel_builder {
   // identity() holds what decides the binary, not what loads it (a CUDA
   // cubin is keyed by its architecture and compiler, not by the driver):
   // asked before a stored or preloaded binary is loaded, and a refusal is a
-  // rejected binary (rebuilt, and the stored one replaced), explained on
-  // stderr. The default: nothing is refused before load() is tried.
+  // rejected binary, explained on stderr: the kernel is built here, and the
+  // stored binary stays (the machines that can run it use it; the one built
+  // here is not stored). The default: nothing is refused before load().
   virtual std::string load_refusal() const { return {}; }
+  // false: the path never reads a stored or preloaded binary for this
+  // builder, and builds every kernel from source (an engine that compiles
+  // ahead of time, whose binaries must be its compiler's own).
+  virtual bool reads_stored_binaries() const { return true; }
 };
 
 // Counters of the kernel path, per owner id (one per backend), since the

@@ -217,7 +217,7 @@ struct bundle_report {
 //
 // and, always, one for a stored binary this machine refused before loading
 // it (kernel_builder::load_refusal: a driver too old for the compiler that
-// made it). Bounded: once per kernel and set of differing fields, at most
+// made it; the kernel is built here, and the stored binary stays). Bounded: once per kernel and set of differing fields, at most
 // 256 lines a process. kernel_store::explain_miss gives the same to a tool.
 struct miss_explanation {
   std::string what;             // the kernel: "cuda-c gemm" (its key's language and name, printable)

@@ -67,14 +67,15 @@ constexpr std::size_t kMaxExplanations = 256;
 // Prints `e` once per kernel and reason (the differing fields' names, not
 // their values), and at most kMaxExplanations lines a process.
 void print_explanation(const miss_explanation& e) noexcept {
-  static std::mutex mu;
-  static std::set<std::string> said;
+  // Never destroyed: background builds may explain a miss during exit.
+  static std::mutex* const mu = new std::mutex;
+  static std::set<std::string>* const said = new std::set<std::string>;
   try {
     std::string reason = e.what + "|" + e.refusal;
     for (const std::string& d : e.differences) reason += "|" + d.substr(0, d.find(" ("));
-    std::lock_guard<std::mutex> lock(mu);
-    if (said.size() > kMaxExplanations || !said.insert(reason).second) return;
-    if (said.size() > kMaxExplanations) {
+    std::lock_guard<std::mutex> lock(*mu);
+    if (said->size() > kMaxExplanations || !said->insert(reason).second) return;
+    if (said->size() > kMaxExplanations) {
       detail::write_line("unicache: miss explained: further explanations are not shown (" +
                          std::to_string(kMaxExplanations) + " in this process)");
       return;
@@ -167,8 +168,11 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
               e.refusal = refusal;
               print_explanation(e);
             };
+            // A builder that reads no binaries (an offline engine) builds
+            // every kernel: what it keeps is what its compiler made.
+            const bool reads = builder.reads_stored_binaries();
             for (const kernel_binary& b : preloaded) {
-              if (b.key != key) continue;
+              if (!reads || b.key != key) continue;
               if (!refusal.empty()) {
                 rejected(std::chrono::steady_clock::now());
                 explain_refusal();
@@ -184,22 +188,24 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
             const auto load_start = std::chrono::steady_clock::now();
             // On a miss everywhere, the fleet's lease on building it: one
             // process builds, the others wait for its binary.
-            kernel_store::lookup stored = store.get_or_lease(identity, key);
+            kernel_store::lookup stored = reads ? store.get_or_lease(identity, key) : kernel_store::lookup{};
+            // A binary this machine cannot run stays where it is (machines
+            // that can run it use it); the one built here is not stored.
+            bool keep_stored = false;
             if (stored.binary) {
               if (refusal.empty()) {
                 if (auto p = builder.load(src, *stored.binary)) return loaded(std::move(p), load_start, false);
+                // The driver refused the image itself: it goes, and the
+                // rebuilt binary takes its place.
+                rejected(load_start);
+                store.remove(identity, key);
               } else {
+                rejected(load_start);
                 explain_refusal();
-              }
-              // Refused: it goes, and the rebuilt binary takes its place.
-              rejected(load_start);
-              store.remove(identity, key);
-            } else if (explain_misses()) {
-              if (const auto e = store.explain_miss(identity, key)) {
-                print_explanation(*e);
-                store.record_miss(identity, key);  // for `unicache-store explain`
+                keep_stored = true;
               }
             }
+            const bool explain = reads && !stored.binary && explain_misses();
             const auto build_start = std::chrono::steady_clock::now();
             std::unique_ptr<device_program> built;
             try {
@@ -228,8 +234,16 @@ std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scop
                 trace("store", owner, src.kernel_name, key, 0);
               }
             }
+            if (explain) {
+              // After the lease is released: the walk keeps no other
+              // process waiting. (The entry just stored is not its own nearest.)
+              if (const auto e = store.explain_miss(identity, key)) {
+                print_explanation(*e);
+                store.record_miss(identity, key);  // for `unicache-store explain`
+              }
+            }
             return std::make_shared<const kernel>(owner, std::move(built), src.kernel_name, key, identity,
-                                                  !published);
+                                                  !published && !keep_stored && reads);
           })
       .value();
 }

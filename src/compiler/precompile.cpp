@@ -59,9 +59,15 @@ precompile_report precompile(const graph& g, const std::vector<shape_request>& r
       for (const kernel_binary& k : cp.kernel_binaries()) {
         if (k.binary.empty() || !seen.insert(k.key).second) continue;
         ++report.kernels;
-        if (store.get(identity, k.key) == k.binary) {
+        const std::optional<byte_vector> before = store.get(identity, k.key);
+        if (before == k.binary) {
           ++report.already_stored;
-        } else if (store.put(identity, k.key, k.binary)) {
+          continue;
+        }
+        // Another binary under the key (another build of the same source):
+        // this compiler's replaces it.
+        if (before) store.remove(identity, k.key);
+        if (store.put(identity, k.key, k.binary)) {
           ++report.stored;
         } else {
           throw store_error("precompile: the store did not take a binary of partition " + std::to_string(i) +

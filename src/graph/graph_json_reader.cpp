@@ -98,6 +98,22 @@ std::vector<std::int64_t> read_ints(json_cursor& c, const std::string& path, std
   return out;
 }
 
+// A shape: at most kGraphJsonMaxRank dims, each -1 or 0 to 2^32, and at
+// most 2^40 elements (what the kernels' size arithmetic holds).
+std::vector<std::int64_t> read_dims(json_cursor& c, const std::string& path) {
+  const std::size_t start = c.offset();
+  std::vector<std::int64_t> dims = read_ints(c, path, kGraphJsonMaxRank, "dimensions");
+  std::int64_t elements = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < -1 || dims[i] > (std::int64_t{1} << 32)) {
+      c.fail_at(start, index_path(path, i), "a dimension must be -1 or 0 to 2^32, not " + std::to_string(dims[i]));
+    }
+    if (dims[i] > 0 && __builtin_mul_overflow(elements, dims[i], &elements)) elements = INT64_MAX;
+  }
+  if (elements > (std::int64_t{1} << 40)) c.fail_at(start, path, "more than 2^40 elements");
+  return dims;
+}
+
 bool read_bool(json_cursor& c, const std::string& path) {
   c.expect_type(json_type::boolean, path);
   return c.read_boolean();
@@ -120,7 +136,7 @@ tensor_entry read_tensor(json_cursor& c, std::size_t index) {
         }
         break;
       }
-      case 1: t.shape = read_ints(c, path + ".shape", kGraphJsonMaxRank, "dimensions"); break;
+      case 1: t.shape = read_dims(c, path + ".shape"); break;
       case 2: t.constant = read_bool(c, path + ".constant"); break;
       default: {
         c.expect_type(json_type::string, path + ".dtype");
@@ -173,7 +189,7 @@ shape_request read_request(json_cursor& c, std::size_t index) {
     if (!id || *id == 0) {
       c.fail_at(start, path, "the key " + detail::quoted(key) + " is not a tensor id (a decimal number from 1)");
     }
-    std::vector<std::int64_t> shape = read_ints(c, path + "[\"" + key + "\"]", kGraphJsonMaxRank, "dimensions");
+    std::vector<std::int64_t> shape = read_dims(c, path + "[\"" + key + "\"]");
     if (!request.emplace(*id, std::move(shape)).second) {
       c.fail_at(start, path, "tensor " + std::to_string(*id) + " twice");
     }

@@ -168,12 +168,12 @@ std::string miss_explanation::line() const {
 namespace detail {
 
 std::optional<miss_explanation> explain_against(const directory_handle& root, const std::string& description,
-                                                std::string_view key) {
+                                                std::string_view key, const std::string& missed) {
   const key_fields here_key = parse_key(key);
   if (!here_key.ok) return std::nullopt;  // not a kernel's key
   const identity_fields here = parse_description(description);
   miss_explanation out;
-  out.what = here_key.language + " " + printable(here_key.name, kShownValueBytes);
+  out.what = printable(here_key.language, kShownValueBytes) + " " + printable(here_key.name, kShownValueBytes);
   const walk_result w = walk_store(root);
   std::map<std::string, identity_fields> devices;
   std::size_t best = SIZE_MAX;
@@ -195,6 +195,8 @@ std::optional<miss_explanation> explain_against(const directory_handle& root, co
     } catch (const invalid_argument&) {
       continue;
     }
+    const std::string stored_id = blob_id_of(stored_device, stored_key);
+    if (stored_id == missed) continue;
     auto d = devices.find(f.device_hex);
     if (d == devices.end()) d = devices.emplace(f.device_hex, parse_description(description_of(root, f.device_hex))).first;
     std::vector<std::string> diff = differences(d->second, k, stored_language, here, here_key);
@@ -202,7 +204,7 @@ std::optional<miss_explanation> explain_against(const directory_handle& root, co
       best = diff.size();
       best_mtime = f.mtime;
       out.differences = std::move(diff);
-      out.nearest_blob_id = blob_id_of(stored_device, stored_key);
+      out.nearest_blob_id = stored_id;
     }
   }
   if (out.nearest_blob_id.empty()) return std::nullopt;
@@ -216,8 +218,9 @@ std::optional<miss_explanation> kernel_store::explain_miss(const device_identity
   try {
     const std::shared_ptr<const store_state> s = impl_->state();
     if (!s || !s->directory) return std::nullopt;
-    std::optional<miss_explanation> out = explain_against(s->directory->root(), describe(device), key);
-    if (out) out->blob_id = blob_id(device, key);
+    const std::string id = blob_id(device, key);
+    std::optional<miss_explanation> out = explain_against(s->directory->root(), describe(device), key, id);
+    if (out) out->blob_id = id;
     return out;
   } catch (...) {
     return std::nullopt;  // out of memory: a diagnostic is never worth a failure

@@ -16,7 +16,9 @@ namespace unicache::detail {
 // `description`, against the entries under `root`; blob_id is left empty.
 // nullopt when `key` is not a kernel's or no entry of its kernel is stored.
 // Throws only std::bad_alloc.
+// The entry `missed` (its blob id) is skipped: it may have been stored
+// since the miss.
 std::optional<miss_explanation> explain_against(const directory_handle& root, const std::string& description,
-                                                std::string_view key);
+                                                std::string_view key, const std::string& missed);
 
 }  // namespace unicache::detail

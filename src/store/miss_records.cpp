@@ -105,19 +105,20 @@ std::optional<miss_explanation> kernel_store::explain_recorded_miss(std::string_
   const parsed_entry e = parse_entry(bytes, nullptr);
   if (!e.ok()) throw store_error(where + " is damaged: " + describe(e.problem));
   const std::string description(e.binary.begin(), e.binary.end());
-  std::optional<miss_explanation> out = explain_against(d.root(), description, e.key);
+  const std::string missed = blob_id_of(e.device, e.key);
+  std::optional<miss_explanation> out = explain_against(d.root(), description, e.key, missed);
   if (!out) {
     // Nothing of its kernel is stored now: the line says so.
     out.emplace();
     cache_key_reader fields(e.key);
     try {
-      out->what = std::string(fields.read_text());
+      out->what = printable(fields.read_text(), 48);
       out->what += " " + printable(fields.read_text(), 48);
     } catch (const invalid_argument&) {
       out->what = quoted(e.key, 40);
     }
   }
-  out->blob_id = blob_id_of(e.device, e.key);
+  out->blob_id = missed;
   return out;
 }
 

@@ -85,7 +85,10 @@ TEST_F(MissExplanation, NamesTheDeviceAndDriverOfOtherBackendsAndTheBackendItsel
 }
 
 TEST_F(MissExplanation, NamesTheUnicacheVersionOfAnEntryAnotherBuildWrote) {
-  stored(cuda(), gemm());
+  // Another build's entry has a device directory of its own: here, one of
+  // this build's, relabelled (and of other options, so that it is not the
+  // missed entry itself).
+  stored(cuda(), gemm("-O3"));
   // The entry's device directory as another unicache build describes it.
   for (const auto& dev : std::filesystem::directory_iterator(dir_.path() + "/v2")) {
     const std::string file = dev.path().string() + "/device.txt";
@@ -98,6 +101,7 @@ TEST_F(MissExplanation, NamesTheUnicacheVersionOfAnEntryAnotherBuildWrote) {
   }
   const std::string said = explained(cuda(), gemm());
   EXPECT_EQ(said.rfind("unicache version (stored 0.1.0 (0123abc), here ", 0), 0u) << said;
+  EXPECT_NE(said.find("; options (stored -O3, here -default-device)"), std::string::npos) << said;
 }
 
 TEST_F(MissExplanation, AKeyAnOlderUnicacheWroteIsAnotherKeyFormat) {

@@ -50,6 +50,8 @@ class cuda_device final : public gpu::device {
   std::unique_ptr<device_program> load(const engine& e, const kernel_source& src, byte_span binary) const override {
     return load_program(e, src, binary);
   }
+  // An offline engine builds everything: what precompile stores is NVRTC's.
+  bool reads_stored_binaries(const engine& e) const override { return !state_of(e).offline; }
   std::string load_refusal(const engine& e) const override {
     const device_info& i = state_of(e).info;
     return driver_refusal(i.driver_version, i.nvrtc_version, i.target);

@@ -369,7 +369,7 @@ void release_cached(const engine& e) {
 
 namespace {
 stream caller_stream(const engine& e, CUstream s, bool versioned_constants) {
-  const engine_state& es = state_of(e);
+  const engine_state& es = device_state_of(e, "a stream");
   auto state = std::make_shared<stream_state>();
   state->stream = s;
   state->context = es.context;
@@ -431,7 +431,7 @@ CUstream native_stream(const stream& s) {
 }
 
 CUdeviceptr make_buffer(const engine& e, std::size_t bytes, const void* host) {
-  const engine_state& s = state_of(e);
+  const engine_state& s = device_state_of(e, "a buffer");
   context_guard guard(s.context);
   const CUdeviceptr p = pointer_of(gpu::allocate(e, bytes, "buffer"));
   if (host && bytes) {

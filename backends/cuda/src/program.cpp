@@ -90,11 +90,7 @@ std::unique_ptr<device_program> build_program(const engine& e, const kernel_sour
 
 std::unique_ptr<device_program> load_program(const engine& e, const kernel_source& src, byte_span binary) {
   if (!loadable_image(binary)) return nullptr;
-  if (state_of(e).offline) {
-    // Stored already: kept as it is (an offline engine never loads).
-    return std::make_unique<program>(e.native_shared<const engine_state>(), nullptr, nullptr,
-                                     byte_vector(binary.begin(), binary.end()));
-  }
+  device_state_of(e, "loading a binary");  // never asked of an offline engine: it reads no binaries
   byte_vector image(binary.begin(), binary.end());
   context_guard guard(state_of(e).context);
   CUmodule module = nullptr;

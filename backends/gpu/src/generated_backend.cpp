@@ -37,6 +37,7 @@ class device_builder final : public kernel_builder {
     return device_.load(engine_, src, binary);
   }
   std::string load_refusal() const override { return device_.load_refusal(engine_); }
+  bool reads_stored_binaries() const override { return device_.reads_stored_binaries(engine_); }
 
  private:
   const device& device_;

@@ -35,7 +35,8 @@
 // target and NVRTC's version (and unicache's build), not the device model or
 // the driver. A driver too old for NVRTC's output (a cubin: an older major
 // version; PTX: an older version) refuses stored binaries before loading
-// them, with one line on stderr naming the driver, and rebuilds.
+// them, with one line on stderr naming the driver, and builds its own
+// (not stored: the stored ones stay for the machines that run them).
 //
 // Constant MatMul weights are packed on the device once per (contents,
 // layout) and context, in the constant tensor cache; evicting one frees its

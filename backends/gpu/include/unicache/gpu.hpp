@@ -217,6 +217,8 @@ class device {
   // Why this machine cannot run binaries made for the engine's identity
   // (kernel_builder::load_refusal); "" when it can.
   virtual std::string load_refusal(const engine& /*e*/) const { return {}; }
+  // kernel_builder::reads_stored_binaries, for the engine.
+  virtual bool reads_stored_binaries(const engine& /*e*/) const { return true; }
   // A launch's limits, checked when a kernel is compiled (so that the error
   // is a compile error): throws the API's error naming `what` beyond them.
   virtual void check_launch(const launch_dims& /*dims*/, const char* /*what*/) const {}
