@@ -134,7 +134,7 @@ inline constexpr owner_id compiled_partition_owner = 0xC0DE0001;
 // engine's identity, as the kernel path stores a kernel after its first
 // launch. A process whose engine has that identity (the same architecture,
 // compiler and unicache build) then loads them instead of building.
-// Compiles in `e`'s scope, whose cached kernels it evicts as it goes (an
+// Compiles in `e`'s scope, whose cached kernels it evicts at the end (an
 // offline engine's scope is its own). Throws what compile() throws
 // (compile_error naming the partition), graph_error for a request that does
 // not fit, and store_error when the store is off or a binary cannot be

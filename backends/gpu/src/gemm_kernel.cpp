@@ -135,7 +135,8 @@ background_variants& variants_in_background() {
 // is built in the background. Both compute the same product for these
 // shapes; a new shape's request then never waits for a build its
 // configuration has an alternative to. Not for a blob's binaries, which
-// load, and not without background threads.
+// load, not without background threads, and not on an engine that compiles
+// ahead of time.
 kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                   const std::vector<logical_tensor>& out, const engine& e,
                                   const std::vector<kernel_binary>& preloaded, counters& n) {
@@ -144,7 +145,9 @@ kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std
   kernels::gemm_tiles t = facts.gemm;
   const kernels::gemm_problem wanted(p, in, out, t, mode);
   t.split_k = kernels::gemm_splits(wanted, facts.compute_units);
-  if (!preloaded.empty() || mode == kernel_shapes::specialized) return t;
+  // An engine that compiles ahead of time (it reads no stored binaries)
+  // builds the variant the shapes ask for, in line: it runs nothing.
+  if (!preloaded.empty() || mode == kernel_shapes::specialized || !d.reads_stored_binaries(e)) return t;
   kernels::gemm_tiles other = t;
   other.split_k = t.split_k > 1 ? 1 : kernels::kGenericSplitK;
   if (!kernels::gemm_split_allowed(wanted, other.split_k)) return t;
