@@ -8,6 +8,7 @@
 #include <map>
 
 #include "store/entry_format.hpp"
+#include "store/entry_inspection.hpp"
 #include "store/miss_explanation.hpp"
 #include "store/kernel_store_impl.hpp"
 #include "store/store_layout.hpp"
@@ -135,14 +136,6 @@ std::string read_key(const directory_handle& root, const store_file& f, hash128&
   return key;
 }
 
-std::string description_of(const directory_handle& root, const std::string& device_hex) {
-  const directory_handle dir = open_beneath(root, device_hex);
-  byte_vector bytes;
-  if (!dir.ok() || read_regular_file(dir, kDeviceDescriptionName, kMaxDeviceDescriptionBytes, bytes) != 0) return "";
-  std::string text(bytes.begin(), bytes.end());
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  return text;
-}
 
 std::atomic<int>& explain_switch() {
   static std::atomic<int> on{[] {
@@ -167,13 +160,14 @@ std::string miss_explanation::line() const {
 
 namespace detail {
 
-std::optional<miss_explanation> explain_against(const directory_handle& root, const std::string& description,
+std::optional<miss_explanation> explain_against(const store_directory& d, const std::string& description,
                                                 std::string_view key, const std::string& missed) {
   const key_fields here_key = parse_key(key);
   if (!here_key.ok) return std::nullopt;  // not a kernel's key
   const identity_fields here = parse_description(description);
   miss_explanation out;
   out.what = printable(here_key.language, kShownValueBytes) + " " + printable(here_key.name, kShownValueBytes);
+  const directory_handle& root = d.root();
   const walk_result w = walk_store(root);
   std::map<std::string, identity_fields> devices;
   std::size_t best = SIZE_MAX;
@@ -197,9 +191,11 @@ std::optional<miss_explanation> explain_against(const directory_handle& root, co
     }
     const std::string stored_id = blob_id_of(stored_device, stored_key);
     if (stored_id == missed) continue;
-    auto d = devices.find(f.device_hex);
-    if (d == devices.end()) d = devices.emplace(f.device_hex, parse_description(description_of(root, f.device_hex))).first;
-    std::vector<std::string> diff = differences(d->second, k, stored_language, here, here_key);
+    auto known = devices.find(f.device_hex);
+    if (known == devices.end()) {
+      known = devices.emplace(f.device_hex, parse_description(read_device_description(d, f.device_hex))).first;
+    }
+    std::vector<std::string> diff = differences(known->second, k, stored_language, here, here_key);
     if (diff.size() < best || (diff.size() == best && f.mtime > best_mtime)) {
       best = diff.size();
       best_mtime = f.mtime;
@@ -219,7 +215,7 @@ std::optional<miss_explanation> kernel_store::explain_miss(const device_identity
     const std::shared_ptr<const store_state> s = impl_->state();
     if (!s || !s->directory) return std::nullopt;
     const std::string id = blob_id(device, key);
-    std::optional<miss_explanation> out = explain_against(s->directory->root(), describe(device), key, id);
+    std::optional<miss_explanation> out = explain_against(*s->directory, describe(device), key, id);
     if (out) out->blob_id = id;
     return out;
   } catch (...) {

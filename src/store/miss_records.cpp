@@ -106,7 +106,7 @@ std::optional<miss_explanation> kernel_store::explain_recorded_miss(std::string_
   if (!e.ok()) throw store_error(where + " is damaged: " + describe(e.problem));
   const std::string description(e.binary.begin(), e.binary.end());
   const std::string missed = blob_id_of(e.device, e.key);
-  std::optional<miss_explanation> out = explain_against(d.root(), description, e.key, missed);
+  std::optional<miss_explanation> out = explain_against(d, description, e.key, missed);
   if (!out) {
     // Nothing of its kernel is stored now: the line says so.
     out.emplace();
