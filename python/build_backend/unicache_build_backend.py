@@ -62,6 +62,16 @@ def _metadata() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _entry_points() -> str:
+    """entry_points.txt: each [project.entry-points.GROUP] table as an INI section."""
+    sections = []
+    for key, table in _project().items():
+        if key.startswith("entry-points.") and isinstance(table, dict):
+            lines = [f"[{key[len('entry-points.'):]}]"] + [f"{name} = {target}" for name, target in table.items()]
+            sections.append("\n".join(lines) + "\n")
+    return "\n".join(sections)
+
+
 def _dist_name() -> Tuple[str, str]:
     p = _project()
     return str(p["name"]).replace("-", "_"), str(p["version"])
@@ -76,6 +86,9 @@ def _write_wheel(directory: str, files: Dict[str, bytes]) -> str:
     name, version = _dist_name()
     info = f"{name}-{version}.dist-info"
     files[f"{info}/METADATA"] = _metadata().encode()
+    entry_points = _entry_points()
+    if entry_points:
+        files[f"{info}/entry_points.txt"] = entry_points.encode()
     files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: unicache_build_backend\nRoot-Is-Purelib: true\n"
                               f"Tag: {TAG}\n").encode()
     record = []

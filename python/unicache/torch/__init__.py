@@ -30,18 +30,19 @@ input); every one derives from unicache.Error.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
+from typing import Iterable, List, Mapping, Sequence, Union
 
 import torch
 import torch.fx
 
-from ..engine import Engine
 from ..errors import InvalidArgument, InvalidTensorType
 from ._capture import TraceFailed, collector_paused, describe, trace
-from ._lowering import Lowerer, mutates
-from ._runtime import CompiledModule, PartitionStep, TorchStep, input_specs
+from ._plan import build, check_inputs, plan
+from ._report import FallbackWarning, FrontendStatistics, statistics
+from ._runtime import CompiledModule
 
-__all__ = ["compile", "CompiledModule", "TraceFailed", "dynamo_backend", "register_dynamo_backend"]
+__all__ = ["compile", "CompiledModule", "TraceFailed", "dynamo_backend", "register_dynamo_backend", "explain",
+           "Explanation", "statistics", "FrontendStatistics", "FallbackWarning"]
 
 DynamicDims = Union[None, Mapping[int, Iterable[int]], Sequence[Iterable[int]]]
 
@@ -68,22 +69,6 @@ def _dynamic_dims(dynamic_dims: DynamicDims, inputs: Sequence[torch.Tensor]) -> 
     return out
 
 
-def _device(inputs: Sequence[torch.Tensor]) -> torch.device:
-    devices = {t.device for t in inputs if t.is_floating_point()} or {t.device for t in inputs}
-    if len(devices) > 1 and any(d.type == "cuda" for d in devices):
-        # A CUDA model with a CPU scalar among its inputs (dynamo lifts some):
-        # the CPU ones stay torch's.
-        devices = {d for d in devices if d.type == "cuda"}
-    if len(devices) != 1:
-        raise InvalidTensorType(f"example inputs on several devices: {sorted(str(d) for d in devices)}")
-    device = devices.pop()
-    if device.type not in ("cpu", "cuda"):
-        raise InvalidTensorType(f"device {device}: unicache.torch runs on 'cpu' and 'cuda'")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
             dynamic_dims: DynamicDims = None) -> CompiledModule:
     """The module with the ops unicache supports running through it.
@@ -104,83 +89,13 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
         raise InvalidTensorType("example_inputs: torch tensors, one per positional input")
     dynamic = _dynamic_dims(dynamic_dims, inputs)
     with collector_paused():
-        return compile_graph(module, trace(module), inputs, dynamic, {})
-
-
-def compile_graph(root: torch.nn.Module, graph: torch.fx.Graph, inputs: List[Any], dynamic: List[List[int]],
-                  sizes: Dict[int, Tuple[int, int]]) -> CompiledModule:
-    """compile() on `root`'s FX graph whose inputs are tensors and, where `sizes` maps an
-    input to (tensor input, dimension), integers that are that tensor's size
-    (dynamo's symbolic sizes)."""
-    with collector_paused():
-        return _compile_graph(root, graph, inputs, dynamic, sizes)
-
-
-def _compile_graph(root: torch.nn.Module, graph: torch.fx.Graph, inputs: List[Any], dynamic: List[List[int]],
-                   sizes: Dict[int, Tuple[int, int]]) -> CompiledModule:
-    device = _device([t for t in inputs if isinstance(t, torch.Tensor)])
-    info = describe(root, graph, inputs, dynamic, sizes)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(inputs):
-        raise InvalidArgument(f"the module takes {len(placeholders)} inputs, example_inputs has {len(inputs)}")
-    lowerer = Lowerer(root, graph, info, device)
-    torch_nodes, output = [], None
-    for node in graph.nodes:
-        if node.op == "output":
-            output = node.args[0]
-        elif node.op != "placeholder" and not lowerer.lower(node):
-            torch_nodes.append(node)
-    # A transpose every reader of which folded it into a MatMul flag is not run.
-    folded = lowerer.out.folded
-    live_torch = [n for n in torch_nodes if not (n in folded and set(n.users) <= folded[n])]
-    reads = [a for n in live_torch for a in n.all_input_nodes]
-    reads += _nodes_in(output)
-    lowered = lowerer.finish(reads)
-    steps = _steps(root, graph, lowered, live_torch, output)
-    feeds = [any(s.node is p for st in steps if isinstance(st, PartitionStep) for s in st.sources)
-             for p in placeholders]
-    return CompiledModule(root, lowered, steps, placeholders, input_specs(placeholders, info, feeds),
-                          output, Engine.for_torch_device(device), device)
-
-
-def _nodes_in(value: Any) -> List[torch.fx.Node]:
-    found: List[torch.fx.Node] = []
-    torch.fx.node.map_arg(value, lambda n: found.append(n) or n)
-    return found
-
-
-def _steps(root: torch.nn.Module, graph: torch.fx.Graph, lowered: Any, torch_nodes: List[torch.fx.Node], output: Any) -> List[Any]:
-    """Torch steps and partition steps in the FX order, without the ones nothing needs."""
-    by_output: Dict[torch.fx.Node, PartitionStep] = {}
-    for p in lowered.graph.partitions:
-        node = lowered.produced_by.get(p.outputs[0].id)
-        if node is None:
-            raise InvalidArgument(f"partition {p.index}: its output is not a node's value (unicache.torch bug)")
-        by_output[node] = PartitionStep(p, [lowered.source_of(t.id) for t in p.inputs], node,
-                                        lowered.produced[node][1])
-    torch_set = set(torch_nodes)
-    ordered: List[Any] = []
-    for node in graph.nodes:
-        if node in torch_set:
-            ordered.append(TorchStep(node))
-        elif node in by_output:
-            ordered.append(by_output[node])
-    needed = {lowered.resolve(n) for n in _nodes_in(output)}
-    kept: List[Any] = []
-    for step in reversed(ordered):
-        if isinstance(step, TorchStep):
-            if step.node not in needed and not mutates(root, step.node):
-                continue
-            needed.update(lowered.resolve(n) for n in step.node.all_input_nodes)
-        else:
-            if step.output_node not in needed:
-                continue
-            needed.update(s.node for s in step.sources if s.node is not None)
-        kept.append(step)
-    return kept[::-1]
+        graph = trace(module)
+        check_inputs(graph, inputs)
+        return build(plan(module, graph, describe(module, graph, inputs, dynamic, {})))
 
 
 from ._dynamo import dynamo_backend, register_dynamo_backend  # noqa: E402
+from ._explain import Explanation, explain  # noqa: E402
 
 # Registered now if dynamo is loaded already; else register_dynamo_backend()
 # does it (importing torch._dynamo takes seconds: not a cost of every import).

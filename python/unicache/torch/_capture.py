@@ -60,7 +60,7 @@ def trace(module: torch.nn.Module) -> torch.fx.Graph:
     """The module's FX graph (a GraphModule's own). Not a GraphModule: nothing
     runs the graph as it is, and generating its Python code took 10-20 ms."""
     if isinstance(module, torch.fx.GraphModule):
-        return module.graph
+        return copy_graph(module.graph)  # lowering may add nodes: never to the caller's graph
     try:
         return torch.fx.Tracer().trace(module)
     except Exception as e:  # FX raises TraceError, TypeError, NotImplementedError...
@@ -68,6 +68,16 @@ def trace(module: torch.nn.Module) -> torch.fx.Graph:
                           "Make the module traceable (no control flow on tensor values, no iterating "
                           "over a tensor's size), or on torch >= 2 use torch.compile(module, "
                           "backend=\"unicache\")", what="unicache.torch.compile") from e
+
+
+def copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
+    """A copy of `graph` whose nodes share their arguments' constants and their meta's
+    values (copy.deepcopy would copy dynamo's fake tensors too)."""
+    out = torch.fx.Graph()
+    env: Dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in graph.nodes:
+        env[node] = out.node_copy(node, lambda n: env[n])
+    return out
 
 
 LINEAR_FUNCTIONS = {F.linear, torch._C._nn.linear}  # dynamo records the latter
@@ -214,6 +224,65 @@ def other_inputs(inputs: Sequence[Any], dynamic: Sequence[Sequence[int]], grow: 
     for i, (tensor, dim) in sizes.items():
         out[i] = out[tensor].shape[dim]
     return out
+
+
+class _Symbols:
+    """Values for dynamo's symbolic sizes: each symbol's hint (the size dynamo
+    captured with) and, for the second shape, the hint plus an offset of its
+    own, so that two symbols with one hint stay apart. Nothing here evaluates a
+    symbol through torch (int(), comparisons): each such read would make dynamo
+    guard on the value and capture again for every new size."""
+
+    def __init__(self) -> None:
+        self._values: Dict[Any, Tuple[int, int]] = {}  # expression -> (hint, other)
+        self._offsets: Dict[Any, int] = {}
+
+    def sizes(self, size: Any) -> Tuple[int, int]:
+        """(hint, other) of one dimension: an int, or a SymInt."""
+        if isinstance(size, int):
+            return size, size
+        node = size.node
+        expr = node.expr
+        known = self._values.get(expr)
+        if known is not None:
+            return known
+        if getattr(expr, "is_number", False):
+            value = int(expr)
+            known = (value, value)
+        else:
+            env = node.shape_env
+            hints, others = {}, {}
+            for s in expr.free_symbols:
+                hint = env.var_to_val.get(s)
+                hint = int(hint) if hint is not None else 1  # unbacked: any size will do
+                offset = self._offsets.setdefault(s, 1 + 7 * len(self._offsets))
+                hints[s], others[s] = hint, hint + offset
+            hint = node.hint if node.has_hint() else expr.xreplace(hints)
+            known = (int(hint), int(expr.xreplace(others)))
+        self._values[expr] = known
+        return known
+
+
+def symbolic_info(root: torch.nn.Module, graph: torch.fx.Graph) -> Dict[torch.fx.Node, Optional[TensorInfo]]:
+    """describe() for a graph dynamo captured, from the values dynamo recorded on its
+    nodes (node.meta["example_value"]): a dimension dynamo left symbolic differs
+    between the two shapes; nothing runs. A get_attr node's value is the attribute."""
+    symbols = _Symbols()
+    info: Dict[torch.fx.Node, Optional[TensorInfo]] = {}
+    for node in graph.nodes:
+        value = attribute(root, str(node.target)) if node.op == "get_attr" else node.meta.get("example_value")
+        if not isinstance(value, torch.Tensor):
+            info[node] = None
+            continue
+        pairs = [symbols.sizes(d) for d in value.shape]
+        info[node] = TensorInfo(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), value.dtype, value.device)
+    return info
+
+
+def has_symbolic_info(graph: torch.fx.Graph) -> bool:
+    """Whether dynamo recorded every call's value on the graph's nodes."""
+    return all("example_value" in n.meta for n in graph.nodes if n.op in ("placeholder", "call_function",
+                                                                          "call_method", "call_module"))
 
 
 def describe(root: torch.nn.Module, graph: torch.fx.Graph, inputs: Sequence[Any], dynamic: Sequence[Sequence[int]],

@@ -1,138 +1,201 @@
 """The torch.compile backend "unicache" (torch >= 2): dynamo captures the
 graph (any model it can capture, where torch.fx's symbolic tracing may
-fail), and unicache.torch compiles it as compile() does.
+fail), and unicache.torch lowers it as compile() does.
 
-    import unicache.torch
-    unicache.torch.register_dynamo_backend()
-    model = torch.compile(model, backend="unicache", dynamic=True)
+    import torch, unicache.torch
+    model = torch.compile(model, backend="unicache")        # or dynamic=True
 
+The backend is found by name without a call: the package declares it in the
+`torch_dynamo_backends` entry point group, which torch.compile reads
+(register_dynamo_backend() does the same by hand for a source tree).
+
+Sizes stay symbolic. What each node's value is comes from what dynamo
+recorded on the graph (node.meta["example_value"]): a dimension dynamo left
+symbolic is -1 in the unicache graph and its value is read from the call's
+tensors when the call runs; the backend never turns a symbolic size into an
+int, compares one, or runs the graph at other sizes, each of which would
+make dynamo guard on the size and capture again for every new one. A graph
+dynamo captured with static sizes (its default, until a second size makes a
+dimension dynamic) is compiled for those sizes; dynamo's guards call the
+backend again when they change.
+
+Nothing runs silently in torch: a graph the backend cannot compile runs in
+torch, and a recapture or dynamo's recompile limit is counted; the first of
+each says why in one FallbackWarning (unicache.torch.statistics()).
 Dynamo passes a module's parameters as graph inputs on recent torch; they
-become unicache constants here (the same tensors every call). With
-dynamic=True, dynamo's symbolic sizes are inputs too: each is matched to the
-tensor dimension it is, so the dimensions dynamo marked dynamic are -1.
+become unicache constants here (the same tensors every call).
 """
 from __future__ import annotations
 
-import copy
+import threading
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 import torch.fx
 
-
-def _symbol(size: Any) -> str:
-    """A symbolic size's name ("s0"), "" for a plain int."""
-    return "" if isinstance(size, int) else str(size)
+from . import _report
+from ._capture import collector_paused, has_symbolic_info, symbolic_info
 
 
-def _real(t: Any) -> Any:
-    """A real tensor for an example dynamo may give as a fake one; an int for a
-    symbolic size (its hint)."""
-    if isinstance(t, torch.SymInt):
-        return int(t)
-    if isinstance(t, torch.Tensor) and type(t).__name__ == "FakeTensor":
-        shape = [int(s) for s in t.shape]
-        return torch.randn(shape, device=t.device).to(t.dtype) if t.is_floating_point() \
-            else torch.zeros(shape, dtype=t.dtype, device=t.device)
-    return t
+def _lift_parameters(gm: torch.fx.GraphModule, inputs: Sequence[Any],
+                     prefix: str = "_unicache_parameter") -> Tuple[torch.fx.Graph, Dict[int, Any]]:
+    """A copy of gm's graph whose placeholders fed with parameters read attributes of
+    `gm` instead, and those parameters by input position. gm's own graph and code
+    are left as dynamo made them (the fallback runs them)."""
+    graph = torch.fx.Graph()
+    env: Dict[torch.fx.Node, torch.fx.Node] = {}
+    bound: Dict[int, Any] = {}
+    position = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = inputs[position] if position < len(inputs) else None
+            if isinstance(value, torch.nn.Parameter):
+                name = f"{prefix}_{position}"
+                setattr(gm, name, value)
+                env[node] = graph.get_attr(name)
+                env[node].meta = dict(node.meta)
+                bound[position] = value
+                position += 1
+                continue
+            position += 1
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    return graph, bound
 
 
-def _lift_parameters(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> List[int]:
-    """Turns placeholders fed with parameters into attributes of `gm`; returns
-    their input positions (which the compiled function drops)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    lifted = []
-    for i, (node, value) in enumerate(zip(placeholders, inputs)):
-        if isinstance(value, torch.nn.Parameter):
-            name = f"_unicache_parameter_{i}"
-            setattr(gm, name, value)
-            with gm.graph.inserting_before(node):
-                attribute = gm.graph.get_attr(name)
-            node.replace_all_uses_with(attribute)
-            gm.graph.erase_node(node)
-            lifted.append(i)
-    gm.recompile()
-    return lifted
-
-
-def _dynamic(gm: torch.fx.GraphModule, inputs: List[Any]) -> Tuple[List[List[int]], Dict[int, Tuple[int, int]]]:
-    """Each tensor input's dynamic dims (dynamo's symbolic ones, else dim 0), and
-    each int input's (tensor input, dim) of the same symbol."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    symbols: Dict[str, List[Tuple[int, int]]] = {}  # symbol -> every (tensor input, dim) it sizes
-    for i, (node, value) in enumerate(zip(placeholders, inputs)):
-        example = node.meta.get("example_value")
-        if isinstance(value, torch.Tensor) and example is not None and hasattr(example, "shape"):
-            for d, size in enumerate(example.shape):
-                name = _symbol(size)
-                if name:
-                    symbols.setdefault(name, []).append((i, d))
-    sizes = {}
-    for i, (node, value) in enumerate(zip(placeholders, inputs)):
-        if not isinstance(value, torch.Tensor):
-            name = _symbol(node.meta.get("example_value", value))
-            if name in symbols:
-                sizes[i] = symbols[name][0]
-    if not symbols:  # a static capture: the batch may still change between calls
-        return [[0] if isinstance(v, torch.Tensor) and v.dim() > 0 else [] for v in inputs], sizes
-    return _changeable(gm, inputs, symbols, sizes), sizes
-
-
-def _changeable(gm: torch.fx.GraphModule, inputs: List[Any], symbols: Dict[str, List[Tuple[int, int]]],
-                sizes: Dict[int, Tuple[int, int]]) -> List[List[int]]:
-    """The dims of the symbols the graph runs with when each symbol changes
-    (every dim it sizes at once: a batch shared by an input and its mask):
-    with dynamic=True dynamo leaves a dimension symbolic in the graph's
-    examples even where a guard pins it (a Linear's input features)."""
-    from ._capture import _run, other_inputs
-    kept: List[List[int]] = [[] for _ in inputs]
-    for where in symbols.values():
-        trial: List[List[int]] = [[] for _ in inputs]
-        for i, d in where:
-            trial[i].append(d)
-        try:
-            _run(gm, gm.graph, other_inputs(inputs, trial, 1, sizes))
-        except Exception:  # pinned: changing it breaks the graph
-            continue
-        for i, d in where:
-            kept[i].append(d)
-    return kept
+def _recapture_reason() -> Tuple[bool, str]:
+    """Whether this capture recompiles a function dynamo captured before, and the
+    guard that failed (dynamo's own record of it)."""
+    try:
+        from torch._guards import CompileContext
+        compile_id = CompileContext.current_compile_id()
+    except Exception:  # no compile context (a direct call of the backend)
+        return False, ""
+    if compile_id is None or not getattr(compile_id, "frame_compile_id", 0):
+        return False, ""
+    reason = ""
+    try:
+        from torch._dynamo.utils import guard_failures
+        reasons = [r for failures in guard_failures.values() for r in failures]
+        reason = str(reasons[-1]) if reasons else ""
+    except Exception:  # an older dynamo without the table: the count still holds
+        pass
+    return True, reason
 
 
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable[..., Any]:
-    """torch.compile's backend: `gm` through unicache.torch; returns the function dynamo calls."""
-    from . import compile_graph
-    inputs = [_real(t) for t in example_inputs]
-    # The graph as dynamo gave it, for calls with other parameters (its
-    # submodules and attributes shared, not copied).
-    as_given = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
-    lifted = _lift_parameters(gm, inputs)
-    bound = {i: inputs[i] for i in lifted}
-    kept = [t for i, t in enumerate(inputs) if i not in bound]
-    dynamic, sizes = _dynamic(gm, kept)
-    compiled = compile_graph(gm, gm.graph, kept, dynamic, sizes)
+    """torch.compile's backend: `gm` through unicache.torch; returns the function dynamo
+    calls. Never raises: a graph it cannot compile runs in torch, said once."""
+    _report.watch_recompile_limit()
+    recapture, reason = _recapture_reason()
+    _report.count("captures")
+    if recapture:
+        _report.count("recaptures", "recapture",
+                      "unicache: torch.compile captured a function again (dynamo's guard failed: "
+                      f"{_one_line(reason) or 'reason not recorded'}); recaptures are counted in "
+                      "unicache.torch.statistics()")
+    try:
+        with collector_paused():
+            compiled, bound = _compile(gm, example_inputs)
+    except Exception as e:  # anything: the graph still runs, in torch
+        _report.count("graphs_in_torch", f"in_torch:{type(e).__name__}",
+                      f"unicache: a graph torch.compile captured runs in torch, not unicache: "
+                      f"{type(e).__name__}: {_one_line(str(e))}")
+        return gm.forward
+    if compiled.partitions == 0:
+        _report.count("graphs_without_partitions", "no_partitions",
+                      "unicache: a graph torch.compile captured has no op unicache runs (it runs in torch); "
+                      "unicache.torch.explain() says why for each op")
+    return _runner(gm, compiled, bound, len(example_inputs))
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+             prefix: str = "_unicache_parameter") -> Tuple[Any, Dict[int, Any]]:
+    from ._capture import describe
+    from ._plan import build, plan
+    graph, bound = _lift_parameters(gm, example_inputs, prefix)
+    if has_symbolic_info(graph):
+        info = symbolic_info(gm, graph)
+    else:  # an older dynamo that records no values: run it on the examples, dims as they are
+        kept = [t for i, t in enumerate(example_inputs) if i not in bound]
+        info = describe(gm, graph, kept, [[] for _ in kept], {})
+    return build(plan(gm, graph, info)), bound
+
+
+# Parameter sets one captured graph is compiled for at most (a frame of a
+# repeated layer that dynamo captured on its own serves every layer).
+MAX_PARAMETER_SETS = 64
+
+
+def _runner(gm: torch.fx.GraphModule, compiled: Any, bound: Dict[int, Any], arity: int) -> Callable[..., Any]:
+    from ..errors import InvalidArgument, InvalidTensorType
+    positions = sorted(bound)
+    variants = {tuple(id(bound[i]) for i in positions): (compiled, bound)}
+    lock = threading.Lock()
+
+    def variant(args: Tuple[Any, ...]) -> Any:
+        """The compiled module for the parameters `args` carries (dynamo passes a
+        module's parameters as inputs: one graph may serve several modules)."""
+        key = tuple(id(args[i]) for i in positions)
+        found = variants.get(key)
+        if found is not None:
+            return found[0]
+        with lock:
+            if key not in variants:
+                if len(variants) >= MAX_PARAMETER_SETS:
+                    return None
+                with collector_paused():
+                    variants[key] = _compile(gm, args, f"_unicache_parameter_v{len(variants)}")
+            return variants[key][0]
 
     def run(*args: Any) -> Any:
         # Dynamo calls with every input, or (torch 2.11) without the parameters
-        # it knows are static: those are bound already. One graph may serve
-        # several modules (a repeated layer): other parameters than the bound
-        # ones run the graph in torch, never with the wrong weights.
-        if len(args) == len(example_inputs):
-            if any(args[i] is not p for i, p in bound.items()):
-                return as_given(*args)
+        # it knows are static: those are bound already.
+        given = args
+        module = compiled
+        if len(args) == arity and positions:
+            if any(args[i] is not bound[i] for i in positions):
+                try:
+                    module = variant(args)
+                except Exception as e:  # compiles as the first did: not expected to fail
+                    module = None
+                    reason = f"{type(e).__name__}: {_one_line(str(e))}"
+                else:
+                    reason = f"more than {MAX_PARAMETER_SETS} parameter sets"
+                if module is None:
+                    _report.count("calls_in_torch", "other_parameters",
+                                  f"unicache: a captured graph called with other parameters runs in torch ({reason})")
+                    return gm(*args)
             args = tuple(a for i, a in enumerate(args) if i not in bound)
-        return compiled(*args)
+        try:
+            return module(*args)
+        except (InvalidArgument, InvalidTensorType) as e:  # checked before anything ran
+            if len(given) != arity:
+                raise
+            _report.count("calls_in_torch", f"unfit:{type(e).__name__}",
+                          f"unicache: a call did not fit its compiled graph and ran in torch: {_one_line(str(e))}")
+            return gm(*given)
     return run
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def register_dynamo_backend() -> None:
     """Registers the backend with dynamo under the name "unicache" (torch >= 2;
-    nothing on torch 1.x). `import unicache.torch` does it when dynamo is loaded."""
+    nothing on torch 1.x). An installed package needs no call (its entry point);
+    `import unicache.torch` does it when dynamo is loaded."""
     try:
-        from torch._dynamo import register_backend
+        from torch._dynamo.backends import registry
     except ImportError:  # torch 1.x: no dynamo
         return
+    compilers, found = getattr(registry, "_COMPILER_FNS", {}), getattr(registry, "_BACKENDS", {})
+    if "unicache" in compilers or found.get("unicache") is not None:
+        # Registered, or found through the entry point, which dynamo's lookup is
+        # loading now (it registers the function itself: a second would be refused).
+        return
     try:
-        register_backend(name="unicache")(dynamo_backend)
-    except Exception:  # registered already (the package imported twice under two names)
+        registry.register_backend(name="unicache")(dynamo_backend)
+    except Exception:  # registered meanwhile, or a registry of another shape
         pass

@@ -84,6 +84,7 @@ class Lowered:
     aliases: Dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)  # identity nodes
     # transposes read through a MatMul's flag -> the MatMuls that read them so
     folded: Dict[torch.fx.Node, Set[torch.fx.Node]] = field(default_factory=dict)
+    reasons: Dict[torch.fx.Node, str] = field(default_factory=dict)  # why a node stayed torch's
 
     def source_of(self, tensor_id: int) -> Source:
         """Where a partition input comes from: a declared source, or another
@@ -106,6 +107,23 @@ _ELTWISE_MODULES = {torch.nn.ReLU: OpKind.RELU, torch.nn.Sigmoid: OpKind.SIGMOID
 _BINARY = {operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul: "mul",
            operator.truediv: "div", torch.div: "div"}
 _BINARY_METHODS = {"add": "add", "mul": "mul", "div": "div"}
+# Ops that only view, copy or index (torch's: no arithmetic to move), for explain()'s reasons.
+VIEW_OPS = {"view", "reshape", "size", "getitem", "expand", "expand_as", "unsqueeze", "squeeze", "flatten",
+            "unflatten", "contiguous", "transpose", "permute", "split", "chunk", "narrow", "select", "t", "embedding",
+            "cat", "stack", "to", "float", "type_as", "clone", "detach", "repeat", "view_as", "reshape_as", "arange",
+            "zeros", "ones", "full", "sym_size", "index_select", "gather", "slice", "__getitem__", "new_ones",
+            "new_zeros", "zeros_like", "ones_like", "masked_fill", "where", "long", "int", "bool"}
+
+
+def op_name(node: torch.fx.Node, modules: Optional[Dict[str, torch.nn.Module]] = None) -> str:
+    """A node's op as a reader knows it: linear, matmul, view, Linear (a module)."""
+    if node.op == "call_module":
+        module = (modules or {}).get(str(node.target))
+        return type(module).__name__ if module is not None else str(node.target)
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", str(node.target))
+        return {"getitem": "getitem", "truediv": "div"}.get(name, name)
+    return str(node.target)
 
 
 class Lowerer:
@@ -119,6 +137,7 @@ class Lowerer:
         self._inputs: Dict[Tuple[torch.fx.Node, str], LogicalTensor] = {}
         self._constants: Dict[int, LogicalTensor] = {}
         self._read_outside: Set[int] = set()
+        self._why = ""  # why the node being lowered was refused (see _no)
         # Whether anything changes a value in place: then a permute stays a
         # torch view, which passes such writes on (unicache's copy would not).
         self._mutating = any(mutates(root, n) for n in graph.nodes)
@@ -215,14 +234,46 @@ class Lowerer:
     # --- Ops -----------------------------------------------------------------
 
     def lower(self, node: torch.fx.Node) -> bool:
-        """Lowers `node` if the IR supports it; False leaves it to torch."""
+        """Lowers `node` if the IR supports it; False leaves it to torch (the reason in
+        Lowered.reasons)."""
+        self._why = ""
         if node.op == "call_module":
-            return self._module(node, self.modules[str(node.target)])
-        if node.op == "call_function":
-            return self._function(node)
-        if node.op == "call_method":
-            return self._method(node)
+            done = self._module(node, self.modules[str(node.target)])
+        elif node.op == "call_function":
+            done = self._function(node)
+        elif node.op == "call_method":
+            done = self._method(node)
+        else:
+            done = False
+        if not done:
+            self.out.reasons[node] = self._why or self._default_reason(node)
+        return done
+
+    def _no(self, why: str) -> bool:
+        """Refuses the node being lowered, saying why (the first reason given stands)."""
+        if not self._why:
+            self._why = why
         return False
+
+    def _default_reason(self, node: torch.fx.Node) -> str:
+        ti = self.info.get(node)
+        name = op_name(node, self.modules)
+        if node.op == "get_attr":
+            return "an attribute (read by torch)"
+        if ti is None:
+            return f"{name}: not a tensor (size arithmetic)"
+        if ti.dtype != torch.float32:
+            return f"{name}: its value is {str(ti.dtype).replace('torch.', '')}; unicache computes float32"
+        if ti.device != self.device:
+            return f"{name}: its value is on {ti.device}, the graph computes on {self.device}"
+        if name in VIEW_OPS:
+            return f"{name}: a view or a copy of torch's (no arithmetic)"
+        inputs = [a for a in node.all_input_nodes if self.info.get(self.out.resolve(a)) is not None]
+        for a in inputs:
+            ai = self.info[self.out.resolve(a)]
+            if ai is not None and ai.dtype != torch.float32 and ai.dtype.is_floating_point:
+                return f"{name}: reads a {str(ai.dtype).replace('torch.', '')} tensor; unicache computes float32"
+        return f"{name}: no unicache op for it in this form"
 
     def _module(self, node: torch.fx.Node, m: torch.nn.Module) -> bool:
         if getattr(m, "inplace", False):
@@ -266,7 +317,8 @@ class Lowerer:
             return self._linear(node, args[0], w, bias, b is not None)
         if f in MATMUL_FUNCTIONS and len(args) == 2 and not kwargs:
             return self._matmul(node, args[0], args[1], batched_only=f is torch.bmm)
-        if f is torch.addmm and len(args) == 3 and not kwargs:
+        if f is torch.addmm and len(args) == 3 and all(kwargs.get(k, 1) == 1 for k in kwargs) \
+                and set(kwargs) <= {"beta", "alpha"}:
             return self._addmm(node, *args)
         if f in _BINARY and len(args) == 2 and not kwargs:
             return self._binary(node, _BINARY[f], args[0], args[1])
@@ -280,6 +332,8 @@ class Lowerer:
         name, args, kwargs = node.target, node.args, dict(node.kwargs)
         if name == "contiguous" and len(args) == 1 and not kwargs and self.out.resolve(args[0]) in self.out.produced:
             return self._alias(node, args[0])  # unicache's outputs are contiguous
+        if name in ("to", "float", "type_as", "type") and self._same_value(node, args[0]):
+            return self._alias(node, args[0])  # a conversion to what it is already: the same tensor
         if name in _ELTWISE_METHODS and len(args) == 1 and not kwargs:
             return self._eltwise(node, args[0], _ELTWISE_METHODS[name])
         if name == "softmax" and kwargs.get("dtype") is None:
@@ -455,15 +509,40 @@ class Lowerer:
         return True
 
     def _addmm(self, node: torch.fx.Node, bias: Any, a: Any, b: Any) -> bool:
+        """bias + a @ b (GPT-2's Conv1D: a weight [in, out] and a bias parameter)."""
+        b_weight = self._attr(b) if isinstance(b, torch.fx.Node) else None
+        c_weight = self._attr(bias) if isinstance(bias, torch.fx.Node) else None
         ai, bi, ci = self._f32(a), self._f32(b), self._f32(bias)
         if ai is None or bi is None or ci is None or ai.rank != 2 or bi.rank != 2 or self._f32(node) is None:
-            return False
+            return self._no("addmm: operands that are not rank-2 float32 tensors on the graph's device")
         mm = self._temporary(node, PLAIN)
-        self.out.graph.add_op(OpKind.MATMUL, [self._use(a, PLAIN), self._use(b, PLAIN)], [mm])
-        args = [self.out.resolve(x) for x in (bias, a, b)]
-        out = self._output(node, PLAIN, lambda s: broadcast(s[0], (s[1][0], s[2][1])), args)
-        self.out.graph.add_op(OpKind.ADD, [mm, self._use(bias, PLAIN)], [out])
+        bt = self._constant(b_weight) if b_weight is not None else self._use(b, PLAIN)
+        self.out.graph.add_op(OpKind.MATMUL, [self._use(a, PLAIN), bt], [mm])
+        c_shape = tuple(c_weight.shape) if c_weight is not None else None
+        width = tuple(b_weight.shape)[1] if b_weight is not None else None
+        args = ([] if c_weight is not None else [self.out.resolve(bias)]) + [self.out.resolve(a)] + \
+            ([] if b_weight is not None else [self.out.resolve(b)])
+
+        def rule(shapes: List[Shape]) -> Shape:  # the variable operands' shapes, in args' order
+            given = iter(shapes)
+            c = c_shape if c_shape is not None else next(given)
+            rows = next(given)[0]
+            return broadcast(c, (rows, width if width is not None else next(given)[1]))
+        out = self._output(node, PLAIN, rule, args)
+        ct = self._constant(c_weight) if c_weight is not None else self._use(bias, PLAIN)
+        self.out.graph.add_op(OpKind.ADD, [mm, ct], [out])
         return True
+
+    def _same_value(self, node: torch.fx.Node, source: Any) -> bool:
+        """Whether node's value is source's as it is (a .to() / .float() of the same
+        dtype and device)."""
+        a, b = self._f32(node), self._f32(source)
+        if a is None or b is None or a.shape != b.shape or a.other_shape != b.other_shape:
+            return False
+        extra = list(node.args[1:]) + list(node.kwargs.values())
+        return all(e in (torch.float32, self.device, str(self.device), False, None) or
+                   (isinstance(e, torch.fx.Node) and self._f32(e) is not None) for e in extra) and \
+            not node.kwargs.get("copy", False)
 
     def _binary(self, node: torch.fx.Node, what: str, x: Any, y: Any) -> bool:
         if self._f32(node) is None:
@@ -479,8 +558,10 @@ class Lowerer:
             ins = [self._use(x, view), self._scalar(y)]
             self.out.graph.add_op(kind, ins, [self._output(node, view, _same, [self.out.resolve(x)])])
             return True
+        if ys is not None and isinstance(x, (int, float)) and not isinstance(x, bool) and what in ("add", "mul"):
+            return self._binary(node, what, y, x)  # 2 * x, 1 + x: commutative
         if xs is None or ys is None or what == "div":
-            return False  # a number first (2 * x), or a tensor division: torch's
+            return self._no(f"{what}: a tensor division, or operands that are not float32 tensors and numbers")
         view = _binary_view(xs, ys, self._view_of(x) if self.out.resolve(x) in self.out.produced
                             else self._view_of(y))
         if view is None:

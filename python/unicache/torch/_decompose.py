@@ -1,0 +1,227 @@
+"""Rewrites of a captured FX graph into ops unicache's IR has, before lowering:
+
+  scaled dot-product attention  F.scaled_dot_product_attention(q, k, v, mask,
+                                scale, is_causal) as MatMul(q, k^T) * scale
+                                (+ the mask as an additive bias), Softmax, MatMul
+                                with v: four FX nodes torch could run as they are,
+                                which lowering maps to unicache partitions;
+  SiLU                          F.silu(x), nn.SiLU, x.silu() as x * sigmoid(x);
+  GELU written out             0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
+                                x**3))) (GPT-2's "gelu_new") as F.gelu(x,
+                                approximate="tanh"): one op, fused into the GEMM
+                                before it.
+
+Each rewrite gives the nodes it adds their TensorInfo, so lowering sees them
+as it sees dynamo's or torch.fx's. A node a rewrite cannot take (grouped-query
+heads, dropout) stays as it was.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from ._capture import TensorInfo, broadcast
+
+_SDPA = {getattr(F, "scaled_dot_product_attention", None), getattr(torch._C._nn, "scaled_dot_product_attention", None)}
+_SDPA.discard(None)
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def attention_bias(q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool) -> torch.Tensor:
+    """The additive float32 bias that sdpa's mask and causal flag amount to, shaped to
+    broadcast over the scores read as [batch * heads, L, S]: [L, S] when it does not
+    change over batch and heads, else the scores' full leading dims."""
+    length, source = q.shape[-2], k.shape[-2]
+    bias = torch.zeros((length, source), dtype=torch.float32, device=q.device)
+    if is_causal:
+        bias.masked_fill_(torch.ones((length, source), dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            bias = torch.where(mask, bias, torch.tensor(float("-inf"), dtype=torch.float32, device=q.device))
+        else:
+            bias = bias + mask.to(torch.float32)
+    return bias.expand(_bias_shape(tuple(bias.shape), tuple(q.shape))).contiguous()
+
+
+def _bias_shape(bias: Tuple[int, ...], q: Tuple[int, ...]) -> Tuple[int, ...]:
+    lead = bias[:-2]
+    if len(bias) <= 2 or all(d == 1 for d in lead):
+        return bias
+    return tuple(q[:-2]) + tuple(bias[-2:])
+
+
+def _bias_info(q: TensorInfo, k: TensorInfo, mask: Optional[TensorInfo]) -> TensorInfo:
+    def one(qs: Sequence[int], ks: Sequence[int], ms: Optional[Sequence[int]]) -> Tuple[int, ...]:
+        shape: Tuple[int, ...] = (qs[-2], ks[-2])
+        if ms is not None:
+            shape = broadcast(ms, shape)
+        return _bias_shape(shape, tuple(qs))
+    return TensorInfo(one(q.shape, k.shape, mask.shape if mask else None),
+                      one(q.other_shape, k.other_shape, mask.other_shape if mask else None), torch.float32, q.device)
+
+
+def rewrite(root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]]) -> None:
+    """Applies the rewrites above to `graph` in place, adding to `info`."""
+    modules = dict(root.named_modules())
+    biases: Dict[Tuple[Any, ...], torch.fx.Node] = {}
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in _SDPA:
+            _attention(graph, info, node, biases)
+        elif _is_mul(node):
+            _gelu_tanh(graph, info, node)
+        elif _is_silu(node, modules):
+            _silu(graph, info, node)
+
+
+def _attention(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node,
+               biases: Dict[Tuple[Any, ...], torch.fx.Node]) -> None:
+    given = dict(zip(_SDPA_ARGS, node.args))
+    given.update(node.kwargs)
+    if set(given) - set(_SDPA_ARGS):
+        return
+    q, k, v, mask = given.get("query"), given.get("key"), given.get("value"), given.get("attn_mask")
+    qi, ki, vi = (info.get(x) if isinstance(x, torch.fx.Node) else None for x in (q, k, v))
+    mi = info.get(mask) if isinstance(mask, torch.fx.Node) else None
+    out = info.get(node)
+    scale, causal, dropout = given.get("scale"), given.get("is_causal", False), given.get("dropout_p", 0.0)
+    if qi is None or ki is None or vi is None or out is None or qi.rank < 3:
+        return
+    if dropout != 0.0 or not isinstance(causal, bool) or (scale is not None and not isinstance(scale, (int, float))):
+        return  # dropout, or a scale computed in the model: torch's
+    if mask is not None and (mi is None or not isinstance(mask, torch.fx.Node)):
+        return
+    if not (qi.shape[:-2] == ki.shape[:-2] == vi.shape[:-2] and qi.other_shape[:-2] == ki.other_shape[:-2]):
+        return  # grouped-query heads (k and v fewer than q): torch's
+    if qi.shape[-1] != ki.shape[-1] or any(t.dtype != torch.float32 for t in (qi, ki, vi)):
+        return
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(qi.shape[-1])
+    rank = qi.rank
+    scores_info = TensorInfo(qi.shape[:-1] + (ki.shape[-2],), qi.other_shape[:-1] + (ki.other_shape[-2],),
+                             torch.float32, qi.device)
+    with graph.inserting_before(node):
+        key_t = graph.call_method("transpose", (k, rank - 2, rank - 1))
+        info[key_t] = TensorInfo(ki.shape[:-2] + (ki.shape[-1], ki.shape[-2]),
+                                 ki.other_shape[:-2] + (ki.other_shape[-1], ki.other_shape[-2]), ki.dtype, ki.device)
+        scores = graph.call_function(torch.matmul, (q, key_t))
+        info[scores] = scores_info
+        scaled = graph.call_function(operator.mul, (scores, scale))
+        info[scaled] = scores_info
+        if mask is not None or causal:
+            key = (mask, causal, qi.shape[:-2], qi.other_shape[:-2], ki.shape[-2], ki.other_shape[-2])
+            bias = biases.get(key)
+            if bias is None:
+                bias = graph.call_function(attention_bias, (q, k, mask, causal))
+                info[bias] = _bias_info(qi, ki, mi)
+                biases[key] = bias
+            scaled = graph.call_function(operator.add, (scaled, bias))
+            info[scaled] = scores_info
+        probs = graph.call_function(torch.softmax, (scaled, -1))
+        info[probs] = scores_info
+        context = graph.call_function(torch.matmul, (probs, v))
+        info[context] = out
+    node.replace_all_uses_with(context)
+    graph.erase_node(node)
+
+
+_SILU = {F.silu, getattr(torch._C._nn, "silu", F.silu)}
+
+
+def _is_silu(node: torch.fx.Node, modules: Dict[str, torch.nn.Module]) -> bool:
+    if len(node.args) != 1 or node.kwargs.get("inplace"):
+        return False
+    if node.op == "call_function":
+        return node.target in _SILU
+    if node.op == "call_method":
+        return node.target == "silu"
+    return node.op == "call_module" and isinstance(modules.get(str(node.target)), torch.nn.SiLU) and \
+        not modules[str(node.target)].inplace
+
+
+def _silu(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node) -> None:
+    x = node.args[0]
+    with graph.inserting_before(node):
+        gate = graph.call_function(torch.sigmoid, (x,))
+        out = graph.call_function(operator.mul, (x, gate))
+    info[gate] = info[out] = info.get(node)
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+
+
+def _is_mul(node: torch.fx.Node) -> bool:
+    return (node.op == "call_function" and node.target in (operator.mul, torch.mul)) or \
+        (node.op == "call_method" and node.target == "mul")
+
+
+def _is_add(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and ((node.op == "call_function" and node.target in (operator.add, torch.add))
+                                                or (node.op == "call_method" and node.target == "add")) \
+        and len(node.args) == 2 and not node.kwargs
+
+
+def _operands(node: Any, test: Any) -> Optional[Tuple[Any, Any]]:
+    """(a, b) of a two-operand node that passes `test`, else None."""
+    if not isinstance(node, torch.fx.Node) or not test(node) or len(node.args) != 2 or node.kwargs:
+        return None
+    return node.args[0], node.args[1]
+
+
+def _number_times(node: Any, value: float) -> Optional[Any]:
+    """x when node is value * x or x * value (a number close to `value`)."""
+    pair = _operands(node, _is_mul)
+    if pair is None:
+        return None
+    for a, b in (pair, pair[::-1]):
+        if isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, value, rel_tol=1e-6) \
+                and isinstance(b, torch.fx.Node):
+            return b
+    return None
+
+
+def _is_cube_of(node: Any, x: torch.fx.Node) -> bool:
+    if not isinstance(node, torch.fx.Node):
+        return False
+    if node.op == "call_function" and node.target in (torch.pow, operator.pow) or \
+            node.op == "call_method" and node.target == "pow":
+        return len(node.args) == 2 and node.args[0] is x and node.args[1] in (3, 3.0) and not node.kwargs
+    return False
+
+
+def _gelu_tanh(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node) -> None:
+    """node = (0.5 * x) * (1 + tanh(c * (x + 0.044715 * x**3))), c = sqrt(2/pi), in any
+    operand order: replaced by gelu(x, approximate="tanh") when nothing else reads the
+    pieces."""
+    pair = _operands(node, _is_mul)
+    if pair is None:
+        return
+    for half, one_plus in (pair, pair[::-1]):
+        x = _number_times(half, 0.5)
+        added = _operands(one_plus, _is_add)
+        if x is None or added is None:
+            continue
+        tanh = next((a for a, b in (added, added[::-1]) if b in (1, 1.0) and isinstance(a, torch.fx.Node)), None)
+        if tanh is None or not (tanh.op == "call_function" and tanh.target is torch.tanh or
+                                tanh.op == "call_method" and tanh.target == "tanh") or len(tanh.args) != 1:
+            continue
+        inner = _number_times(tanh.args[0], math.sqrt(2.0 / math.pi))
+        inner_pair = _operands(inner, _is_add)
+        if inner_pair is None:
+            continue
+        for base, cubic in (inner_pair, inner_pair[::-1]):
+            cube = _number_times(cubic, 0.044715)
+            if base is x and _is_cube_of(cube, x):
+                pieces = [half, one_plus, tanh, tanh.args[0], inner, cubic, cube]
+                inside = set(pieces) | {node}
+                if any(u not in inside for p in pieces for u in p.users):
+                    return  # a piece read elsewhere: keep it as it is
+                with graph.inserting_before(node):
+                    gelu = graph.call_function(F.gelu, (x,), {"approximate": "tanh"})
+                info[gelu] = info.get(node)
+                node.replace_all_uses_with(gelu)
+                for p in [node] + pieces:
+                    graph.erase_node(p)
+                return
