@@ -326,6 +326,40 @@ class TorchFrontend(unittest.TestCase):
         finally:
             gc.enable()
 
+    def test_explain_reports_the_fx_capture(self):
+        # torch 1.x has no dynamo: explain() reports what unicache.torch.compile's
+        # torch.fx capture would run where.
+        report = self.ut.explain(self.small, torch.randn(2, 8, 64))
+        self.assertEqual(len(report.graphs), 1)
+        graph = report.graphs[0]
+        self.assertEqual(report.matmul_flop_share, 1.0, str(report))
+        self.assertEqual(graph.partitions, self.fast_small.partitions)
+        self.assertTrue(graph.dynamic_dims[0].endswith(("[-1,8,64]", "[-1,-1,64]")), graph.dynamic_dims)
+        self.assertGreater(graph.ops_in_unicache, graph.ops_in_torch)
+        self.assertTrue(all(r.split(":")[0] in ("view", "size", "getitem", "add", "floordiv", "mul")
+                            for r in graph.torch_reasons), graph.torch_reasons)
+
+        class Gpt2Mlp(torch.nn.Module):  # Conv1D's addmm and GELU written out
+            def __init__(self):
+                super().__init__()
+                from library_style_models import Conv1D, NewGELU
+                self.fc, self.act, self.out = Conv1D(32, 16), NewGELU(), Conv1D(16, 32)
+
+            def forward(self, x):
+                return self.out(self.act(self.fc(x)))
+        mlp = Gpt2Mlp().eval()
+        report = self.ut.explain(mlp, torch.randn(2, 5, 16))
+        self.assertEqual(report.matmul_flop_share, 1.0, str(report))
+        fast = self.ut.compile(mlp, [torch.randn(2, 5, 16)], dynamic_dims={0: (0, 1)})
+        self.assertEqual(fast.partitions, 3, "each addmm with its bias, and the GELU written out, one partition each")
+        for batch, length in ((1, 3), (4, 9)):
+            x = torch.randn(batch, length, 16)
+            with torch.no_grad():
+                close_to(self, fast(x), mlp(x), f"GPT-2 MLP {batch}x{length}")
+        if report.door.startswith("unicache.torch.compile"):  # torch.fx: positional inputs only
+            with self.assertRaises(unicache.InvalidArgument):
+                self.ut.explain(mlp, x=torch.randn(2, 5, 16))
+
     def test_training_mode_and_bad_dynamic_dims_are_refused(self):
         model = torch.nn.Linear(4, 4)
         with self.assertRaises(unicache.InvalidArgument):

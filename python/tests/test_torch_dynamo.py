@@ -1,0 +1,220 @@
+"""The torch.compile backend "unicache" (dynamo) on models written the way model
+libraries write them (library_style_models: BERT, GPT-2 and Llama code paths):
+no more captures than dynamo alone makes, outputs as eager's, every matmul
+FLOP in unicache, and nothing run in torch without a warning and a counter.
+Skipped without torch >= 2 (dynamo): Debian 12's torch is 1.13, so these run
+on a machine with a newer torch (the GPU host; a Debian 13 root)."""
+import os
+import random
+import sys
+import unittest
+import warnings
+
+try:
+    import torch
+    import torch._dynamo
+except ImportError:
+    torch = None
+
+import unicache
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+NO_DYNAMO = "torch >= 2 with dynamo is not installed (Debian 12's python3-torch is 1.13)"
+
+
+def trace(n, seed, max_batch=8, max_length=96):
+    rng = random.Random(seed)
+    return [(rng.randint(1, max_batch), rng.randint(1, max_length)) for _ in range(n)]
+
+
+def relative_difference(got, want):
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
+
+
+@unittest.skipIf(torch is None, NO_DYNAMO)
+class DynamoBackend(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import unicache.torch
+        from library_style_models import BertStyle, Gpt2Style, LlamaStyle
+        try:
+            unicache.Engine.cpu()
+        except unicache.Unsupported as e:
+            raise unittest.SkipTest(f"no CPU engine: {e.message}") from None
+        cls.ut = unicache.torch
+        torch.manual_seed(0)
+        cls.models = {"bert": BertStyle().eval(), "gpt2": Gpt2Style().eval(), "llama": LlamaStyle().eval()}
+
+    def setUp(self):
+        torch._dynamo.reset()
+        self.ut._report.reset_statistics()
+        quiet = warnings.catch_warnings()  # tests that look for a warning set their own filter
+        quiet.__enter__()
+        self.addCleanup(quiet.__exit__, None, None, None)
+        warnings.simplefilter("ignore", self.ut.FallbackWarning)
+
+    def run_trace(self, model, backend, shapes, **options):
+        """(captures, worst relative difference to eager) over `shapes`, from a fresh dynamo."""
+        torch._dynamo.reset()
+        captured = []
+
+        def counting(gm, example_inputs):
+            captured.append(len(captured))
+            if backend == "eager":
+                return gm.forward
+            return self.ut.dynamo_backend(gm, example_inputs)
+        compiled = torch.compile(model, backend=counting, **options)
+        worst = 0.0
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", self.ut.FallbackWarning)
+            for batch, length in shapes:
+                ids = torch.randint(0, 100, (batch, length))
+                worst = max(worst, relative_difference(compiled(ids), model(ids)))
+        return len(captured), worst
+
+    def test_captures_are_dynamos_own_with_dynamic_true_and_by_default(self):
+        shapes = trace(40, seed=3)
+        for name, model in self.models.items():
+            for options in ({"dynamic": True}, {}):
+                with self.subTest(model=name, **options):
+                    alone, _ = self.run_trace(model, "eager", shapes, **options)
+                    ours, worst = self.run_trace(model, "unicache", shapes, **options)
+                    self.assertLessEqual(ours, alone, "the backend made dynamo capture again")
+                    self.assertLessEqual(worst, 1e-4)
+
+    def test_no_capture_after_the_first_shapes(self):
+        # Sizes 1 are dynamo's own specialization: after a batch and a length of
+        # 1 and of more than 1 have been seen, no new size captures again.
+        first = [(1, 1), (2, 5), (1, 7), (3, 1)]
+        later = trace(30, seed=5)
+        for name, model in self.models.items():
+            with self.subTest(model=name):
+                before, _ = self.run_trace(model, "unicache", first)
+                self.ut._report.reset_statistics()
+                torch._dynamo.reset()
+                compiled = torch.compile(model, backend="unicache")
+                with torch.no_grad():
+                    for batch, length in first:
+                        compiled(torch.randint(0, 100, (batch, length)))
+                    captured = self.ut.statistics().captures
+                    self.assertEqual(captured, before)
+                    for batch, length in later:
+                        compiled(torch.randint(0, 100, (batch, length)))
+                self.assertEqual(self.ut.statistics().captures, captured, "a later shape was captured again")
+
+    def test_outputs_match_eager_at_20_shapes_through_the_plain_call(self):
+        # torch.compile(model, backend="unicache") with no options serves every request.
+        for name, model in self.models.items():
+            with self.subTest(model=name):
+                torch._dynamo.reset()
+                compiled = torch.compile(model, backend="unicache")
+                with torch.no_grad():
+                    for batch, length in trace(20, seed=11):
+                        ids = torch.randint(0, 100, (batch, length))
+                        self.assertLessEqual(relative_difference(compiled(ids), model(ids)), 1e-4,
+                                             f"{name} {batch}x{length}")
+        stats = self.ut.statistics()
+        self.assertEqual((stats.graphs_in_torch, stats.calls_in_torch, stats.recompile_limit_hits), (0, 0, 0))
+
+    def test_explain_shows_every_matmul_flop_in_unicache_and_the_dynamic_dims(self):
+        for name, model in self.models.items():
+            with self.subTest(model=name):
+                report = self.ut.explain(model, torch.randint(0, 100, (2, 9)))
+                self.assertEqual(len(report.graphs), 1, str(report))
+                self.assertGreaterEqual(report.matmul_flop_share, 0.95, str(report))
+                graph = report.graphs[0]
+                self.assertGreater(graph.partitions, 0)
+                self.assertIn("l_input_ids_[-1,-1]", graph.dynamic_dims, "batch and length are symbolic")
+                self.assertIn("torch x", str(report), "ops left to torch are listed with their reasons")
+                for reason in graph.torch_reasons:
+                    self.assertRegex(reason, r"^\w+: ", "each reason names its op")
+
+    def test_explain_names_why_an_op_stays_in_torch(self):
+        class Mixed(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(8, 8)
+                self.b = torch.nn.Linear(8, 8).double()
+
+            def forward(self, x):
+                return self.b(torch.relu(self.a(x)).double()).float()
+        report = self.ut.explain(Mixed().eval(), torch.randn(2, 3, 8))
+        reasons = report.graphs[0].torch_reasons
+        self.assertTrue(any(r.startswith("linear: its value is float64") for r in reasons), reasons)
+        self.assertAlmostEqual(report.matmul_flop_share, 0.5)
+
+    def test_a_graph_with_nothing_for_unicache_runs_in_torch_and_says_so_once(self):
+        model = torch.nn.Linear(8, 8).double().eval()
+        compiled = torch.compile(model, backend="unicache")
+        with self.assertWarnsRegex(self.ut.FallbackWarning, "has no op unicache runs"):
+            compiled(torch.randn(2, 8, dtype=torch.float64))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", self.ut.FallbackWarning)  # said once: no second warning
+            torch._dynamo.reset()
+            torch.compile(model, backend="unicache")(torch.randn(3, 8, dtype=torch.float64))
+        self.assertEqual(self.ut.statistics().graphs_without_partitions, 2)
+
+    def test_a_graph_the_backend_cannot_compile_runs_in_torch_never_raises(self):
+        from unittest import mock
+        model = self.models["bert"]
+        ids = torch.randint(0, 100, (2, 7))
+        with mock.patch("unicache.torch._plan.Lowerer.finish", side_effect=RuntimeError("forced")):
+            compiled = torch.compile(model, backend="unicache")
+            with torch.no_grad(), self.assertWarnsRegex(self.ut.FallbackWarning, "runs in torch.*forced"):
+                got = compiled(ids)
+        with torch.no_grad():
+            self.assertLessEqual(relative_difference(got, model(ids)), 1e-6)
+        self.assertEqual(self.ut.statistics().graphs_in_torch, 1)
+
+    def test_dynamos_recompile_limit_is_said_and_counted(self):
+        # With automatic dynamic shapes off, every batch size is a new capture: at
+        # dynamo's limit it runs the function in eager for good, which unicache says.
+        config = torch._dynamo.config
+        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+        with mock_config(config, **{limit: 2, "automatic_dynamic_shapes": False}), torch.no_grad():
+            compiled = torch.compile(model, backend="unicache")
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always", self.ut.FallbackWarning)
+                for batch in (1, 2, 3, 4):
+                    x = torch.randn(batch, 8)
+                    self.assertLessEqual(relative_difference(compiled(x), model(x)), 1e-5)
+        said = [str(w.message) for w in seen if issubclass(w.category, self.ut.FallbackWarning)]
+        self.assertTrue(any("recompile limit" in m and "run in torch eager" in m for m in said), said)
+        self.assertTrue(any("captured a function again" in m for m in said), said)
+        stats = self.ut.statistics()
+        self.assertGreaterEqual(stats.recompile_limit_hits, 1)
+        self.assertGreaterEqual(stats.recaptures, 1)
+
+    def test_one_graph_serving_two_modules_uses_each_ones_parameters(self):
+        # Two layers of one class compiled apart share dynamo's graph: each call
+        # runs with its own layer's weights, in unicache.
+        torch.manual_seed(2)
+        first, second = (torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval() for _ in range(2))
+        x = torch.randn(4, 8)
+        with torch.no_grad():
+            for layer in (first, second, first):
+                self.assertLessEqual(relative_difference(torch.compile(layer, backend="unicache")(x), layer(x)), 1e-5)
+        self.assertEqual(self.ut.statistics().calls_in_torch, 0)
+
+
+class mock_config:
+    """dynamo config values set for a block, then restored."""
+
+    def __init__(self, config, **values):
+        self.config, self.values, self.saved = config, values, {}
+
+    def __enter__(self):
+        for key, value in self.values.items():
+            self.saved[key] = getattr(self.config, key)
+            setattr(self.config, key, value)
+
+    def __exit__(self, *exc):
+        for key, value in self.saved.items():
+            setattr(self.config, key, value)
+
+
+if __name__ == "__main__":
+    unittest.main()
