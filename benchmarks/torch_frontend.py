@@ -1,19 +1,31 @@
 #!/usr/bin/env python3
-"""The BERT-base encoder of bert_encoder.py over the serving trace of
-bench_dynamic_shapes, through torch eager, torch.compile(dynamic=True) and
-unicache.torch, each mode in a fresh process.
+"""A model over the serving trace of bench_dynamic_shapes, through torch eager,
+torch.compile and unicache.torch, each mode in a fresh process.
 
-    python3 benchmarks/torch_frontend.py [--device cpu|cuda] [--requests 300] [--seed 7]
-        [--layers 12] [--max-seq 512] [--modes eager,unicache_cold,unicache_warm,...]
-        [--check 20] [--rounds 1] [--json FILE]
+    python3 benchmarks/torch_frontend.py [--device cpu|cuda] [--model bert-encoder|hf-bert|hf-gpt2|hf-llama]
+        [--requests 300] [--seed 7] [--layers 12] [--max-seq 512] [--dynamic true|default]
+        [--modes eager,unicache_cold,unicache_warm,...] [--check 20] [--rounds 1] [--json FILE]
 
+Models: bert-encoder, the BERT-base encoder of bert_encoder.py (hidden states
+in); hf-bert, hf-gpt2 and hf-llama, the model library's (Hugging Face
+transformers) BertModel, GPT2Model and LlamaModel built from their configs
+with random weights (nothing is downloaded; Llama at hidden 1024, 12 layers),
+token ids in, fp32, eval(), no KV cache; --layers sets their layer count too.
 Modes, in this order, each a fresh process started by this one:
   eager           torch eager
   compile_cold    torch.compile(dynamic=True), TORCHINDUCTOR_CACHE_DIR an empty folder
   compile_warm    the same, with the folder compile_cold filled
-  unicache_cold   unicache.torch.compile, UNICACHE_PERSISTENT_CACHE_DIR an empty folder
+  dynamo_eager    torch.compile(backend="eager"): dynamo's capture alone, no compiler
+  unicache_cold   unicache.torch.compile (torch.fx; bert-encoder only),
+                  UNICACHE_PERSISTENT_CACHE_DIR an empty folder
   unicache_warm   the same, with the store unicache_cold filled
-(torch.compile needs torch >= 2; without it those modes are left out.)
+  dynamo_unicache_cold  torch.compile(backend="unicache"), an empty store
+  dynamo_unicache_warm  the same, with the store dynamo_unicache_cold filled
+--dynamic: the torch.compile modes with dynamic=True (the default) or with
+dynamo's own default (automatic dynamic shapes); compile_* always use dynamic=True.
+(torch.compile needs torch >= 2; without it its modes are left out.)
+The dynamo modes count captures (graphs dynamo handed to the backend), those
+after the 20th request, and unicache's fallbacks (unicache.torch.statistics()).
 --rounds N runs the modes N times in turn, each round with empty caches of
 its own, and reports each mode's median, over the rounds, of its ratio to
 the eager process of the same round: the host's speed differs between
@@ -42,7 +54,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("eager", "compile_cold", "compile_warm", "unicache_cold", "unicache_warm")
+MODES = ("eager", "compile_cold", "compile_warm", "dynamo_eager", "unicache_cold", "unicache_warm",
+         "dynamo_unicache_cold", "dynamo_unicache_warm")
+MODELS = ("bert-encoder", "hf-bert", "hf-gpt2", "hf-llama")
 
 
 def percentile(values, q):
@@ -50,42 +64,110 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))]
 
 
+class Workload:
+    """A model on a device and how a request of (batch, length) is made and read."""
+
+    def __init__(self, args, device) -> None:
+        import torch
+        sys.path.insert(0, HERE)
+        torch.manual_seed(0)
+        self.device = device
+        if args.model == "bert-encoder":
+            from bert_encoder import BertEncoder
+            self.model = BertEncoder(args.layers, args.hidden, args.heads, args.ffn).eval().to(device)
+            self.hidden = self.model.hidden
+            self.vocab = 0
+        else:
+            self.model, self.vocab = hf_model(args.model, args.layers)
+            self.model = self.model.eval().to(device)
+
+    def request(self, batch: int, length: int, base=None):
+        """(positional inputs, keyword inputs) of one request."""
+        import torch
+        if self.vocab == 0:
+            if base is not None:
+                return (base[: batch * length * self.hidden].view(batch, length, self.hidden),), {}
+            return (torch.randn(batch, length, self.hidden, device=self.device),), {}
+        ids = torch.randint(0, self.vocab, (batch, length), device=self.device)
+        return (), {"input_ids": ids, "use_cache": False} if self.decoder else {"input_ids": ids}
+
+    @property
+    def decoder(self) -> bool:
+        return getattr(self.model.config, "is_decoder", False) or self.model.config.model_type in ("gpt2", "llama")
+
+    @staticmethod
+    def output(result):
+        return result if not hasattr(result, "last_hidden_state") else result.last_hidden_state
+
+
+def hf_model(name: str, layers: int):
+    """The model library's model from its config (random weights), and its vocabulary size."""
+    import transformers
+    if name == "hf-bert":
+        config = transformers.BertConfig(num_hidden_layers=layers)
+        return transformers.BertModel(config, add_pooling_layer=False), config.vocab_size
+    if name == "hf-gpt2":
+        config = transformers.GPT2Config(n_layer=layers)
+        return transformers.GPT2Model(config), config.vocab_size
+    config = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers,
+                                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=1024)
+    return transformers.LlamaModel(config), config.vocab_size
+
+
+def compiled_for(args, workload, mode: str):
+    """The callable a mode runs, and a function of its counters (or None)."""
+    import torch
+    model, device = workload.model, workload.device
+    dynamic = True if args.dynamic == "true" else None
+    if mode == "eager":
+        return model, None
+    if mode.startswith("compile"):
+        return torch.compile(model, dynamic=True), None
+    if mode == "dynamo_eager":
+        captured = []
+
+        def counting(gm, example_inputs):
+            captured.append(1)
+            return gm.forward
+        return torch.compile(model, backend=counting, dynamic=dynamic), lambda: {"captures": len(captured)}
+    import unicache.torch
+    if mode.startswith("dynamo_unicache"):
+        unicache.torch.register_dynamo_backend()  # a source tree has no installed entry point
+        run = torch.compile(model, backend="unicache", dynamic=dynamic)
+        return run, lambda: dict(vars(unicache.torch.statistics()))
+    # A small example: compile() runs the module twice on it (and on one a
+    # little larger) to see which dimensions follow the input.
+    example = torch.randn(1, 8, workload.hidden, device=device)
+    run = unicache.torch.compile(model, [example], dynamic_dims={0: (0, 1)})
+    return run, lambda: {"partitions": run.partitions, "signatures": run.signatures}
+
+
 def child(args) -> None:
     """One mode in this (fresh) process; writes its figures to args.child_json."""
     import torch
     imported = time.perf_counter()  # Python and torch loaded: what every mode pays alike
-    sys.path.insert(0, HERE)
-    from bert_encoder import BertEncoder, make_trace
     device = torch.device(args.device)
-    torch.manual_seed(0)
-    model = BertEncoder(args.layers, args.hidden, args.heads, args.ffn).eval().to(device)
+    workload = Workload(args, device)
     trace = make_trace(args.requests, args.seed, max_seq=args.max_seq)
-    hidden = model.hidden
-    largest = max(b * s for b, s in trace)
-    base = torch.randn(largest * hidden, device=device)
+    base = None
+    if workload.vocab == 0:
+        largest = max(b * s for b, s in trace)
+        base = torch.randn(largest * workload.hidden, device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
     engine = None
+    counters = None
     result = {"mode": args.child}
     times = []
     with torch.no_grad():
         for i, (batch, length) in enumerate(trace):
-            x = base[: batch * length * hidden].view(batch, length, hidden)
+            inputs, kwargs = workload.request(batch, length, base)
             t0 = time.perf_counter()
             if i == 0:
-                if args.child == "eager":
-                    run = model
-                elif args.child.startswith("compile"):
-                    run = torch.compile(model, dynamic=True)
-                else:
-                    import unicache.torch
-                    # A small example: compile() runs the module twice on it (and on
-                    # one a little larger) to see which dimensions follow the input.
-                    example = torch.randn(1, 8, hidden, device=device)
-                    run = unicache.torch.compile(model, [example], dynamic_dims={0: (0, 1)})
-                    engine = run.engine
-                    built_before = (0, 0)
-            run(x)
+                run, counters = compiled_for(args, workload, args.child)
+                engine = getattr(run, "engine", None)
+                built_before = (0, 0)
+            run(*inputs, **kwargs)
             sync()
             times.append((time.perf_counter() - t0) * 1e3)
             if i == 0:
@@ -96,6 +178,8 @@ def child(args) -> None:
                     built_before = (stats.built, stats.loaded)
                     result["first_request_builds"] = stats.built
                     result["first_request_loads"] = stats.loaded
+            if i == 19 and counters is not None:
+                result["counters_at_20"] = counters()
     rest = times[1:] or times
     result.update(first_request_ms=times[0], p50_ms=statistics.median(rest), p99_ms=percentile(rest, 99),
                   mean_ms=statistics.fmean(rest), requests_run=len(times),
@@ -107,32 +191,51 @@ def child(args) -> None:
         stats = engine.build_stats()
         result["later_builds"] = stats.built - built_before[0]
         result["later_loads"] = stats.loaded - built_before[1]
-        result["partitions"] = run.partitions
-        result["signatures"] = run.signatures
+    if counters is not None:
+        result["counters"] = counters()
+        if "captures" in result["counters"] and "counters_at_20" in result:
+            result["captures_after_20"] = result["counters"]["captures"] - result["counters_at_20"]["captures"]
     with open(args.child_json, "w") as f:
         json.dump(result, f)
 
 
-def check(args) -> dict:
-    """unicache against eager on the trace's first `args.check` shapes, in this process."""
-    import torch
+def make_trace(requests: int, seed: int, max_seq: int):
     sys.path.insert(0, HERE)
+    from bert_encoder import make_trace as draw
+    return draw(requests, seed, max_seq=max_seq)
+
+
+def check(args) -> dict:
+    """unicache against eager on the trace's first `args.check` shapes, in this process
+    (through torch.compile for the model library's models), and for those the share of
+    matmul FLOPs explain() finds in unicache at a middle shape."""
+    import torch
     import unicache.torch
-    from bert_encoder import BertEncoder, make_trace
     device = torch.device(args.device)
-    torch.manual_seed(0)
-    model = BertEncoder(args.layers, args.hidden, args.heads, args.ffn).eval().to(device)
+    workload = Workload(args, device)
     trace = make_trace(args.check, args.seed, max_seq=args.max_seq)
     worst = 0.0
+    out = {}
     with torch.no_grad():
-        fast = unicache.torch.compile(model, [torch.randn(1, 8, model.hidden, device=device)],
-                                      dynamic_dims={0: (0, 1)})
+        if workload.vocab == 0:
+            fast = unicache.torch.compile(workload.model, [torch.randn(1, 8, workload.hidden, device=device)],
+                                          dynamic_dims={0: (0, 1)})
+        else:
+            unicache.torch.register_dynamo_backend()
+            fast = torch.compile(workload.model, backend="unicache", dynamic=True if args.dynamic == "true" else None)
         for batch, length in trace:
-            x = torch.randn(batch, length, model.hidden, device=device)
-            want, got = model(x), fast(x)
+            inputs, kwargs = workload.request(batch, length)
+            want, got = workload.output(workload.model(*inputs, **kwargs)), workload.output(fast(*inputs, **kwargs))
             ratio = ((got - want).abs().max() / want.abs().max()).item()
             worst = max(worst, ratio)
-    return {"shapes": len(trace), "max_abs_diff_over_scale": worst, "tolerance": 1e-4, "ok": worst <= 1e-4}
+        if workload.vocab:
+            inputs, kwargs = workload.request(4, 128)
+            report = unicache.torch.explain(workload.model, *inputs, **kwargs)
+            out["matmul_flop_share"] = report.matmul_flop_share
+            out["explain"] = str(report)
+            print(report, flush=True)
+    out.update({"shapes": len(trace), "max_abs_diff_over_scale": worst, "tolerance": 1e-4, "ok": worst <= 1e-4})
+    return out
 
 
 def device_name(device: str) -> str:
@@ -160,7 +263,7 @@ def run_mode(args, mode: str, env: dict) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--child", mode, "--child-json", out,
                "--device", args.device, "--requests", str(args.requests), "--seed", str(args.seed),
                "--layers", str(args.layers), "--max-seq", str(args.max_seq), "--hidden", str(args.hidden),
-               "--heads", str(args.heads), "--ffn", str(args.ffn)]
+               "--heads", str(args.heads), "--ffn", str(args.ffn), "--model", args.model, "--dynamic", args.dynamic]
     start = time.time()
     run = subprocess.run(command, env=env, capture_output=True, text=True)
     if run.returncode != 0:
@@ -176,6 +279,9 @@ def run_mode(args, mode: str, env: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--model", default="bert-encoder", choices=MODELS)
+    parser.add_argument("--dynamic", default="true", choices=("true", "default"),
+                        help="the dynamo modes' dynamic= (True, or dynamo's automatic dynamic shapes)")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--layers", type=int, default=12)
@@ -201,11 +307,15 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if int(torch.__version__.split(".")[0]) < 2:
-        modes = [m for m in modes if not m.startswith("compile")]
+        modes = [m for m in modes if not m.startswith(("compile", "dynamo"))]
+    if args.model != "bert-encoder":  # torch.fx cannot trace the model library's models
+        modes = [m for m in modes if m not in ("unicache_cold", "unicache_warm")]
     report = {"benchmark": "torch_frontend", "backend": args.device, "device": device_name(args.device),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "model": f"BERT encoder, {args.layers} layers, hidden {args.hidden}, {args.heads} heads, FFN {args.ffn}, "
-                       "fp32, no mask",
+                       "fp32, no mask" if args.model == "bert-encoder" else
+                       f"{args.model} (transformers, from config, random weights), {args.layers} layers, fp32",
+              "dynamic": args.dynamic,
               "requests": args.requests, "seed": args.seed, "max_seq": args.max_seq,
               "trace": "B ~ uniform{1..8}, L = longest of B lognormal(ln 48, 0.9) lengths, clamped to max_seq",
               "modes": []}
@@ -252,9 +362,11 @@ def ratios_to_eager(results: list) -> dict:
 
 def run_round(args, modes: list, report: dict, round_: int) -> None:
     """Every mode once, in order, the warm modes over the caches their cold modes filled."""
-    with tempfile.TemporaryDirectory() as inductor, tempfile.TemporaryDirectory() as store:
+    with tempfile.TemporaryDirectory() as inductor, tempfile.TemporaryDirectory() as store, \
+            tempfile.TemporaryDirectory() as dynamo_store:
         for mode in modes:
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor, UNICACHE_PERSISTENT_CACHE_DIR=store)
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor,
+                       UNICACHE_PERSISTENT_CACHE_DIR=dynamo_store if mode.startswith("dynamo") else store)
             result = run_mode(args, mode, env)
             result["round"] = round_
             report["modes"].append(result)
@@ -266,7 +378,9 @@ def run_round(args, modes: list, report: dict, round_: int) -> None:
                       f"{result['fresh_process_to_first_result_ms']:9.1f} ms (after imports "
                       f"{result['after_import_to_first_result_ms']:8.1f} ms)  p50 {result['p50_ms']:8.2f} ms  "
                       f"p99 {result['p99_ms']:8.2f} ms" +
-                      (f"  builds later {result['later_builds']}" if "later_builds" in result else ""),
+                      (f"  builds later {result['later_builds']}" if "later_builds" in result else "") +
+                      (f"  captures {result['counters']['captures']} ({result.get('captures_after_20', 0)} after "
+                       "request 20)" if "captures" in result.get("counters", {}) else ""),
                       flush=True)
 
 

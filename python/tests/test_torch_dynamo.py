@@ -199,6 +199,30 @@ class DynamoBackend(unittest.TestCase):
                 self.assertLessEqual(relative_difference(torch.compile(layer, backend="unicache")(x), layer(x)), 1e-5)
         self.assertEqual(self.ut.statistics().calls_in_torch, 0)
 
+    def test_a_number_dynamo_passes_as_a_tensor_is_folded_and_checked_per_call(self):
+        # A float input that changed becomes a 0-d tensor read with .item() (recent
+        # dynamo does so for a module's float attributes from the start): lowering
+        # sees the number; a call with another number compiles again, never reuses it.
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(8, 8)
+
+            def forward(self, x, eps, scale):
+                return F.layer_norm(self.linear(x) * scale, (8,), eps=eps)
+        import torch.nn.functional as F
+        model = Scaled().eval()
+        compiled = torch.compile(model, backend="unicache", dynamic=True)
+        x = torch.randn(3, 8)
+        with torch.no_grad():
+            for eps, scale in ((1e-5, 0.5), (1e-2, 0.25), (1e-2, 2.0), (1e-5, 0.5)):
+                self.assertLessEqual(relative_difference(compiled(x, eps, scale), model(x, eps, scale)), 1e-5,
+                                     f"eps {eps} scale {scale}")
+        report = self.ut.explain(model, x, 1e-2, 0.25)
+        self.assertEqual(report.matmul_flop_share, 1.0)
+        stats = self.ut.statistics()
+        self.assertEqual((stats.calls_in_torch, stats.graphs_in_torch), (0, 0))
+
 
 class mock_config:
     """dynamo config values set for a block, then restored."""

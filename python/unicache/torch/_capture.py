@@ -251,9 +251,11 @@ class _Symbols:
             known = (value, value)
         else:
             env = node.shape_env
+            values = getattr(env, "backed_var_to_val", None)  # torch >= 2.10's name
+            values = values if values is not None else env.var_to_val
             hints, others = {}, {}
             for s in expr.free_symbols:
-                hint = env.var_to_val.get(s)
+                hint = values.get(s)
                 hint = int(hint) if hint is not None else 1  # unbacked: any size will do
                 offset = self._offsets.setdefault(s, 1 + 7 * len(self._offsets))
                 hints[s], others[s] = hint, hint + offset
@@ -266,7 +268,9 @@ class _Symbols:
 def symbolic_info(root: torch.nn.Module, graph: torch.fx.Graph) -> Dict[torch.fx.Node, Optional[TensorInfo]]:
     """describe() for a graph dynamo captured, from the values dynamo recorded on its
     nodes (node.meta["example_value"]): a dimension dynamo left symbolic differs
-    between the two shapes; nothing runs. A get_attr node's value is the attribute."""
+    between the two shapes; nothing runs (running the graph on dynamo's examples would
+    compute with its symbolic sizes, and guard on them). A get_attr node's value is the
+    attribute; a node with no recorded value is not taken for a tensor (torch runs it)."""
     symbols = _Symbols()
     info: Dict[torch.fx.Node, Optional[TensorInfo]] = {}
     for node in graph.nodes:
@@ -277,12 +281,6 @@ def symbolic_info(root: torch.nn.Module, graph: torch.fx.Graph) -> Dict[torch.fx
         pairs = [symbols.sizes(d) for d in value.shape]
         info[node] = TensorInfo(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), value.dtype, value.device)
     return info
-
-
-def has_symbolic_info(graph: torch.fx.Graph) -> bool:
-    """Whether dynamo recorded every call's value on the graph's nodes."""
-    return all("example_value" in n.meta for n in graph.nodes if n.op in ("placeholder", "call_function",
-                                                                          "call_method", "call_module"))
 
 
 def describe(root: torch.nn.Module, graph: torch.fx.Graph, inputs: Sequence[Any], dynamic: Sequence[Sequence[int]],

@@ -34,17 +34,19 @@ import torch
 import torch.fx
 
 from . import _report
-from ._capture import collector_paused, has_symbolic_info, symbolic_info
+from ._capture import collector_paused, symbolic_info
 
 
-def _lift_parameters(gm: torch.fx.GraphModule, inputs: Sequence[Any],
-                     prefix: str = "_unicache_parameter") -> Tuple[torch.fx.Graph, Dict[int, Any]]:
+def _lift_parameters(gm: torch.fx.GraphModule, inputs: Sequence[Any], prefix: str = "_unicache_parameter"
+                     ) -> Tuple[torch.fx.Graph, Dict[int, Any], Dict[torch.fx.Node, int]]:
     """A copy of gm's graph whose placeholders fed with parameters read attributes of
-    `gm` instead, and those parameters by input position. gm's own graph and code
-    are left as dynamo made them (the fallback runs them)."""
+    `gm` instead; those parameters by input position; the copy's placeholders' input
+    positions. gm's own graph and code are left as dynamo made them (the fallback runs
+    them)."""
     graph = torch.fx.Graph()
     env: Dict[torch.fx.Node, torch.fx.Node] = {}
     bound: Dict[int, Any] = {}
+    positions: Dict[torch.fx.Node, int] = {}
     position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -55,11 +57,13 @@ def _lift_parameters(gm: torch.fx.GraphModule, inputs: Sequence[Any],
                 env[node] = graph.get_attr(name)
                 env[node].meta = dict(node.meta)
                 bound[position] = value
-                position += 1
-                continue
+            else:
+                env[node] = graph.node_copy(node, lambda n: env[n])
+                positions[env[node]] = position
             position += 1
+            continue
         env[node] = graph.node_copy(node, lambda n: env[n])
-    return graph, bound
+    return graph, bound, positions
 
 
 def _recapture_reason() -> Tuple[bool, str]:
@@ -95,86 +99,111 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Calla
                       "unicache.torch.statistics()")
     try:
         with collector_paused():
-            compiled, bound = _compile(gm, example_inputs)
+            first = _compile(gm, example_inputs)
     except Exception as e:  # anything: the graph still runs, in torch
         _report.count("graphs_in_torch", f"in_torch:{type(e).__name__}",
                       f"unicache: a graph torch.compile captured runs in torch, not unicache: "
                       f"{type(e).__name__}: {_one_line(str(e))}")
         return gm.forward
-    if compiled.partitions == 0:
+    if first[0].partitions == 0:
         _report.count("graphs_without_partitions", "no_partitions",
                       "unicache: a graph torch.compile captured has no op unicache runs (it runs in torch); "
                       "unicache.torch.explain() says why for each op")
-    return _runner(gm, compiled, bound, len(example_inputs))
+    return _runner(gm, first, len(example_inputs))
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-             prefix: str = "_unicache_parameter") -> Tuple[Any, Dict[int, Any]]:
-    from ._capture import describe
+             prefix: str = "_unicache_parameter") -> Tuple[Any, Dict[int, Any], Dict[int, Any]]:
+    """The compiled module, the parameters it binds and the numbers it folded, by input position."""
     from ._plan import build, plan
-    graph, bound = _lift_parameters(gm, example_inputs, prefix)
-    if has_symbolic_info(graph):
-        info = symbolic_info(gm, graph)
-    else:  # an older dynamo that records no values: run it on the examples, dims as they are
-        kept = [t for i, t in enumerate(example_inputs) if i not in bound]
-        info = describe(gm, graph, kept, [[] for _ in kept], {})
-    return build(plan(gm, graph, info)), bound
+    graph, bound, positions = _lift_parameters(gm, example_inputs, prefix)
+    scalars = _fold_scalars(graph, positions, example_inputs)
+    return build(plan(gm, graph, symbolic_info(gm, graph))), bound, scalars
 
 
-# Parameter sets one captured graph is compiled for at most (a frame of a
-# repeated layer that dynamo captured on its own serves every layer).
-MAX_PARAMETER_SETS = 64
+def _fold_scalars(graph: torch.fx.Graph, positions: Dict[torch.fx.Node, int],
+                  example_inputs: Sequence[Any]) -> Dict[int, Any]:
+    """Numbers dynamo passes as 0-d CPU tensors read with .item() (a model's float
+    attributes: LayerNorm's epsilon, attention's scale) made the numbers they were in
+    the example, so that lowering sees a number; returns them by input position, which
+    each call checks (another value compiles again)."""
+    folded: Dict[int, Any] = {}
+    for node, position in positions.items():
+        value = example_inputs[position] if position < len(example_inputs) else None
+        if not (isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu"
+                and type(value).__name__ != "FakeTensor"):
+            continue
+        reads = [u for u in node.users if u.op == "call_method" and u.target == "item" and len(u.args) == 1]
+        if not reads:
+            continue
+        number = value.item()
+        for read in reads:
+            for user in list(read.users):
+                user.args = torch.fx.node.map_arg(user.args, lambda n: number if n is read else n)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: number if n is read else n)
+            graph.erase_node(read)
+        folded[position] = number
+    return folded
 
 
-def _runner(gm: torch.fx.GraphModule, compiled: Any, bound: Dict[int, Any], arity: int) -> Callable[..., Any]:
+def _runner(gm: torch.fx.GraphModule, first: Tuple[Any, Dict[int, Any], Dict[int, Any]],
+            arity: int) -> Callable[..., Any]:
+    """The function dynamo calls: the compiled module for the call's parameters and
+    folded numbers (compiled again for others, up to MAX_VARIANTS), else gm in torch."""
     from ..errors import InvalidArgument, InvalidTensorType
-    positions = sorted(bound)
-    variants = {tuple(id(bound[i]) for i in positions): (compiled, bound)}
+    compiled, bound, scalars = first
+    parameters, numbers = sorted(bound), sorted(scalars)
+    kept = [i for i in range(arity) if i not in bound]  # positions of a call without the parameters
+
+    def key_of(args: Tuple[Any, ...], full: bool) -> Tuple[Any, ...]:
+        at = (lambda i: args[i]) if full else (lambda i: args[kept.index(i)])
+        return tuple(id(at(i)) for i in parameters if full) + tuple(at(i).item() for i in numbers)
+
+    first_key = tuple(id(bound[i]) for i in parameters) + tuple(scalars[i] for i in numbers)
+    variants = {first_key: compiled}
     lock = threading.Lock()
 
-    def variant(args: Tuple[Any, ...]) -> Any:
-        """The compiled module for the parameters `args` carries (dynamo passes a
-        module's parameters as inputs: one graph may serve several modules)."""
-        key = tuple(id(args[i]) for i in positions)
-        found = variants.get(key)
-        if found is not None:
-            return found[0]
+    def variant(args: Tuple[Any, ...], key: Tuple[Any, ...]) -> Any:
         with lock:
             if key not in variants:
-                if len(variants) >= MAX_PARAMETER_SETS:
+                if len(variants) >= MAX_VARIANTS:
                     return None
                 with collector_paused():
-                    variants[key] = _compile(gm, args, f"_unicache_parameter_v{len(variants)}")
-            return variants[key][0]
+                    variants[key] = _compile(gm, args, f"_unicache_parameter_v{len(variants)}")[0]
+            return variants[key]
 
     def run(*args: Any) -> Any:
         # Dynamo calls with every input, or (torch 2.11) without the parameters
         # it knows are static: those are bound already.
-        given = args
+        full = len(args) == arity
         module = compiled
-        if len(args) == arity and positions:
-            if any(args[i] is not bound[i] for i in positions):
+        if parameters or numbers:
+            key = key_of(args, full) if full else first_key[:len(parameters)] + key_of(args, False)
+            module = variants.get(key)
+            if module is None:
                 try:
-                    module = variant(args)
+                    module = variant(args, key) if full else None
+                    reason = f"more than {MAX_VARIANTS} sets" if full else "a call without its parameters"
                 except Exception as e:  # compiles as the first did: not expected to fail
-                    module = None
-                    reason = f"{type(e).__name__}: {_one_line(str(e))}"
-                else:
-                    reason = f"more than {MAX_PARAMETER_SETS} parameter sets"
+                    module, reason = None, f"{type(e).__name__}: {_one_line(str(e))}"
                 if module is None:
-                    _report.count("calls_in_torch", "other_parameters",
-                                  f"unicache: a captured graph called with other parameters runs in torch ({reason})")
+                    _report.count("calls_in_torch", "variant",
+                                  "unicache: a captured graph called with other parameters or numbers than it was "
+                                  f"compiled with runs in torch ({reason})")
                     return gm(*args)
-            args = tuple(a for i, a in enumerate(args) if i not in bound)
+        call = tuple(a for i, a in enumerate(args) if i not in bound) if full else args
         try:
-            return module(*args)
+            return module(*call)
         except (InvalidArgument, InvalidTensorType) as e:  # checked before anything ran
-            if len(given) != arity:
-                raise
             _report.count("calls_in_torch", f"unfit:{type(e).__name__}",
                           f"unicache: a call did not fit its compiled graph and ran in torch: {_one_line(str(e))}")
-            return gm(*given)
+            return gm(*args)
     return run
+
+
+# Parameter and number sets one captured graph is compiled for at most (a frame
+# of a repeated layer that dynamo captured on its own serves every layer).
+MAX_VARIANTS = 64
 
 
 def _one_line(text: str, limit: int = 300) -> str:
