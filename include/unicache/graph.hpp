@@ -13,8 +13,9 @@
 //
 // Ops: MatMul (transpose flags; rank 2 or 3, a rank-3 pair is a batched
 // MatMul), Add and Multiply (numpy broadcasting), ReLU, GELU (erf and tanh
-// forms), Sigmoid, Tanh, Softmax (last axis), LayerNorm (last axis, with
-// gamma and beta and an epsilon attribute), Transpose (any permutation of up
+// forms), Sigmoid, Tanh, Sqrt, Rsqrt, SiLU, Softmax (last axis), LayerNorm
+// (last axis, with gamma and beta and an epsilon attribute), RMSNorm (last
+// axis, with gamma and an epsilon attribute), Transpose (any permutation of up
 // to 6 axes, each of 0..rank-1 once: output dim i is input dim
 // permutation[i], as torch.permute with non-negative dims; the output is
 // dense). Tensors are f32 with shapes
@@ -67,14 +68,21 @@ enum class op_kind : std::uint8_t {
   softmax,     // over the last axis
   layer_norm,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
   transpose,   // permutes axes (the permutation attribute); writes a dense tensor
+  sqrt,        // eltwise: sqrt(x)
+  rsqrt,       // eltwise: 1 / sqrt(x)
+  silu,        // eltwise: x * sigmoid(x) (SiLU, swish)
+  rms_norm,    // over the last axis: x / sqrt(mean(x^2) + epsilon) * gamma
 };
 const char* to_string(op_kind kind);
-bool is_eltwise(op_kind kind);  // relu, gelu_*, sigmoid, tanh
+bool is_eltwise(op_kind kind);  // relu, gelu_*, sigmoid, tanh, sqrt, rsqrt, silu
 bool is_binary(op_kind kind);   // add, multiply
+// The per-channel parameters a row normalization reads after x: 2 for
+// LayerNorm (gamma, beta), 1 for RMSNorm (gamma), 0 for every other op.
+std::size_t normalization_parameters(op_kind kind);
 
 // An op's attributes besides its kind, set with graph::set_attribute.
 enum class op_attribute : std::uint8_t {
-  epsilon,      // LayerNorm: added to the variance; finite, >= 0; default 1e-5
+  epsilon,      // LayerNorm, RMSNorm: added to the variance (the mean square); finite, >= 0; default 1e-5
   permutation,  // Transpose: output dim i is input dim permutation[i]; required
 };
 inline constexpr float kDefaultLayerNormEpsilon = 1e-5f;
@@ -88,7 +96,7 @@ struct op {
   std::vector<std::uint64_t> outputs;
   bool transpose_a = false;  // matmul only
   bool transpose_b = false;
-  float epsilon = kDefaultLayerNormEpsilon;  // layer_norm only
+  float epsilon = kDefaultLayerNormEpsilon;  // layer_norm and rms_norm only
   std::vector<std::int64_t> permutation;     // transpose only
 };
 
@@ -101,7 +109,7 @@ class graph_error : public error {
 // A piece of the graph compiled as one unit.
 class partition {
  public:
-  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm, transpose };
+  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm, transpose, rms_norm };
 
   kind pattern() const { return kind_; }
   // The partition's ops in execution order (copies of the graph's ops).
@@ -132,7 +140,8 @@ class graph {
                         data_type dtype = data_type::f32);
   // Adds an op reading `inputs` and writing `outputs` (tensors declared
   // with tensor()). Returns the op's id. LayerNorm reads {x, gamma, beta},
-  // gamma and beta of shape [C] where C is x's last dimension.
+  // gamma and beta of shape [C] where C is x's last dimension; RMSNorm
+  // reads {x, gamma}.
   std::uint64_t add_op(op_kind kind, const std::vector<logical_tensor>& inputs,
                        const std::vector<logical_tensor>& outputs, bool transpose_a = false,
                        bool transpose_b = false);

@@ -106,10 +106,11 @@ kernel_source softmax_source(dialect d, int work_group);
 int softmax_team(int work_group, std::int64_t cols);
 
 // LayerNorm over the last axis, one work-group per row: (x - mean) /
-// sqrt(var + epsilon) * gamma + beta.
+// sqrt(var + epsilon) * gamma + beta; with `rms`, RMSNorm: x / sqrt(mean(x^2)
+// + epsilon) * gamma (beta is not read).
 //   args: x, gamma, beta, y, int cols, float epsilon.
 //   global: (rows * work_group), local (work_group).
-kernel_source layer_norm_source(dialect d, int work_group);
+kernel_source layer_norm_source(dialect d, int work_group, bool rms = false);
 
 // Transpose as plan_transpose gives it, padded in front to 6 dims of 1:
 // y[i] = x[sum of i's index along dim k times stride k].

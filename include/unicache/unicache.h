@@ -240,6 +240,10 @@ typedef enum {
   UNICACHE_OP_SOFTMAX = 8,
   UNICACHE_OP_LAYER_NORM = 9, /* inputs {x, gamma, beta}; gamma and beta of shape [C], C = x's last dim */
   UNICACHE_OP_TRANSPOSE = 10, /* permutes up to 6 axes (UNICACHE_OP_ATTR_PERMUTATION); dense output */
+  UNICACHE_OP_SQRT = 11,
+  UNICACHE_OP_RSQRT = 12,     /* 1 / sqrt(x) */
+  UNICACHE_OP_SILU = 13,      /* x * sigmoid(x) */
+  UNICACHE_OP_RMS_NORM = 14,  /* inputs {x, gamma}; x / sqrt(mean(x^2) + epsilon) * gamma over the last dim */
   UNICACHE_OP_KIND_FORCE_INT32 = 0x7fffffff
 } unicache_op_kind_t;
 
@@ -262,7 +266,7 @@ UNICACHE_API unicache_status_t unicache_graph_add_op(unicache_graph_t graph, uni
                                                      const uint64_t* output_ids, size_t num_outputs,
                                                      int32_t transpose_a, int32_t transpose_b, uint64_t* op_id);
 typedef enum {
-  UNICACHE_OP_ATTR_EPSILON = 0, /* LayerNorm: added to the variance; finite, >= 0; default 1e-5 */
+  UNICACHE_OP_ATTR_EPSILON = 0, /* LayerNorm, RMSNorm: added to the variance; finite, >= 0; default 1e-5 */
   UNICACHE_OP_ATTR_PERMUTATION = 1, /* Transpose: output dim i is input dim values[i]; required */
   UNICACHE_OP_ATTR_FORCE_INT32 = 0x7fffffff
 } unicache_op_attr_t;

@@ -61,6 +61,7 @@ ELTWISE = {
     OpKind.SIGMOID: lambda x: 1.0 / (1.0 + np.exp(-x)),
     OpKind.TANH: np.tanh,
     OpKind.SOFTMAX: softmax,
+    OpKind.SILU: lambda x: x / (1.0 + np.exp(-x)),
 }
 
 

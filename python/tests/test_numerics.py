@@ -39,6 +39,31 @@ class CpuNumerics(unittest.TestCase):
     def test_matmul_tanh(self):
         self.check_block(None, OpKind.TANH)
 
+    def test_matmul_silu(self):
+        self.check_block(None, OpKind.SILU)
+
+    def test_rms_norm_and_rsqrt_against_numpy(self):
+        engine = cpu_engine()
+        stream = engine.stream()
+        g = unicache.Graph()
+        x, gamma, y = g.add_tensor([-1, 48]), g.add_tensor([48], constant=True), g.add_tensor([-1, 48])
+        r = g.add_tensor([-1, 48])
+        op = g.add_op(OpKind.RMS_NORM, [x, gamma], [y])
+        g.set_op_attr(op, unicache.OpAttr.EPSILON, 1e-6)
+        g.add_op(OpKind.RSQRT, [y], [r])
+        g.mark_output(y)
+        g.finalize()
+        weights = random((48,), 3) + 2.0
+        for m in (1, 9, 300):
+            xv = random((m, 48), m)
+            want = xv / np.sqrt((xv.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * weights
+            norm, root = g.partitions
+            (got,) = norm.compile([(m, 48), (48,)], engine).execute(stream, [xv, weights])
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+            positive = np.abs(got) + 0.5
+            (got_root,) = root.compile([(m, 48)], engine).execute(stream, [positive])
+            np.testing.assert_allclose(got_root, 1.0 / np.sqrt(positive), rtol=2e-5)
+
     def test_matmul_add_then_softmax_two_partitions(self):
         self.check_block(OpKind.ADD, OpKind.SOFTMAX, k=40, n=24)
 

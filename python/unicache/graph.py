@@ -46,12 +46,16 @@ class OpKind(enum.IntEnum):
     SOFTMAX = 8  # over the last axis
     LAYER_NORM = 9  # over the last axis; inputs x, gamma, beta ([C]); epsilon via Graph.set_op_attr
     TRANSPOSE = 10  # permutes axes as torch.permute (Graph.set_op_attr_ints PERMUTATION); dense output
+    SQRT = 11
+    RSQRT = 12  # 1 / sqrt(x)
+    SILU = 13  # x * sigmoid(x)
+    RMS_NORM = 14  # over the last axis; inputs x, gamma ([C]); epsilon via Graph.set_op_attr
 
 
 class OpAttr(enum.IntEnum):
     """`unicache_op_attr_t`: an op's attributes (Graph.set_op_attr, set_op_attr_ints)."""
 
-    EPSILON = 0  # LayerNorm (float): added to the variance; finite, >= 0; default 1e-5
+    EPSILON = 0  # LayerNorm, RMSNorm (float): added to the variance; finite, >= 0; default 1e-5
     PERMUTATION = 1  # Transpose (ints): output dim i is input dim values[i]; required, rank <= 6
 
 

@@ -47,6 +47,8 @@ constexpr const char* kOpenclPrelude = R"CLC(
 #define F_EXP exp
 #define F_ERF erf
 #define F_TANH tanh
+#define F_SQRT sqrt
+#define F_RSQRT rsqrt
 #define NEG_INF (-INFINITY)
 )CLC";
 
@@ -98,6 +100,8 @@ __device__ __forceinline__ void u_sts1(float* p, float v) {
 #define F_EXP expf
 #define F_ERF erff
 #define F_TANH tanhf
+#define F_SQRT sqrtf
+#define F_RSQRT rsqrtf
 #define NEG_INF (-__int_as_float(0x7f800000))
 )CUDA";
 
@@ -109,6 +113,9 @@ DEVICE_FN float u_gelu_tanh(float x) {
 }
 DEVICE_FN float u_sigmoid(float x) { return 1.0f / (1.0f + F_EXP(-x)); }
 DEVICE_FN float u_tanh(float x) { return F_TANH(x); }
+DEVICE_FN float u_sqrt(float x) { return F_SQRT(x); }
+DEVICE_FN float u_rsqrt(float x) { return F_RSQRT(x); }
+DEVICE_FN float u_silu(float x) { return x / (1.0f + F_EXP(-x)); }
 )SRC";
 
 const char* eltwise_function(op_kind k) {
@@ -118,6 +125,9 @@ const char* eltwise_function(op_kind k) {
     case op_kind::gelu_tanh: return "u_gelu_tanh";
     case op_kind::sigmoid: return "u_sigmoid";
     case op_kind::tanh: return "u_tanh";
+    case op_kind::sqrt: return "u_sqrt";
+    case op_kind::rsqrt: return "u_rsqrt";
+    case op_kind::silu: return "u_silu";
     default: throw compile_error(std::string("kernel generator: ") + to_string(k) + " is not an eltwise op");
   }
 }
@@ -469,6 +479,7 @@ DEVICE_FN float block_sum(SHARED_PTR float* red, float v) {
   return total;
 }
 
+// RMS 1: RMSNorm (no mean subtracted, no beta: beta is not read).
 KERNEL(WG, 1) layer_norm(GLOBAL const float* RESTRICT x, GLOBAL const float* RESTRICT gamma,
                          GLOBAL const float* RESTRICT beta, GLOBAL float* RESTRICT y, const int cols,
                          const float epsilon) {
@@ -477,16 +488,24 @@ KERNEL(WG, 1) layer_norm(GLOBAL const float* RESTRICT x, GLOBAL const float* RES
   const long row = GROUP_X;
   x += row * cols;
   y += row * cols;
+#if RMS
+  const float mean = 0.0f;
+#else
   float sum = 0.0f;
   for (int c = l; c < cols; c += WG) sum += x[c];
   const float mean = block_sum(red, sum) / (float)cols;
+#endif
   float squares = 0.0f;
   for (int c = l; c < cols; c += WG) {
     const float d = x[c] - mean;
     squares += d * d;
   }
   const float inv = 1.0f / F_SQRT(block_sum(red, squares) / (float)cols + epsilon);
+#if RMS
+  for (int c = l; c < cols; c += WG) y[c] = x[c] * inv * gamma[c];
+#else
   for (int c = l; c < cols; c += WG) y[c] = (x[c] - mean) * inv * gamma[c] + beta[c];
+#endif
 }
 )SRC";
 
@@ -646,13 +665,10 @@ int softmax_team(int work_group, std::int64_t cols) {
   return cols > 1024 || work_group < 32 ? work_group : 32;
 }
 
-kernel_source layer_norm_source(dialect d, int work_group) {
+kernel_source layer_norm_source(dialect d, int work_group, bool rms) {
   cache_key key = config_key(d, "layer_norm");
-  key.add(work_group);
-  // sqrt here, not in the preludes, which every kernel's source (and so
-  // every stored kernel's key) contains.
-  const std::string sqrt_function = std::string("#define F_SQRT ") + (d == dialect::cuda_c ? "sqrtf" : "sqrt") + "\n";
-  return make(d, key, define("WG", work_group) + sqrt_function, kLayerNorm, "layer_norm");
+  key.add(work_group).add(rms);
+  return make(d, key, define("WG", work_group) + define("RMS", rms ? 1 : 0), kLayerNorm, "layer_norm");
 }
 
 kernel_source eltwise_source(dialect d, op_kind kind, int work_group) {

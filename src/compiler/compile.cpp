@@ -308,8 +308,8 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
             } else {
               result = a;
             }
-            if (o.kind == op_kind::layer_norm) {  // gamma and beta as long as a row: kernels read C of each
-              for (std::size_t k = 1; k < 3; ++k) {
+            if (normalization_parameters(o.kind) > 0) {  // gamma (and beta) as long as a row: kernels read C
+              for (std::size_t k = 1; k <= normalization_parameters(o.kind); ++k) {
                 const auto& parameter = shape_of.at(o.inputs[k]);
                 if (a.empty() || parameter.size() != 1 || parameter[0] != a.back()) {
                   throw graph_error(what + ": " + (k == 1 ? "gamma " : "beta ") + shape_to_string(parameter) +

@@ -23,7 +23,7 @@ std::string fingerprint(const partition& p) {
   }
   for (const op& o : p.ops()) {
     fp.add(static_cast<std::uint8_t>(o.kind)).add(o.transpose_a).add(o.transpose_b);
-    if (o.kind == op_kind::layer_norm) fp.add(std::bit_cast<std::uint32_t>(o.epsilon));
+    if (normalization_parameters(o.kind) > 0) fp.add(std::bit_cast<std::uint32_t>(o.epsilon));
     if (o.kind == op_kind::transpose) {
       fp.add(static_cast<std::uint64_t>(o.permutation.size()));
       for (std::int64_t axis : o.permutation) fp.add(axis);

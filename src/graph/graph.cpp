@@ -29,15 +29,22 @@ const char* to_string(op_kind kind) {
     case op_kind::softmax: return "Softmax";
     case op_kind::layer_norm: return "LayerNorm";
     case op_kind::transpose: return "Transpose";
+    case op_kind::sqrt: return "Sqrt";
+    case op_kind::rsqrt: return "Rsqrt";
+    case op_kind::silu: return "SiLU";
+    case op_kind::rms_norm: return "RMSNorm";
   }
   return "?";
 }
 
 bool is_eltwise(op_kind k) {
-  return k == op_kind::relu || k == op_kind::gelu_erf || k == op_kind::gelu_tanh ||
-         k == op_kind::sigmoid || k == op_kind::tanh;
+  return k == op_kind::relu || k == op_kind::gelu_erf || k == op_kind::gelu_tanh || k == op_kind::sigmoid ||
+         k == op_kind::tanh || k == op_kind::sqrt || k == op_kind::rsqrt || k == op_kind::silu;
 }
 bool is_binary(op_kind k) { return k == op_kind::add || k == op_kind::multiply; }
+std::size_t normalization_parameters(op_kind k) {
+  return k == op_kind::layer_norm ? 2 : k == op_kind::rms_norm ? 1 : 0;
+}
 
 logical_tensor graph::tensor(std::vector<std::int64_t> shape, tensor_property property, data_type dtype) {
   for (std::int64_t d : shape) {
@@ -79,7 +86,7 @@ void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, float val
   if (attribute != op_attribute::epsilon) {
     throw graph_error(what + ": unknown attribute " + std::to_string(static_cast<int>(attribute)));
   }
-  if (o.kind != op_kind::layer_norm) throw graph_error(what + ": has no epsilon (LayerNorm has)");
+  if (normalization_parameters(o.kind) == 0) throw graph_error(what + ": has no epsilon (LayerNorm and RMSNorm have)");
   if (!std::isfinite(value) || value < 0.f) {
     throw graph_error(what + ": epsilon " + std::to_string(value) + " is not a finite value >= 0");
   }

@@ -282,7 +282,9 @@ void add_op(graph& g, const op_entry& e, std::size_t index) {
   };
   only_for(e.transpose_a.has_value(), "transpose_a", op_kind::matmul);
   only_for(e.transpose_b.has_value(), "transpose_b", op_kind::matmul);
-  only_for(e.epsilon.has_value(), "epsilon", op_kind::layer_norm);
+  if (e.epsilon && normalization_parameters(*kind) == 0) {
+    invalid(path + ".epsilon", std::string(to_string(*kind)) + " has no epsilon (LayerNorm and RMSNorm have)");
+  }
   only_for(e.permutation.has_value(), "permutation", op_kind::transpose);
   if (*kind == op_kind::transpose && !e.permutation) invalid(path, "a Transpose needs \"permutation\"");
   const std::uint64_t id = g.add_op(*kind, declared(g, e.inputs, path + ".inputs"), declared(g, e.outputs, path + ".outputs"),

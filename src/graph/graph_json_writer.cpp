@@ -47,7 +47,7 @@ void append_op(std::string& out, const op& o) {
   if (o.kind == op_kind::matmul) {
     out += std::string(", \"transpose_a\": ") + (o.transpose_a ? "true" : "false") +
            ", \"transpose_b\": " + (o.transpose_b ? "true" : "false");
-  } else if (o.kind == op_kind::layer_norm) {
+  } else if (normalization_parameters(o.kind) > 0) {
     out += ", \"epsilon\": ";
     append_float(out, o.epsilon);
   } else if (o.kind == op_kind::transpose) {

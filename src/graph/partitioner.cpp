@@ -121,6 +121,7 @@ partition_parts assemble(const std::vector<std::size_t>& group, const std::vecto
            : is_binary(first)       ? partition::kind::binary
            : first == op_kind::softmax    ? partition::kind::softmax
            : first == op_kind::layer_norm ? partition::kind::layer_norm
+           : first == op_kind::rms_norm   ? partition::kind::rms_norm
            : first == op_kind::transpose  ? partition::kind::transpose
                                           : partition::kind::eltwise;
   return p;

@@ -11,14 +11,14 @@ namespace {
 // Two dims agree if equal or either is unknown.
 bool agree(std::int64_t a, std::int64_t b) { return a == b || a == unknown_dim || b == unknown_dim; }
 
-// LayerNorm's gamma and beta: rank 1, as long as x's last dimension.
+// LayerNorm's gamma and beta, RMSNorm's gamma: rank 1, as long as x's last dimension.
 void check_layer_norm_parameters(const std::vector<logical_tensor>& tensors, const op& o, const std::string& what) {
   const std::int64_t channels = tensors[o.inputs[0] - 1].shape.back();
-  for (std::size_t i = 1; i < 3; ++i) {
+  for (std::size_t i = 1; i <= normalization_parameters(o.kind); ++i) {
     const logical_tensor& t = tensors[o.inputs[i] - 1];
     if (t.shape.size() != 1 || !agree(t.shape[0], channels)) {
       throw graph_error(what + ": " + (i == 1 ? "gamma" : "beta") + " (tensor " + std::to_string(t.id) +
-                        ") has shape " + shape_to_string(t.shape) + ", but LayerNorm over " +
+                        ") has shape " + shape_to_string(t.shape) + ", but " + to_string(o.kind) + " over " +
                         shape_to_string(tensors[o.inputs[0] - 1].shape) + " needs [" + std::to_string(channels) +
                         "]");
     }
@@ -130,10 +130,10 @@ void infer_shapes(const std::vector<logical_tensor>& tensors, const std::vector<
       expect = transpose_output_shape(in0, o.permutation, what);
     } else {
       expect = in0;
-      if ((o.kind == op_kind::softmax || o.kind == op_kind::layer_norm) && in0.empty()) {
+      if ((o.kind == op_kind::softmax || normalization_parameters(o.kind) > 0) && in0.empty()) {
         throw graph_error(what + ": " + to_string(o.kind) + " needs rank >= 1");
       }
-      if (o.kind == op_kind::layer_norm) check_layer_norm_parameters(tensors, o, what);
+      if (normalization_parameters(o.kind) > 0) check_layer_norm_parameters(tensors, o, what);
     }
     const logical_tensor& out = tensors[o.outputs[0] - 1];
     bool fits = out.shape.size() == expect.size();

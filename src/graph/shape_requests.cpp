@@ -67,8 +67,8 @@ shape concrete_output(const graph& g, const op& o, const std::vector<const shape
   } else {
     out = *in[0];
   }
-  if (o.kind == op_kind::layer_norm) {
-    for (std::size_t k = 1; k < 3; ++k) {
+  if (normalization_parameters(o.kind) > 0) {
+    for (std::size_t k = 1; k <= normalization_parameters(o.kind); ++k) {
       if (out.empty() || *in[k] != shape{out.back()}) {
         throw graph_error(what + ": " + (k == 1 ? "gamma " : "beta ") + shape_to_string(*in[k]) +
                           " for rows of " + shape_to_string(out));

@@ -16,9 +16,8 @@ producer_map validate(const std::vector<logical_tensor>& tensors, const std::vec
     if (std::string_view(to_string(o.kind)) == "?") {
       throw graph_error("op " + std::to_string(o.id) + ": unknown op kind " + std::to_string(static_cast<int>(o.kind)));
     }
-    const std::size_t want_in = o.kind == op_kind::layer_norm                  ? 3
-                                : o.kind == op_kind::matmul || is_binary(o.kind) ? 2
-                                                                                 : 1;
+    const std::size_t want_in = o.kind == op_kind::matmul || is_binary(o.kind) ? 2
+                                                                                 : 1 + normalization_parameters(o.kind);
     if (o.inputs.size() != want_in || o.outputs.size() != 1) {
       throw graph_error(describe_op(o) + ": takes " + std::to_string(want_in) + " input(s) and 1 output, got " +
                         std::to_string(o.inputs.size()) + " and " + std::to_string(o.outputs.size()));

@@ -185,13 +185,14 @@ TYPED_TEST_P(BackendNumerics, BinaryOpsBroadcastLikeNumpy) {
 
 TYPED_TEST_P(BackendNumerics, EltwiseOpsAndSoftmaxMatchTheReference) {
   for (const op_kind kind : {op_kind::relu, op_kind::gelu_erf, op_kind::gelu_tanh, op_kind::sigmoid, op_kind::tanh,
-                             op_kind::softmax}) {
+                             op_kind::softmax, op_kind::sqrt, op_kind::rsqrt, op_kind::silu}) {
     for (const shape_t& s : {shape_t{1}, shape_t{7, 129}, shape_t{1000, 7}, shape_t{3, 1, 1000}, shape_t{37, 512}, shape_t{3, 5000}}) {
       SCOPED_TRACE(std::string(to_string(kind)) + " " + shape_to_string(s));
       graph g;
       auto x = g.tensor(s), y = g.tensor(s);
       g.add_op(kind, {x}, {y});
-      auto xv = random_data(s, 14, -4.f, 4.f);
+      const bool positive = kind == op_kind::sqrt || kind == op_kind::rsqrt;  // their domain
+      auto xv = random_data(s, 14, positive ? 0.01f : -4.f, 4.f);
       std::vector<float> want;
       if (kind == op_kind::softmax) {
         want = ref_softmax(xv, elements(s) / s.back(), s.back());
@@ -226,6 +227,48 @@ TYPED_TEST_P(BackendNumerics, LayerNormMatchesTheReference) {
     auto gv = random_data({cols}, 21, 0.5f, 1.5f), bv = random_data({cols}, 22);
     const auto want = ref_layer_norm(xv, elements(c.shape) / cols, cols, gv, bv, c.epsilon);
     expect_close(this->run(g, {c.shape, {cols}, {cols}}, {&xv, &gv, &bv}), want, 2e-5, 2e-5, "LayerNorm");
+  }
+}
+
+// RMSNorm (Llama's): the LayerNorm cases' shapes, no mean subtracted, no beta.
+TYPED_TEST_P(BackendNumerics, RmsNormMatchesTheReference) {
+  struct rms_case {
+    shape_t shape;
+    float epsilon;
+    bool constant;
+  };
+  for (const rms_case& c : {rms_case{{1}, 1e-6f, true}, rms_case{{7, 129}, 1e-5f, true},
+                            rms_case{{1000, 7}, 1e-6f, false}, rms_case{{3, 5, 1024}, 1e-6f, true},
+                            rms_case{{300, 33}, 1e-3f, false}}) {
+    SCOPED_TRACE(shape_to_string(c.shape) + " epsilon " + std::to_string(c.epsilon));
+    const std::int64_t cols = c.shape.back();
+    graph g;
+    auto x = g.tensor(c.shape), gamma = g.tensor({cols}, c.constant ? tensor_property::constant : tensor_property::variable);
+    auto y = g.tensor(c.shape);
+    g.set_attribute(g.add_op(op_kind::rms_norm, {x, gamma}, {y}), op_attribute::epsilon, c.epsilon);
+    auto xv = random_data(c.shape, 23, -4.f, 4.f);
+    auto gv = random_data({cols}, 24, 0.5f, 1.5f);
+    const auto want = ref_rms_norm(xv, elements(c.shape) / cols, cols, gv, c.epsilon);
+    expect_close(this->run(g, {c.shape, {cols}}, {&xv, &gv}), want, 2e-5, 2e-5, "RMSNorm");
+  }
+}
+
+// A gate projection with SiLU fused (Llama's MLP), and Rsqrt after an Add.
+TYPED_TEST_P(BackendNumerics, FusedMatMulSiluAndRsqrtMatchTheReference) {
+  const shape_t xs{5, 96}, ws{96, 40};
+  for (const op_kind post : {op_kind::silu, op_kind::rsqrt}) {
+    SCOPED_TRACE(to_string(post));
+    graph g;
+    auto x = g.tensor(xs), w = g.tensor(ws, tensor_property::constant), c = g.tensor({40}, tensor_property::constant);
+    auto mm = g.tensor({5, 40}), added = g.tensor({5, 40}), y = g.tensor({5, 40});
+    g.add_op(op_kind::matmul, {x, w}, {mm});
+    g.add_op(op_kind::add, {mm, c}, {added});
+    g.add_op(post, {added}, {y});
+    auto xv = random_data(xs, 26, -1.f, 1.f), wv = random_data(ws, 27, -0.2f, 0.2f);
+    auto cv = random_data({40}, 28, 8.f, 9.f);  // keeps Rsqrt's operand positive
+    auto want = ref_matmul(xv, wv, 5, 96, 40, false, false);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = ref_eltwise(static_cast<int>(post), want[i] + cv[i % 40]);
+    expect_close(this->run(g, {xs, ws, {40}}, {&xv, &wv, &cv}), want, 1e-5, 1e-5, to_string(post));
   }
 }
 
@@ -277,6 +320,7 @@ REGISTER_TYPED_TEST_SUITE_P(BackendNumerics, MatMulWithOddShapesTransposesAndCon
                             BatchedMatMulWithASharedWeightMatchesTheReference,
                             BatchedMatMulWithBatchedOperandsMatchesTheReference, BinaryOpsBroadcastLikeNumpy,
                             EltwiseOpsAndSoftmaxMatchTheReference, LayerNormMatchesTheReference,
+                            RmsNormMatchesTheReference, FusedMatMulSiluAndRsqrtMatchTheReference,
                             AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference,
                             TransposeMatchesTheReference);
 

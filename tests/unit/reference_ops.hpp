@@ -65,13 +65,17 @@ inline std::vector<float> ref_binary(const std::vector<float>& a, shape_t as, co
   return out;
 }
 
-inline float ref_eltwise(int kind, float x) {  // op_kind values: relu=3, gelu_erf, gelu_tanh, sigmoid, tanh
+// op_kind values: relu=3, gelu_erf, gelu_tanh, sigmoid, tanh; sqrt=11, rsqrt, silu
+inline float ref_eltwise(int kind, float x) {
   switch (kind) {
     case 3: return x > 0 ? x : 0;
     case 4: return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
     case 5: return 0.5f * x * (1.f + std::tanh(std::sqrt(2.f / 3.14159265358979f) * (x + 0.044715f * x * x * x)));
     case 6: return 1.f / (1.f + std::exp(-x));
     case 7: return std::tanh(x);
+    case 11: return static_cast<float>(std::sqrt(static_cast<double>(x)));
+    case 12: return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x)));
+    case 13: return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x))));
   }
   return NAN;
 }
@@ -110,6 +114,18 @@ inline std::vector<float> ref_transpose(const std::vector<float>& x, const shape
 }
 
 // LayerNorm over rows of `cols`, in double: (x - mean) / sqrt(var + eps) * gamma + beta.
+inline std::vector<float> ref_rms_norm(std::vector<float> x, std::int64_t rows, std::int64_t cols,
+                                       const std::vector<float>& gamma, double eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * cols;
+    double squares = 0;
+    for (std::int64_t c = 0; c < cols; ++c) squares += static_cast<double>(row[c]) * row[c];
+    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(cols) + eps);
+    for (std::int64_t c = 0; c < cols; ++c) row[c] = static_cast<float>(row[c] * inv * gamma[c]);
+  }
+  return x;
+}
+
 inline std::vector<float> ref_layer_norm(std::vector<float> x, std::int64_t rows, std::int64_t cols,
                                          const std::vector<float>& gamma, const std::vector<float>& beta, double eps) {
   for (std::int64_t r = 0; r < rows; ++r) {

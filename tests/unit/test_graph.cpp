@@ -316,6 +316,41 @@ TEST(GraphLayerNorm, BadParametersAndEpsilonsNameTheOp) {
   EXPECT_EQ(g.partitions()[0].ops()[0].epsilon, 0.f) << "a rejected value changed nothing";
 }
 
+// Llama's RMSNorm: a partition of its own reading x and gamma, its epsilon
+// in the fingerprint, a wrong gamma or a beta named; the eltwise Sqrt, Rsqrt
+// and SiLU fuse after a MatMul as the other eltwise ops do.
+TEST(GraphRmsNorm, IsAPartitionOfItsOwnReadingXAndGamma) {
+  auto build = [](float epsilon, std::int64_t gamma_length, bool with_beta) {
+    auto g = std::make_unique<graph>();
+    auto x = g->tensor({-1, 8}), gamma = g->tensor({gamma_length}, tensor_property::constant), y = g->tensor({-1, 8});
+    std::vector<logical_tensor> in{x, gamma};
+    if (with_beta) in.push_back(g->tensor({8}));
+    g->set_attribute(g->add_op(op_kind::rms_norm, in, {y}), op_attribute::epsilon, epsilon);
+    return g;
+  };
+  auto g = build(1e-6f, 8, false);
+  g->finalize();
+  ASSERT_EQ(g->partitions().size(), 1u);
+  EXPECT_EQ(g->partitions()[0].pattern(), partition::kind::rms_norm);
+  EXPECT_EQ(g->partitions()[0].inputs().size(), 2u);
+  EXPECT_EQ(g->partitions()[0].ops()[0].epsilon, 1e-6f);
+  auto other = build(1e-5f, 8, false);
+  other->finalize();
+  EXPECT_NE(g->partitions()[0].fingerprint(), other->partitions()[0].fingerprint());
+  const std::string wrong_gamma = finalize_error(*build(1e-6f, 7, false));
+  EXPECT_NE(wrong_gamma.find("op 1 (RMSNorm): gamma (tensor 2) has shape [7]"), std::string::npos) << wrong_gamma;
+  EXPECT_NE(finalize_error(*build(1e-6f, 8, true)).find("takes 2 input(s)"), std::string::npos);
+
+  graph chain;
+  auto x = chain.tensor({-1, 16}), w = chain.tensor({16, 8}, tensor_property::constant);
+  auto mm = chain.tensor({-1, 8}), s = chain.tensor({-1, 8}), r = chain.tensor({-1, 8});
+  chain.add_op(op_kind::matmul, {x, w}, {mm});
+  chain.add_op(op_kind::silu, {mm}, {s});
+  chain.add_op(op_kind::sqrt, {s}, {r});
+  chain.finalize();
+  ASSERT_EQ(chain.partitions().size(), 1u) << "MatMul -> SiLU -> Sqrt is one fused partition";
+}
+
 // Attention's head split as a frontend maps it: a partition of its own,
 // whose output shape is the input's permuted (-1 dims too), and whose
 // permutation is part of the fingerprint.

@@ -281,7 +281,7 @@ TEST(GraphJson, MalformedDocumentsThrowAGraphErrorNamingThePlace) {
       {document_with(R"({"kind": "ReLU", "inputs": [1.5], "outputs": [2]})"), "1.5 is not an integer"},
       {document_with(R"({"kind": "ReLU", "inputs": [01], "outputs": [2]})"), "not a JSON number: a leading zero"},
       {document_with(R"({"kind": "ReLU", "inputs": [1], "outputs": [2], "epsilon": 1})"),
-       "ops[0].epsilon: ReLU has no epsilon (LayerNorm has)"},
+       "ops[0].epsilon: ReLU has no epsilon (LayerNorm and RMSNorm have)"},
       {document_with(R"({"kind": "LayerNorm", "inputs": [1, 3, 3], "outputs": [2], "epsilon": NaN})"),
        "ops[0].epsilon: expected a number, got no JSON value"},
       {document_with(R"({"kind": "LayerNorm", "inputs": [1, 3, 3], "outputs": [2], "epsilon": 1e999})"),

@@ -69,11 +69,11 @@ void unary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const s
 
 layer_norm_kernel::layer_norm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                      const engine& e, const std::vector<kernel_binary>& preloaded)
-    : device_kernel(d), epsilon_(p.ops().front().epsilon) {
+    : device_kernel(d), epsilon_(p.ops().front().epsilon), rms_(p.ops().front().kind == op_kind::rms_norm) {
   const std::vector<std::int64_t>& shape = in[0].shape;
   const std::int64_t cols = shape.back();
   if (cols > std::numeric_limits<std::int32_t>::max()) {
-    throw compile_error(std::string(d.name()) + ": LayerNorm over " + std::to_string(cols) +
+    throw compile_error(std::string(d.name()) + ": " + to_string(p.ops().front().kind) + " over " + std::to_string(cols) +
                         " columns (at most 2147483647)");
   }
   cols_ = static_cast<std::int32_t>(cols);
@@ -81,14 +81,15 @@ layer_norm_kernel::layer_norm_kernel(const device& d, const partition& p, const 
   const auto local = static_cast<std::size_t>(wg);
   launch_ = checked_dims(d, {static_cast<std::size_t>(kernels::elements(shape) / cols) * local, 1, 1}, {local, 1, 1},
                          "LayerNorm");
-  program_ = add_program(e, kernels::layer_norm_source(d.dialect(), wg), preloaded);
+  program_ = add_program(e, kernels::layer_norm_source(d.dialect(), wg, rms_), preloaded);
 }
 
 void layer_norm_kernel::execute(stream& s, const std::vector<tensor>& inputs,
                                 const std::vector<tensor>& outputs) const {
   execution run(*this, s);
   kernel_args args;
-  args.add(inputs[0].data).add(inputs[1].data).add(inputs[2].data).add(outputs[0].data);
+  // RMSNorm has no beta: gamma in its place, which the kernel does not read.
+  args.add(inputs[0].data).add(inputs[1].data).add(inputs[rms_ ? 1 : 2].data).add(outputs[0].data);
   args.add(cols_).add(epsilon_);
   launch(*program_, s, args, launch_);
   run.finish();

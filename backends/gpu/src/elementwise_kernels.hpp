@@ -40,8 +40,8 @@ class unary_kernel final : public device_kernel {
   const kernel* program_ = nullptr;
 };
 
-// LayerNorm over the last axis, one work-group per row; epsilon is an
-// argument, so one binary serves every epsilon.
+// LayerNorm or RMSNorm over the last axis, one work-group per row; epsilon
+// is an argument, so one binary serves every epsilon.
 class layer_norm_kernel final : public device_kernel {
  public:
   layer_norm_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in, const engine& e,
@@ -51,6 +51,7 @@ class layer_norm_kernel final : public device_kernel {
  private:
   std::int32_t cols_ = 1;
   float epsilon_ = 0.f;
+  bool rms_ = false;
   launch_dims launch_;
   const kernel* program_ = nullptr;
 };

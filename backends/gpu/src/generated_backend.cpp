@@ -125,7 +125,8 @@ class generated_backend final : public backend {
       case partition::kind::binary: return std::make_shared<binary_kernel>(d, p, in, out, e, preloaded);
       case partition::kind::eltwise:
       case partition::kind::softmax: return std::make_shared<unary_kernel>(d, p, in, e, preloaded);
-      case partition::kind::layer_norm: return std::make_shared<layer_norm_kernel>(d, p, in, e, preloaded);
+      case partition::kind::layer_norm:
+      case partition::kind::rms_norm: return std::make_shared<layer_norm_kernel>(d, p, in, e, preloaded);
       case partition::kind::transpose: return std::make_shared<transpose_kernel>(d, p, in, e, preloaded);
     }
     throw compile_error(std::string(name()) + ": unknown partition kind");

@@ -27,7 +27,8 @@ std::shared_ptr<const compiled_kernel> onednn_cpu_backend::compile(
       case partition::kind::binary: return std::make_shared<binary_kernel>(p, in, out, e);
       case partition::kind::eltwise:
       case partition::kind::softmax:
-      case partition::kind::layer_norm: return std::make_shared<row_wise_kernel>(p, in, e);
+      case partition::kind::layer_norm:
+      case partition::kind::rms_norm: return std::make_shared<row_wise_kernel>(p, in, e);
       case partition::kind::transpose: return std::make_shared<transpose_kernel>(p, in);
     }
   } catch (const dnnl::error& err) {

@@ -93,7 +93,8 @@ std::shared_ptr<const cached_primitive> chunked_matmul_kernel::make(const engine
       if (is_binary(posts_[i].kind)) {
         ops.append_binary(binary_algorithm(posts_[i].kind), post_mds[i]);
       } else {
-        ops.append_eltwise(1.f, eltwise_algorithm(posts_[i].kind), 0.f, 0.f);
+        const eltwise_spec spec = eltwise_of(posts_[i].kind);
+        ops.append_eltwise(1.f, spec.algorithm, spec.alpha, spec.beta);
       }
     }
     dnnl::primitive_attr attr;

@@ -181,7 +181,8 @@ std::shared_ptr<const cached_primitive> matmul_kernel::make_matmul(const engine&
       if (is_binary(x.kind)) {
         ops.append_binary(binary_algorithm(x.kind), post_mds[i]);
       } else {
-        ops.append_eltwise(1.f, eltwise_algorithm(x.kind), 0.f, 0.f);
+        const eltwise_spec spec = eltwise_of(x.kind);
+        ops.append_eltwise(1.f, spec.algorithm, spec.alpha, spec.beta);
       }
     }
     dnnl::primitive_attr attr;
@@ -209,7 +210,8 @@ matmul_kernel::step matmul_kernel::make_step(const engine& e, const post& x) {
       return cached_primitive{dnnl::binary(pd), {}};
     }
     dnnl::eltwise_forward::primitive_desc pd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_algorithm(x.kind), dst_md_, 0.f, 0.f),
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_of(x.kind).algorithm, dst_md_,
+                                    eltwise_of(x.kind).alpha, eltwise_of(x.kind).beta),
         eng);
     return cached_primitive{dnnl::eltwise_forward(pd), {}};
   });
@@ -271,7 +273,8 @@ std::vector<matmul_kernel::block_step> matmul_kernel::make_block_steps(const eng
         return cached_primitive{dnnl::binary(pd), {}};
       }
       dnnl::eltwise_forward::primitive_desc pd(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_algorithm(x.kind), st.md, 0.f, 0.f),
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_of(x.kind).algorithm, st.md,
+                                      eltwise_of(x.kind).alpha, eltwise_of(x.kind).beta),
           eng);
       return cached_primitive{dnnl::eltwise_forward(pd), {}};
     });

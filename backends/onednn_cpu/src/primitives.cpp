@@ -34,13 +34,17 @@ dnnl::memory::desc plain_md(const std::vector<std::int64_t>& shape) {
 }
 
 
-dnnl::algorithm eltwise_algorithm(op_kind k) {
+eltwise_spec eltwise_of(op_kind k) {
+  using alg = dnnl::algorithm;
   switch (k) {
-    case op_kind::relu: return dnnl::algorithm::eltwise_relu;
-    case op_kind::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
-    case op_kind::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
-    case op_kind::sigmoid: return dnnl::algorithm::eltwise_logistic;
-    case op_kind::tanh: return dnnl::algorithm::eltwise_tanh;
+    case op_kind::relu: return {alg::eltwise_relu, 0.f, 0.f};
+    case op_kind::gelu_erf: return {alg::eltwise_gelu_erf, 0.f, 0.f};
+    case op_kind::gelu_tanh: return {alg::eltwise_gelu_tanh, 0.f, 0.f};
+    case op_kind::sigmoid: return {alg::eltwise_logistic, 0.f, 0.f};
+    case op_kind::tanh: return {alg::eltwise_tanh, 0.f, 0.f};
+    case op_kind::sqrt: return {alg::eltwise_sqrt, 0.f, 0.f};
+    case op_kind::rsqrt: return {alg::eltwise_pow, 1.f, -0.5f};  // alpha * x^beta
+    case op_kind::silu: return {alg::eltwise_swish, 1.f, 0.f};   // x * sigmoid(alpha * x)
     default: throw compile_error(std::string("onednn_cpu: ") + to_string(k) + " is not an eltwise op");
   }
 }

@@ -41,7 +41,15 @@ std::uint64_t ns_since(std::chrono::steady_clock::time_point start);
 tag plain_tag(std::size_t rank);
 dnnl::memory::desc plain_md(const std::vector<std::int64_t>& shape);
 
-dnnl::algorithm eltwise_algorithm(op_kind k);
+// An eltwise op as oneDNN's algorithm and its alpha and beta (Rsqrt is
+// pow(x, -0.5), SiLU is swish with alpha 1). Throws compile_error for an op
+// that is not eltwise.
+struct eltwise_spec {
+  dnnl::algorithm algorithm;
+  float alpha = 0.f;
+  float beta = 0.f;
+};
+eltwise_spec eltwise_of(op_kind k);
 dnnl::algorithm binary_algorithm(op_kind k);
 
 void add_md(cache_key& key, const dnnl::memory::desc& md);

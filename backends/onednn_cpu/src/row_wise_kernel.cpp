@@ -1,6 +1,6 @@
-// The eltwise / Softmax / LayerNorm kernel: one primitive per power-of-two
-// block of rows, each from the kernel cache, run block after block; Softmax
-// is softmax_rows over every row, with no primitive.
+// The eltwise / Softmax / LayerNorm / RMSNorm kernel: one primitive per
+// power-of-two block of rows, each from the kernel cache, run block after
+// block; Softmax and RMSNorm run over every row in plain C++, with no primitive.
 #include "row_wise_kernel.hpp"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine_state.hpp"
+#include "rms_norm_rows.hpp"
 #include "softmax_rows.hpp"
 #include "unicache/cache_key.hpp"
 
@@ -26,8 +27,9 @@ cached_primitive make_primitive(op_kind k, const dnnl::memory::desc& md, float e
         dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, epsilon, flags), eng);
     return {dnnl::layer_normalization_forward(pd), {}};
   }
+  const eltwise_spec spec = eltwise_of(k);
   dnnl::eltwise_forward::primitive_desc pd(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_algorithm(k), md, 0.f, 0.f), eng);
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, md, spec.alpha, spec.beta), eng);
   return {dnnl::eltwise_forward(pd), {}};
 }
 
@@ -48,12 +50,15 @@ std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t la
 }
 
 row_wise_kernel::row_wise_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e)
-    : layer_norm_(p.ops().front().kind == op_kind::layer_norm), softmax_(p.ops().front().kind == op_kind::softmax) {
+    : layer_norm_(p.ops().front().kind == op_kind::layer_norm),
+      softmax_(p.ops().front().kind == op_kind::softmax),
+      rms_norm_(p.ops().front().kind == op_kind::rms_norm),
+      epsilon_(p.ops().front().epsilon) {
   const op& o = p.ops().front();
   const std::vector<std::int64_t>& shape = in[0].shape;
   row_length_ = shape.empty() ? 1 : shape.back();
   for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows_ *= shape[d];
-  if (softmax_) return;
+  if (softmax_ || rms_norm_) return;
   parameter_md_ = plain_md({row_length_});
   const std::int64_t largest = largest_block_rows(row_length_);
   const dnnl::engine& eng = e.native<engine_state>().eng;
@@ -72,6 +77,11 @@ void row_wise_kernel::execute(stream& s, const std::vector<tensor>& inputs,
                               const std::vector<tensor>& outputs) const {
   if (softmax_) {
     softmax_rows(static_cast<const float*>(inputs[0].data), static_cast<float*>(outputs[0].data), rows_, row_length_);
+    return;
+  }
+  if (rms_norm_) {
+    rms_norm_rows(static_cast<const float*>(inputs[0].data), static_cast<const float*>(inputs[1].data),
+                  static_cast<float*>(outputs[0].data), rows_, row_length_, epsilon_);
     return;
   }
   const dnnl::engine& eng = s.get_engine().native<engine_state>().eng;

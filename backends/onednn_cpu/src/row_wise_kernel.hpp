@@ -19,7 +19,8 @@ std::vector<std::int64_t> power_of_two_blocks(std::int64_t rows, std::int64_t la
 // 2^22 elements (16 MiB of f32) unless one row is longer.
 std::int64_t largest_block_rows(std::int64_t row_length);
 
-// ReLU, GELU, Sigmoid, Tanh, Softmax and LayerNorm (last axis), SRC -> DST
+// ReLU, GELU, Sigmoid, Tanh, Sqrt, Rsqrt, SiLU, Softmax, LayerNorm and
+// RMSNorm (last axis), SRC -> DST
 // (LayerNorm: with gamma as SCALE and beta as SHIFT). Each row is
 // independent, so the tensor runs as blocks of rows, one primitive per
 // block size from the kernel cache: every shape of a partition shares at
@@ -27,7 +28,8 @@ std::int64_t largest_block_rows(std::int64_t row_length);
 // would build one for each new batch or sequence length. Softmax builds
 // none: oneDNN's would be one per row length too, and attention's row
 // length is the sequence length, new with almost every request, so it runs
-// softmax_rows (plain C++) on the whole tensor.
+// softmax_rows (plain C++) on the whole tensor; RMSNorm (which oneDNN 2.x
+// lacks) runs rms_norm_rows.
 class row_wise_kernel final : public compiled_kernel {
  public:
   row_wise_kernel(const partition& p, const std::vector<logical_tensor>& in, const engine& e);
@@ -44,6 +46,8 @@ class row_wise_kernel final : public compiled_kernel {
   std::int64_t rows_ = 1;
   bool layer_norm_ = false;
   bool softmax_ = false;             // softmax_rows; blocks_ stays empty
+  bool rms_norm_ = false;            // rms_norm_rows; blocks_ stays empty
+  float epsilon_ = 0.f;
   dnnl::memory::desc parameter_md_;  // LayerNorm's gamma and beta: [row length]
   std::vector<block> blocks_;        // in row order, covering every row once
 };

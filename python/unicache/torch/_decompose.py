@@ -5,7 +5,9 @@
                                 (+ the mask as an additive bias), Softmax, MatMul
                                 with v: four FX nodes torch could run as they are,
                                 which lowering maps to unicache partitions;
-  SiLU                          F.silu(x), nn.SiLU, x.silu() as x * sigmoid(x);
+  RMSNorm written out           weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True)
+                                + eps)) (Llama's, with its float32 conversions) as
+                                rms_norm(x, weight, eps): one op;
   GELU written out             0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
                                 x**3))) (GPT-2's "gelu_new") as F.gelu(x,
                                 approximate="tanh"): one op, fused into the GEMM
@@ -73,9 +75,7 @@ def rewrite(root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.No
         if node.op == "call_function" and node.target in _SDPA:
             _attention(graph, info, node, biases)
         elif _is_mul(node):
-            _gelu_tanh(graph, info, node)
-        elif _is_silu(node, modules):
-            _silu(graph, info, node)
+            _gelu_tanh(graph, info, node) or _rms_norm(graph, info, node)
 
 
 def _attention(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node,
@@ -128,30 +128,6 @@ def _attention(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorI
     graph.erase_node(node)
 
 
-_SILU = {F.silu, getattr(torch._C._nn, "silu", F.silu)}
-
-
-def _is_silu(node: torch.fx.Node, modules: Dict[str, torch.nn.Module]) -> bool:
-    if len(node.args) != 1 or node.kwargs.get("inplace"):
-        return False
-    if node.op == "call_function":
-        return node.target in _SILU
-    if node.op == "call_method":
-        return node.target == "silu"
-    return node.op == "call_module" and isinstance(modules.get(str(node.target)), torch.nn.SiLU) and \
-        not modules[str(node.target)].inplace
-
-
-def _silu(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node) -> None:
-    x = node.args[0]
-    with graph.inserting_before(node):
-        gate = graph.call_function(torch.sigmoid, (x,))
-        out = graph.call_function(operator.mul, (x, gate))
-    info[gate] = info[out] = info.get(node)
-    node.replace_all_uses_with(out)
-    graph.erase_node(node)
-
-
 def _is_mul(node: torch.fx.Node) -> bool:
     return (node.op == "call_function" and node.target in (operator.mul, torch.mul)) or \
         (node.op == "call_method" and node.target == "mul")
@@ -191,13 +167,13 @@ def _is_cube_of(node: Any, x: torch.fx.Node) -> bool:
     return False
 
 
-def _gelu_tanh(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node) -> None:
+def _gelu_tanh(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node) -> bool:
     """node = (0.5 * x) * (1 + tanh(c * (x + 0.044715 * x**3))), c = sqrt(2/pi), in any
     operand order: replaced by gelu(x, approximate="tanh") when nothing else reads the
     pieces."""
     pair = _operands(node, _is_mul)
     if pair is None:
-        return
+        return False
     for half, one_plus in (pair, pair[::-1]):
         x = _number_times(half, 0.5)
         added = _operands(one_plus, _is_add)
@@ -217,11 +193,112 @@ def _gelu_tanh(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorI
                 pieces = [half, one_plus, tanh, tanh.args[0], inner, cubic, cube]
                 inside = set(pieces) | {node}
                 if any(u not in inside for p in pieces for u in p.users):
-                    return  # a piece read elsewhere: keep it as it is
+                    return False  # a piece read elsewhere: keep it as it is
                 with graph.inserting_before(node):
                     gelu = graph.call_function(F.gelu, (x,), {"approximate": "tanh"})
                 info[gelu] = info.get(node)
                 node.replace_all_uses_with(gelu)
                 for p in [node] + pieces:
                     graph.erase_node(p)
-                return
+                return True
+    return False
+
+
+def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    """RMSNorm over the last axis, as a model writes it out (what torch runs when
+    lowering leaves the rewritten node to it)."""
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y if weight is None else weight * y
+
+
+def _is_method(node: Any, name: str) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_method" and node.target == name
+
+
+def _same_f32(node: Any, info: Dict[torch.fx.Node, Optional[TensorInfo]]) -> Any:
+    """The node under .to(float32) / .float() conversions of a float32 value to itself."""
+    while _is_method(node, "to") or _is_method(node, "float"):
+        source = node.args[0]
+        ti, si = info.get(node), info.get(source) if isinstance(source, torch.fx.Node) else None
+        if ti is None or si is None or ti.dtype != torch.float32 or si.dtype != torch.float32 or \
+                len(node.users) != 1 or node.kwargs.get("copy"):
+            break
+        node = source
+    return node
+
+
+def _mean_square_of(node: Any) -> Optional[Tuple[Any, List[torch.fx.Node]]]:
+    """(x, pieces) when node is x.pow(2).mean(-1, keepdim=True) (or x * x)."""
+    if not (isinstance(node, torch.fx.Node) and (_is_method(node, "mean") or
+                                                 node.op == "call_function" and node.target is torch.mean)):
+        return None
+    given = dict(zip(("input", "dim", "keepdim"), node.args))
+    given.update(node.kwargs)
+    dim = given.get("dim")
+    if dim not in (-1, [-1], (-1,)) or given.get("keepdim") is not True or set(given) - {"input", "dim", "keepdim"}:
+        return None
+    square = given.get("input")
+    if isinstance(square, torch.fx.Node) and (_is_method(square, "pow") or
+                                               square.op == "call_function" and square.target in (torch.pow, operator.pow)):
+        if len(square.args) == 2 and square.args[1] == 2 and not square.kwargs:
+            return square.args[0], [node, square]
+    pair = _operands(square, _is_mul)
+    if pair is not None and pair[0] is pair[1]:
+        return pair[0], [node, square]
+    return None
+
+
+def _rms_norm(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node) -> bool:
+    """node = x * rsqrt(mean(x^2, -1) + eps), or weight * that (a parameter of the row's
+    length, through float32-to-float32 conversions), as rms_norm(x, weight, eps)."""
+    pair = _operands(node, _is_mul)
+    if pair is None:
+        return False
+    for weight, scaled in (pair, pair[::-1]):  # weight * rms_norm(x, None, eps), rewritten before
+        inner = _same_f32(scaled, info)
+        if isinstance(weight, torch.fx.Node) and weight.op == "get_attr" and isinstance(inner, torch.fx.Node) \
+                and inner.op == "call_function" and inner.target is rms_norm and inner.args[1] is None \
+                and len(inner.users) == 1 and info.get(weight) is not None and info[weight].rank == 1:
+            x, _, eps = inner.args
+            with graph.inserting_before(node):
+                fused = graph.call_function(rms_norm, (x, weight, eps))
+            info[fused] = info.get(node)
+            node.replace_all_uses_with(fused)
+            graph.erase_node(node)
+            for dead in _chain(scaled, inner):
+                graph.erase_node(dead)
+            return True
+    for x, root in (pair, pair[::-1]):
+        if not (isinstance(root, torch.fx.Node) and (_is_method(root, "rsqrt") or root.op == "call_function"
+                                                      and root.target is torch.rsqrt)) or len(root.args) != 1:
+            continue
+        added = _operands(root.args[0], _is_add)
+        if added is None:
+            continue
+        for mean, eps in (added, added[::-1]):
+            found = _mean_square_of(mean)
+            if found is None or found[0] is not x or not isinstance(eps, (int, float)) or isinstance(eps, bool):
+                continue
+            pieces = [root, root.args[0]] + found[1]
+            inside = set(pieces) | {node}
+            if any(u not in inside for p in pieces for u in p.users):
+                return False
+            with graph.inserting_before(node):
+                fused = graph.call_function(rms_norm, (x, None, float(eps)))
+            info[fused] = info.get(node)
+            node.replace_all_uses_with(fused)
+            graph.erase_node(node)
+            for p in pieces:
+                graph.erase_node(p)
+            return True
+    return False
+
+
+def _chain(top: torch.fx.Node, bottom: torch.fx.Node) -> List[torch.fx.Node]:
+    """The conversion nodes from `top` down to and including `bottom`, users first."""
+    out = []
+    node = top
+    while node is not bottom:
+        out.append(node)
+        node = node.args[0]
+    return out + [bottom]

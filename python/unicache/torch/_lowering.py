@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..graph import Graph, LogicalTensor, OpAttr, OpKind
 from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, Shape, TensorInfo, attribute, broadcast
+from ._decompose import rms_norm as _RMS_NORM
 
 PLAIN, ROWS, BATCH = "plain", "rows", "batch"
 MAX_TRANSPOSE_RANK = 6  # the IR's Transpose
@@ -101,9 +102,15 @@ class Lowered:
 
 
 _ELTWISE_FUNCTIONS = {F.relu: OpKind.RELU, torch.relu: OpKind.RELU, torch.sigmoid: OpKind.SIGMOID,
-                      torch.tanh: OpKind.TANH, F.sigmoid: OpKind.SIGMOID, F.tanh: OpKind.TANH}
-_ELTWISE_METHODS = {"relu": OpKind.RELU, "sigmoid": OpKind.SIGMOID, "tanh": OpKind.TANH}
-_ELTWISE_MODULES = {torch.nn.ReLU: OpKind.RELU, torch.nn.Sigmoid: OpKind.SIGMOID, torch.nn.Tanh: OpKind.TANH}
+                      torch.tanh: OpKind.TANH, F.sigmoid: OpKind.SIGMOID, F.tanh: OpKind.TANH, torch.sqrt: OpKind.SQRT,
+                      torch.rsqrt: OpKind.RSQRT, F.silu: OpKind.SILU,
+                      getattr(torch._C._nn, "silu", F.silu): OpKind.SILU}
+_ELTWISE_METHODS = {"relu": OpKind.RELU, "sigmoid": OpKind.SIGMOID, "tanh": OpKind.TANH, "sqrt": OpKind.SQRT,
+                    "rsqrt": OpKind.RSQRT}
+_ELTWISE_MODULES = {torch.nn.ReLU: OpKind.RELU, torch.nn.Sigmoid: OpKind.SIGMOID, torch.nn.Tanh: OpKind.TANH,
+                    torch.nn.SiLU: OpKind.SILU}
+# pow(x, p) for the exponents that are one op (2: x * x, handled apart).
+_POWERS = {0.5: OpKind.SQRT, -0.5: OpKind.RSQRT}
 _BINARY = {operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul: "mul",
            operator.truediv: "div", torch.div: "div"}
 _BINARY_METHODS = {"add": "add", "mul": "mul", "div": "div"}
@@ -268,6 +275,8 @@ class Lowerer:
             return f"{name}: its value is on {ti.device}, the graph computes on {self.device}"
         if name in VIEW_OPS:
             return f"{name}: a view or a copy of torch's (no arithmetic)"
+        if name == "attention_bias":
+            return "attention_bias: the attention mask as an additive bias (index arithmetic, torch's)"
         inputs = [a for a in node.all_input_nodes if self.info.get(self.out.resolve(a)) is not None]
         for a in inputs:
             ai = self.info[self.out.resolve(a)]
@@ -301,8 +310,16 @@ class Lowerer:
         if f is F.dropout:
             training = kwargs.get("training", args[2] if len(args) > 2 else True)
             return training is False and self._alias(node, args[0])
-        if f in _ELTWISE_FUNCTIONS and len(args) == 1 and not kwargs:
+        if f in _ELTWISE_FUNCTIONS and len(args) == 1 and kwargs in ({}, {"inplace": False}):
             return self._eltwise(node, args[0], _ELTWISE_FUNCTIONS[f])
+        if f in (torch.pow, operator.pow) and len(args) == 2 and not kwargs:
+            return self._pow(node, args[0], args[1])
+        if f in (operator.neg, torch.neg) and len(args) == 1 and not kwargs:
+            return self._binary(node, "mul", args[0], -1.0)
+        if f in (operator.sub, torch.sub) and len(args) == 2 and not kwargs:
+            return self._subtract(node, args[0], args[1])
+        if f is _RMS_NORM or f is getattr(F, "rms_norm", None):
+            return self._rms_norm(node, args, kwargs)
         if f is F.gelu and len(args) == 1 and set(kwargs) <= {"approximate"}:
             return self._gelu(node, args[0], kwargs.get("approximate", "none"))
         if f in (F.softmax, torch.softmax) and kwargs.get("dtype") is None:
@@ -336,6 +353,12 @@ class Lowerer:
             return self._alias(node, args[0])  # a conversion to what it is already: the same tensor
         if name in _ELTWISE_METHODS and len(args) == 1 and not kwargs:
             return self._eltwise(node, args[0], _ELTWISE_METHODS[name])
+        if name == "pow" and len(args) == 2 and not kwargs:
+            return self._pow(node, args[0], args[1])
+        if name == "neg" and len(args) == 1 and not kwargs:
+            return self._binary(node, "mul", args[0], -1.0)
+        if name == "sub" and len(args) == 2 and not kwargs:
+            return self._subtract(node, args[0], args[1])
         if name == "softmax" and kwargs.get("dtype") is None:
             return self._softmax(node, args[0], kwargs.get("dim", args[1] if len(args) > 1 else None))
         if name == "matmul" and len(args) == 2 and not kwargs:
@@ -360,6 +383,55 @@ class Lowerer:
         view = self._view_of(x)
         xt = self._use(x, view)
         self.out.graph.add_op(kind, [xt], [self._output(node, view, _same, [self.out.resolve(x)])])
+        return True
+
+    def _pow(self, node: torch.fx.Node, x: Any, exponent: Any) -> bool:
+        """x ** p for p = 1 (x), 2 (x * x), 0.5 (Sqrt), -0.5 (Rsqrt); other exponents stay torch's."""
+        if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+            return self._no("pow: an exponent that is not a number")
+        if exponent == 1:
+            return self._f32(x) is not None and self._alias(node, x)
+        if exponent == 2:
+            return self._binary(node, "mul", x, x)
+        if exponent in _POWERS:
+            return self._eltwise(node, x, _POWERS[exponent])
+        return self._no(f"pow: exponent {exponent} (unicache takes 1, 2, 0.5 and -0.5)")
+
+    def _subtract(self, node: torch.fx.Node, x: Any, y: Any) -> bool:
+        """x - number as an Add of -number; a tensor minus a tensor stays torch's."""
+        if isinstance(y, (int, float)) and not isinstance(y, bool):
+            return self._binary(node, "add", x, -y)
+        return self._no("sub: a tensor minus a tensor, or a number minus a tensor")
+
+    def _rms_norm(self, node: torch.fx.Node, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+        """RMSNorm over the last axis: _decompose.rms_norm(x, weight, eps) (a model's
+        RMSNorm written out, rewritten) or F.rms_norm(x, shape, weight, eps)."""
+        if node.target is _RMS_NORM:
+            x, weight, eps = args
+        else:
+            values = dict(zip(["input", "normalized_shape", "weight", "eps"], args))
+            values.update(kwargs)
+            x, weight, eps = values.get("input"), values.get("weight"), values.get("eps")
+            shape = values.get("normalized_shape")
+            ti = self._f32(x)
+            if ti is None or tuple(shape if isinstance(shape, (list, tuple)) else (shape,)) != ti.shape[-1:]:
+                return self._no("rms_norm: over more than the last axis")
+        ti = self._f32(x)
+        if ti is None or self._f32(node) is None:
+            return False
+        if eps is None:
+            eps = torch.finfo(torch.float32).eps  # F.rms_norm's default
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+            return self._no("rms_norm: an epsilon computed in the model")
+        channels = ti.shape[-1]
+        gamma = torch.ones(channels, dtype=torch.float32, device=self.device) if weight is None else \
+            (self._attr(weight) if isinstance(weight, torch.fx.Node) else None)
+        if gamma is None or tuple(gamma.shape) != (channels,):
+            return self._no("rms_norm: a weight that is not a float32 parameter of the row's length")
+        view = self._view_of(x)
+        op = self.out.graph.add_op(OpKind.RMS_NORM, [self._use(x, view), self._constant(gamma)],
+                                   [self._output(node, view, _same, [self.out.resolve(x)])])
+        self.out.graph.set_op_attr(op, OpAttr.EPSILON, float(eps))
         return True
 
     def _gelu(self, node: torch.fx.Node, x: Any, approximate: str) -> bool:
