@@ -333,7 +333,8 @@ class TorchFrontend(unittest.TestCase):
         self.assertEqual(len(report.graphs), 1)
         graph = report.graphs[0]
         self.assertEqual(report.matmul_flop_share, 1.0, str(report))
-        self.assertEqual(graph.partitions, self.fast_small.partitions)
+        if report.door.startswith("unicache.torch.compile"):  # torch.fx: the graph compile() makes
+            self.assertEqual(graph.partitions, self.fast_small.partitions)
         self.assertTrue(graph.dynamic_dims[0].endswith(("[-1,8,64]", "[-1,-1,64]")), graph.dynamic_dims)
         self.assertGreater(graph.ops_in_unicache, graph.ops_in_torch)
         self.assertTrue(all(r.split(":")[0] in ("view", "size", "getitem", "add", "floordiv", "mul")
@@ -390,6 +391,23 @@ class TorchFrontend(unittest.TestCase):
             x = torch.randn(batch, length, 32)
             with torch.no_grad():
                 close_to(self, fast(x), model(x), f"{batch}x{length}")
+
+    def test_numbers_computed_from_numbers_are_folded(self):
+        # Dynamo leaves GELU's sqrt(2 / pi) as nodes when pi is one of its inputs
+        # (a global it lifts): once pi is a number, the nodes become their value.
+        import math
+        import operator
+        from unicache.torch._dynamo import fold_constants
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        ratio = g.call_function(operator.truediv, (2.0, math.pi))
+        root = g.call_function(math.sqrt, (ratio,))
+        scaled = g.call_function(operator.mul, (root, x))
+        bad = g.call_function(operator.truediv, (1.0, 0.0))  # not a number: left as it is
+        g.output((scaled, bad))
+        fold_constants(g)
+        self.assertEqual([n.op for n in g.nodes], ["placeholder", "call_function", "call_function", "output"])
+        self.assertAlmostEqual(scaled.args[0], math.sqrt(2.0 / math.pi))
 
     def test_training_mode_and_bad_dynamic_dims_are_refused(self):
         model = torch.nn.Linear(4, 4)

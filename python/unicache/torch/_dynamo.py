@@ -27,6 +27,8 @@ become unicache constants here (the same tensors every call).
 """
 from __future__ import annotations
 
+import math
+import operator
 import threading
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
@@ -118,7 +120,34 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     from ._plan import build, plan
     graph, bound, positions = _lift_parameters(gm, example_inputs, prefix)
     scalars = _fold_scalars(graph, positions, example_inputs)
+    fold_constants(graph)
     return build(plan(gm, graph, symbolic_info(gm, graph))), bound, scalars
+
+
+# Pure functions of numbers dynamo leaves as nodes once their operands are
+# numbers (GELU's sqrt(2 / pi), with pi a global it passes as an input).
+_NUMBER_FUNCTIONS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.pow,
+                     operator.neg, math.sqrt, math.exp, math.log, getattr(torch, "_sym_sqrt", math.sqrt),
+                     getattr(torch, "sym_float", float), getattr(torch, "sym_sqrt", math.sqrt)}
+
+
+def fold_constants(graph: torch.fx.Graph) -> None:
+    """Nodes of _NUMBER_FUNCTIONS whose operands are all numbers replaced by their value."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _NUMBER_FUNCTIONS or node.kwargs:
+            continue
+        if not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in node.args):
+            continue
+        try:
+            value = node.target(*node.args)
+        except (ArithmeticError, ValueError, TypeError):
+            continue
+        if not isinstance(value, (int, float)):
+            continue
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is node else n)
+            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is node else n)
+        graph.erase_node(node)
 
 
 def _fold_scalars(graph: torch.fx.Graph, positions: Dict[torch.fx.Node, int],
