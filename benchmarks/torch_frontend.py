@@ -380,7 +380,11 @@ def run_round(args, modes: list, report: dict, round_: int) -> None:
                       f"p99 {result['p99_ms']:8.2f} ms" +
                       (f"  builds later {result['later_builds']}" if "later_builds" in result else "") +
                       (f"  captures {result['counters']['captures']} ({result.get('captures_after_20', 0)} after "
-                       "request 20)" if "captures" in result.get("counters", {}) else ""),
+                       "request 20)" if "captures" in result.get("counters", {}) else "") +
+                      (f"  backend {result['counters']['backend_ms']:.0f} ms, partition compiles "
+                       f"{result['counters']['partition_compile_ms']:.0f} ms, in torch: graphs "
+                       f"{result['counters']['graphs_in_torch']}, calls {result['counters']['calls_in_torch']}"
+                       if "backend_ms" in result.get("counters", {}) else ""),
                       flush=True)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import operator
 import threading
+import time
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
@@ -91,6 +92,14 @@ def _recapture_reason() -> Tuple[bool, str]:
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable[..., Any]:
     """torch.compile's backend: `gm` through unicache.torch; returns the function dynamo
     calls. Never raises: a graph it cannot compile runs in torch, said once."""
+    started = time.perf_counter()
+    try:
+        return _backend(gm, example_inputs)
+    finally:
+        _report.add_time("backend_ms", (time.perf_counter() - started) * 1e3)
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable[..., Any]:
     _report.watch_recompile_limit()
     recapture, reason = _recapture_reason()
     _report.count("captures")

@@ -29,7 +29,10 @@ class FrontendStatistics:
     graphs_without_partitions: captures compiled with nothing for unicache to run;
     calls_in_torch: calls of a compiled capture that ran it in torch (inputs that
     did not fit what was compiled); recompile_limit_hits: functions dynamo gave
-    up on (its recompile limit), which it then runs in eager for good.
+    up on (its recompile limit), which it then runs in eager for good;
+    backend_ms: time spent in the backend's calls (lowering a capture; dynamo's
+    own capture time is not in it); partition_compile_ms: time spent compiling
+    partitions for new shapes (compile() lookups and, on a miss, loads or builds).
     """
 
     captures: int = 0
@@ -38,6 +41,8 @@ class FrontendStatistics:
     graphs_without_partitions: int = 0
     calls_in_torch: int = 0
     recompile_limit_hits: int = 0
+    backend_ms: float = 0.0
+    partition_compile_ms: float = 0.0
 
 
 _lock = threading.Lock()
@@ -57,6 +62,12 @@ def reset_statistics() -> None:
         for f in fields(_counters):
             setattr(_counters, f.name, 0)
         _said.clear()
+
+
+def add_time(counter: str, ms: float) -> None:
+    """Adds `ms` to a time counter."""
+    with _lock:
+        setattr(_counters, counter, getattr(_counters, counter) + ms)
 
 
 def count(counter: str, cause: str = "", message: str = "") -> None:

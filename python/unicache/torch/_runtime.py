@@ -16,6 +16,7 @@ import ctypes as C
 import itertools
 import struct
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -28,6 +29,7 @@ from ..compiled import compile_handle, compiled_outputs, concrete_inputs
 from ..engine import Engine, Stream
 from ..errors import Error, InvalidArgument, InvalidTensorType, error_for
 from ..graph import Partition
+from . import _report
 from ._capture import TensorInfo
 from ._lowering import Lowered, Source, view_shape
 
@@ -277,7 +279,9 @@ class CompiledModule(torch.nn.Module):
                  tensors: List[torch.Tensor]) -> Tuple[int, int, Tuple[int, ...], bytearray]:
         shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
                   for t, s in zip(tensors, step.sources)]
+        started = time.perf_counter()
         pointer = compile_handle(step.partition, shapes, self._engine)
+        _report.add_time("partition_compile_ms", (time.perf_counter() - started) * 1e3)
         self._compile_count += 1
         try:
             produced = compiled_outputs(pointer, 1)[0]
