@@ -127,10 +127,18 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
              prefix: str = "_unicache_parameter") -> Tuple[Any, Dict[int, Any], Dict[int, Any]]:
     """The compiled module, the parameters it binds and the numbers it folded, by input position."""
     from ._plan import build, plan
+    graph, bound, scalars = prepare(gm, example_inputs, prefix)
+    return build(plan(gm, graph, symbolic_info(gm, graph))), bound, scalars
+
+
+def prepare(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+            prefix: str = "_unicache_parameter") -> Tuple[torch.fx.Graph, Dict[int, Any], Dict[int, Any]]:
+    """dynamo's graph as lowering takes it (a copy): parameters as attributes, numbers
+    folded; the parameters and numbers by input position."""
     graph, bound, positions = _lift_parameters(gm, example_inputs, prefix)
     scalars = _fold_scalars(graph, positions, example_inputs)
     fold_constants(graph)
-    return build(plan(gm, graph, symbolic_info(gm, graph))), bound, scalars
+    return graph, bound, scalars
 
 
 # Pure functions of numbers dynamo leaves as nodes once their operands are

@@ -161,7 +161,7 @@ def explain(model: torch.nn.Module, *example_inputs: Any, **kwargs: Any) -> Expl
 
 def _explain_dynamo(model: Any, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Explanation:
     from ._capture import collector_paused, symbolic_info
-    from ._dynamo import _fold_scalars, _lift_parameters, _recapture_reason, fold_constants
+    from ._dynamo import _recapture_reason, prepare
     from ._plan import plan
     report = Explanation(door="torch.compile (dynamo)")
 
@@ -170,9 +170,7 @@ def _explain_dynamo(model: Any, inputs: Tuple[Any, ...], kwargs: Dict[str, Any])
         index = len(report.graphs)
         try:
             with collector_paused():
-                graph, _, positions = _lift_parameters(gm, example_inputs)
-                _fold_scalars(graph, positions, example_inputs)
-                fold_constants(graph)
+                graph, _, _ = prepare(gm, example_inputs)
                 info = symbolic_info(gm, graph)
                 report.graphs.append(report_for(index, plan(gm, graph, info), reason if recapture else ""))
         except Exception as e:  # the backend would run this graph in torch: say why
