@@ -6,10 +6,12 @@
 
 compile() traces the module with torch.fx, maps what unicache's graph IR
 supports (Linear, matmul, bmm, addmm, Add and Multiply with tensors or
-numbers, division by a number, ReLU, GELU, Sigmoid, Tanh, Softmax on the
-last axis, LayerNorm on the last axis, permute and transpose) to one
-unicache graph, which unicache partitions and fuses; everything else (views,
-reshapes, dropout in eval mode is dropped, unknown ops) runs in torch
+numbers, subtraction and division by a number, negation, ReLU, GELU (and
+GELU written out), Sigmoid, Tanh, SiLU, sqrt, rsqrt, pow by 2, 0.5 or -0.5,
+Softmax, LayerNorm and RMSNorm (and RMSNorm written out) on the last axis,
+scaled dot-product attention, permute and transpose) to one unicache graph,
+which unicache partitions and fuses; everything else (views, reshapes,
+index arithmetic, dropout in eval mode is dropped, unknown ops) runs in torch
 between partitions.
 Dimensions named dynamic are -1 in the graph, so a new batch or sequence
 length is a compile() lookup, never a rebuild; shapes the model computes
@@ -20,7 +22,9 @@ and packed again when changed in place (their torch version counts changes).
 Devices: the CPU (oneDNN) and CUDA (the device's primary context, shared
 with torch; work goes on torch's current stream, and nothing waits until
 the caller synchronizes). On torch >= 2 the same is the torch.compile
-backend "unicache": torch.compile(model, backend="unicache").
+backend "unicache": torch.compile(model, backend="unicache"), for models
+torch.fx cannot trace (see _dynamo). explain() says what runs where and
+why; statistics() counts what ran in torch (each cause also warned once).
 
 Errors: TraceFailed when torch.fx cannot trace the module (with FX's
 reason); InvalidArgument / InvalidTensorType when a call's inputs do not fit
