@@ -120,6 +120,12 @@ def found_by_torch_compile() -> int:
         if run([sys.executable, "-m", "venv", "--system-site-packages", env_dir]).returncode != 0:
             return 0
         python = env_dir / "bin" / "python"
+        # Where this interpreter is itself a venv (the GPU host's torch is one), the new
+        # venv sees the system's packages, not this one's: name them in a .pth file.
+        import site
+        target = run([python, "-c", "import site; print(site.getsitepackages()[0])"]).stdout.strip()
+        if target:
+            Path(target, "_parent_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
         installed = run([python, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check",
                          PYTHON_DIR])
         if installed.returncode != 0:
