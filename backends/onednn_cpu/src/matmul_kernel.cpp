@@ -209,9 +209,10 @@ matmul_kernel::step matmul_kernel::make_step(const engine& e, const post& x) {
       dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(x.kind), dst_md_, x.md, dst_md_), eng);
       return cached_primitive{dnnl::binary(pd), {}};
     }
+    const eltwise_spec spec = eltwise_of(x.kind);
     dnnl::eltwise_forward::primitive_desc pd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_of(x.kind).algorithm, dst_md_,
-                                    eltwise_of(x.kind).alpha, eltwise_of(x.kind).beta),
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, dst_md_, spec.alpha,
+                                    spec.beta),
         eng);
     return cached_primitive{dnnl::eltwise_forward(pd), {}};
   });
@@ -272,9 +273,10 @@ std::vector<matmul_kernel::block_step> matmul_kernel::make_block_steps(const eng
                                         eng);
         return cached_primitive{dnnl::binary(pd), {}};
       }
+      const eltwise_spec spec = eltwise_of(x.kind);
       dnnl::eltwise_forward::primitive_desc pd(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, eltwise_of(x.kind).algorithm, st.md,
-                                      eltwise_of(x.kind).alpha, eltwise_of(x.kind).beta),
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, st.md, spec.alpha,
+                                      spec.beta),
           eng);
       return cached_primitive{dnnl::eltwise_forward(pd), {}};
     });

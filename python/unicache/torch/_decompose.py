@@ -3,7 +3,7 @@
   scaled dot-product attention  F.scaled_dot_product_attention(q, k, v, mask,
                                 scale, is_causal) as MatMul(q, k^T) * scale
                                 (+ the mask as an additive bias), Softmax, MatMul
-                                with v: four FX nodes torch could run as they are,
+                                with v: FX nodes torch could run as they are,
                                 which lowering maps to unicache partitions;
   RMSNorm written out           weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True)
                                 + eps)) (Llama's, with its float32 conversions) as
@@ -11,7 +11,7 @@
   GELU written out             0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
                                 x**3))) (GPT-2's "gelu_new") as F.gelu(x,
                                 approximate="tanh"): one op, fused into the GEMM
-                                before it.
+                                before it unless a torch view stands between.
 
 Each rewrite gives the nodes it adds their TensorInfo, so lowering sees them
 as it sees dynamo's or torch.fx's. A node a rewrite cannot take (grouped-query
@@ -29,9 +29,9 @@ import torch.nn.functional as F
 
 from ._capture import TensorInfo, broadcast
 
-_SDPA = {getattr(F, "scaled_dot_product_attention", None), getattr(torch._C._nn, "scaled_dot_product_attention", None)}
-_SDPA.discard(None)
-_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+SDPA_FUNCTIONS = {getattr(F, "scaled_dot_product_attention", None), getattr(torch._C._nn, "scaled_dot_product_attention", None)}
+SDPA_FUNCTIONS.discard(None)
+SDPA_FUNCTIONS_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
 def attention_bias(q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool) -> torch.Tensor:
@@ -67,12 +67,11 @@ def _bias_info(q: TensorInfo, k: TensorInfo, mask: Optional[TensorInfo]) -> Tens
                       one(q.other_shape, k.other_shape, mask.other_shape if mask else None), torch.float32, q.device)
 
 
-def rewrite(root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]]) -> None:
+def rewrite(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]]) -> None:
     """Applies the rewrites above to `graph` in place, adding to `info`."""
-    modules = dict(root.named_modules())
     biases: Dict[Tuple[Any, ...], torch.fx.Node] = {}
     for node in list(graph.nodes):
-        if node.op == "call_function" and node.target in _SDPA:
+        if node.op == "call_function" and node.target in SDPA_FUNCTIONS:
             _attention(graph, info, node, biases)
         elif _is_mul(node):
             _gelu_tanh(graph, info, node) or _rms_norm(graph, info, node)
@@ -80,9 +79,9 @@ def rewrite(root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.No
 
 def _attention(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node,
                biases: Dict[Tuple[Any, ...], torch.fx.Node]) -> None:
-    given = dict(zip(_SDPA_ARGS, node.args))
+    given = dict(zip(SDPA_FUNCTIONS_ARGS, node.args))
     given.update(node.kwargs)
-    if set(given) - set(_SDPA_ARGS):
+    if set(given) - set(SDPA_FUNCTIONS_ARGS):
         return
     q, k, v, mask = given.get("query"), given.get("key"), given.get("value"), given.get("attn_mask")
     qi, ki, vi = (info.get(x) if isinstance(x, torch.fx.Node) else None for x in (q, k, v))

@@ -8,7 +8,10 @@ On torch >= 2 the model is captured as torch.compile(model, backend="unicache",
 dynamic=True) would capture it (dynamo, any model it can capture; graph breaks
 make several graphs); on torch 1.x as unicache.torch.compile would (torch.fx,
 positional inputs only). Each graph is lowered exactly as the backend lowers it;
-nothing is compiled and the model runs in torch (its outputs are torch's).
+nothing is compiled and the model runs in torch (its outputs are torch's). On
+torch >= 2 it resets dynamo's caches before and after (as torch._dynamo.explain
+does): functions compiled earlier in the process are captured again at their next
+call.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import torch
 import torch.fx
 
 from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, TensorInfo, attribute
-from ._decompose import _SDPA
+from ._decompose import SDPA_FUNCTIONS
 
 
 @dataclass
@@ -105,7 +108,7 @@ def matmul_flops(node: torch.fx.Node, info: Dict[torch.fx.Node, Optional[TensorI
     elif node.op == "call_function" and target in (torch.addmm, torch.baddbmm) and len(args) >= 3:
         a = shape(args[1])
         k = a[-1] if a else None
-    elif node.op == "call_function" and target in _SDPA:
+    elif node.op == "call_function" and target in SDPA_FUNCTIONS:
         q, key, v = (shape(a) for a in args[:3])
         if q and key and v:
             return 2 * math.prod(q[:-1]) * key[-2] * (q[-1] + v[-1])
