@@ -97,7 +97,7 @@ std::shared_ptr<const cached_primitive> chunked_matmul_kernel::make(const engine
         ops.append_eltwise(1.f, spec.algorithm, spec.alpha, spec.beta);
       }
     }
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = primitive_attributes();
     attr.set_post_ops(ops);
     const dnnl::engine& eng = e.native<engine_state>().eng;
     // The runtime-dims primitive takes the user's layout (what the generic kernel reads).
@@ -126,7 +126,7 @@ void chunked_matmul_kernel::run(stream& s, const std::vector<tensor>& inputs, co
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
                  dnnl::memory(post_md(x, rows), eng, at(inputs[x.input], x.full_rows ? row * x.columns : 0)));
   }
-  prim->prim.execute(strm, args);
+  run_primitive(prim->prim, strm, args);
 }
 
 }  // namespace unicache::onednn_cpu::detail

@@ -90,7 +90,7 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
                    dnnl::memory(fused_[i].md, eng, inputs[fused_[i].input].data));
     }
   }
-  prim_->prim.execute(strm, args);
+  run_primitive(prim_->prim, strm, args);
   const std::int64_t n = dst_md_.dims().back();
   for (const block_step& st : block_steps_) {
     float* rows = static_cast<float*>(outputs[0].data) + st.first_row * n;
@@ -102,7 +102,7 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
     } else {
       step_args.emplace(DNNL_ARG_SRC, dnnl::memory(st.md, eng, rows));
     }
-    st.prim->prim.execute(strm, step_args);
+    run_primitive(st.prim->prim, strm, step_args);
   }
   for (const step& st : steps_) {
     std::unordered_map<int, dnnl::memory> step_args{{DNNL_ARG_DST, dst}};
@@ -112,7 +112,7 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
     } else {
       step_args.emplace(DNNL_ARG_SRC, dst);
     }
-    st.prim->prim.execute(strm, step_args);
+    run_primitive(st.prim->prim, strm, step_args);
   }
   strm.wait();
 }
@@ -185,7 +185,7 @@ std::shared_ptr<const cached_primitive> matmul_kernel::make_matmul(const engine&
         ops.append_eltwise(1.f, spec.algorithm, spec.alpha, spec.beta);
       }
     }
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = primitive_attributes();
     attr.set_post_ops(ops);
     const dnnl::engine& eng = e.native<engine_state>().eng;
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, dst_md), attr, eng);
@@ -206,14 +206,15 @@ matmul_kernel::step matmul_kernel::make_step(const engine& e, const post& x) {
   const dnnl::engine& eng = e.native<engine_state>().eng;
   st.prim = primitive_for(e, key, [&] {
     if (is_binary(x.kind)) {
-      dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(x.kind), dst_md_, x.md, dst_md_), eng);
+      dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(x.kind), dst_md_, x.md, dst_md_),
+                                      primitive_attributes(), eng);
       return cached_primitive{dnnl::binary(pd), {}};
     }
     const eltwise_spec spec = eltwise_of(x.kind);
     dnnl::eltwise_forward::primitive_desc pd(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, dst_md_, spec.alpha,
                                     spec.beta),
-        eng);
+        primitive_attributes(), eng);
     return cached_primitive{dnnl::eltwise_forward(pd), {}};
   });
   return st;
@@ -270,14 +271,14 @@ std::vector<matmul_kernel::block_step> matmul_kernel::make_block_steps(const eng
     st.prim = primitive_for(e, key, [&] {
       if (is_binary(x.kind)) {
         dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(x.kind), st.md, st.operand_md, st.md),
-                                        eng);
+                                        primitive_attributes(), eng);
         return cached_primitive{dnnl::binary(pd), {}};
       }
       const eltwise_spec spec = eltwise_of(x.kind);
       dnnl::eltwise_forward::primitive_desc pd(
           dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, st.md, spec.alpha,
                                       spec.beta),
-          eng);
+          primitive_attributes(), eng);
       return cached_primitive{dnnl::eltwise_forward(pd), {}};
     });
     steps.push_back(std::move(st));

@@ -2,6 +2,7 @@
 // size, and the backend's counters with onednn_cpu::stats() reading them.
 #include "primitives.hpp"
 
+#include <cstdlib>
 #include <string>
 
 #include "unicache/compiler.hpp"
@@ -54,6 +55,55 @@ dnnl::algorithm binary_algorithm(op_kind k) {
 
 void add_md(cache_key& key, const dnnl::memory::desc& md) {
   key.add(std::string_view(reinterpret_cast<const char*>(&md.data), sizeof md.data));
+}
+
+dnnl::primitive_attr primitive_attributes() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+namespace {
+
+// A thread's scratchpad: one buffer grown to the largest a primitive run on
+// this thread has asked for, kept until the thread ends. A CPU primitive's
+// execution returns finished, and a thread runs one at a time.
+class scratch_buffer {
+ public:
+  void* at_least(std::size_t bytes) {
+    if (bytes > size_) {
+      data_.reset();
+      size_ = 0;
+      const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+      data_.reset(std::aligned_alloc(kAlign, rounded));
+      if (!data_) {
+        throw execute_error("onednn_cpu: cannot allocate a scratchpad of " + std::to_string(rounded) + " bytes");
+      }
+      size_ = rounded;
+    }
+    return data_.get();
+  }
+
+ private:
+  static constexpr std::size_t kAlign = 4096;
+  struct release {
+    void operator()(void* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<void, release> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace
+
+void run_primitive(const dnnl::primitive& p, dnnl::stream& strm, std::unordered_map<int, dnnl::memory> args) {
+  const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(p.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  const std::size_t bytes = md != nullptr ? dnnl_memory_desc_get_size(md) : 0;
+  if (bytes > 0) {
+    thread_local scratch_buffer scratch;
+    args.insert_or_assign(DNNL_ARG_SCRATCHPAD,
+                          dnnl::memory(dnnl::memory::desc(*md), strm.get_engine(), scratch.at_least(bytes)));
+  }
+  p.execute(strm, args);
 }
 
 std::size_t cached_primitive::cached_bytes() const {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
 #include <vector>
 
 #include "unicache/cache_key.hpp"
@@ -53,6 +54,22 @@ eltwise_spec eltwise_of(op_kind k);
 dnnl::algorithm binary_algorithm(op_kind k);
 
 void add_md(cache_key& key, const dnnl::memory::desc& md);
+
+// The attributes every primitive of this backend is made with: the
+// scratchpad in the backend's hands (scratchpad_mode::user). oneDNN's own
+// (library) scratchpad is shared by the primitives of a thread, and oneDNN
+// documents that mode as safe only for a primitive executed in the thread
+// that made it; a compiled partition is executed from any thread, several
+// at once (first executions from two threads computed wrong results with it).
+// Callers add their post-ops to the result.
+dnnl::primitive_attr primitive_attributes();
+
+// Runs `p` on `strm` with `args`, adding the calling thread's scratchpad
+// when the primitive needs one (made with primitive_attributes()): a buffer
+// per thread, grown to the largest need and kept until the thread ends.
+// Every execution of this backend goes through here. Throws dnnl::error, and
+// execute_error when the scratchpad cannot grow.
+void run_primitive(const dnnl::primitive& p, dnnl::stream& strm, std::unordered_map<int, dnnl::memory> args);
 
 // A primitive in the kernel cache, with the descriptor facts execution needs.
 struct cached_primitive {

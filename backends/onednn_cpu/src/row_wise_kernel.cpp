@@ -24,12 +24,14 @@ cached_primitive make_primitive(op_kind k, const dnnl::memory::desc& md, float e
   if (k == op_kind::layer_norm) {
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     dnnl::layer_normalization_forward::primitive_desc pd(
-        dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, epsilon, flags), eng);
+        dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, epsilon, flags),
+        primitive_attributes(), eng);
     return {dnnl::layer_normalization_forward(pd), {}};
   }
   const eltwise_spec spec = eltwise_of(k);
   dnnl::eltwise_forward::primitive_desc pd(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, md, spec.alpha, spec.beta), eng);
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, spec.algorithm, md, spec.alpha, spec.beta),
+      primitive_attributes(), eng);
   return {dnnl::eltwise_forward(pd), {}};
 }
 
@@ -95,7 +97,7 @@ void row_wise_kernel::execute(stream& s, const std::vector<tensor>& inputs,
       args.emplace(DNNL_ARG_SCALE, dnnl::memory(parameter_md_, eng, inputs[1].data));
       args.emplace(DNNL_ARG_SHIFT, dnnl::memory(parameter_md_, eng, inputs[2].data));
     }
-    b.prim->prim.execute(strm, args);
+    run_primitive(b.prim->prim, strm, args);
     src += b.rows * row_length_;
     dst += b.rows * row_length_;
   }
