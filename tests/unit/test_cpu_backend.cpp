@@ -335,7 +335,8 @@ TEST_F(weights_fixture, ConcurrentFirstExecutionsPackOnce) {
   for (auto& t : threads) t.join();
   const cache_stats after = stats();
   EXPECT_EQ(after.misses - before.misses, 1u) << "eight first executions, one pack";
-  for (const auto& r : results) EXPECT_EQ(r, results[0]);
+  const auto want = ref_matmul(x, w, m, k, n, false, false);
+  for (int t = 0; t < kThreads; ++t) expect_close(results[t], want, matmul_atol(k), 1e-5, "thread " + std::to_string(t));
 }
 
 // A compiled partition is executed from any thread: first executions in
