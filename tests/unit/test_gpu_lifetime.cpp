@@ -78,12 +78,19 @@ TEST(DeferredRelease, DrainWaitsForTheOldestUntilFewEnoughArePending) {
     events[i] = std::make_shared<manual_event>();
     later.release_after({events[i]}, [&released, i] { ++released[i]; }, nullptr);
   }
+  // The device finishes the two oldest while drain() may be waiting; the
+  // two newest stay pending, so drain(2) has only the oldest to wait for
+  // (collect() would run any finished one first, whatever its age).
   std::thread device([&] {
-    for (auto& e : events) e->complete();
+    events[0]->complete();
+    events[1]->complete();
   });
   later.drain(2);
-  EXPECT_EQ(released[0] + released[1], 2) << "the two oldest, waited for";
+  EXPECT_EQ(released, (std::vector<int>{1, 1, 0, 0})) << "the two oldest, waited for; the pending two kept";
+  EXPECT_EQ(later.pending(), 2u);
   device.join();
+  events[2]->complete();
+  events[3]->complete();
   later.drain(0);
   EXPECT_EQ(released, std::vector<int>(4, 1));
 }
