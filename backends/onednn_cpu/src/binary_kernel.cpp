@@ -30,7 +30,8 @@ binary_kernel::binary_kernel(const partition& p, const std::vector<logical_tenso
   add_md(key, m1);
   const dnnl::engine& eng = e.native<engine_state>().eng;
   prim_ = primitive_for(e, key, [&] {
-    dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(kind_), m0, m1, md), primitive_attributes(), eng);
+    dnnl::binary::primitive_desc pd(dnnl::binary::desc(binary_algorithm(kind_), m0, m1, md), primitive_attributes(),
+                                    eng);
     return cached_primitive{dnnl::binary(pd), {}};
   });
 }
@@ -44,9 +45,10 @@ void binary_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
   }
   const dnnl::engine& eng = s.get_engine().native<engine_state>().eng;
   dnnl::stream& strm = s.native<stream_state>().strm;
-  run_primitive(prim_->prim, strm, {{DNNL_ARG_SRC_0, dnnl::memory(plain_md(shapes_[0]), eng, const_cast<void*>(x))},
-                             {DNNL_ARG_SRC_1, dnnl::memory(plain_md(shapes_[1]), eng, const_cast<void*>(y))},
-                             {DNNL_ARG_DST, dnnl::memory(plain_md(out_shape_), eng, outputs[0].data)}});
+  run_primitive(prim_->prim, strm,
+                {{DNNL_ARG_SRC_0, dnnl::memory(plain_md(shapes_[0]), eng, const_cast<void*>(x))},
+                 {DNNL_ARG_SRC_1, dnnl::memory(plain_md(shapes_[1]), eng, const_cast<void*>(y))},
+                 {DNNL_ARG_DST, dnnl::memory(plain_md(out_shape_), eng, outputs[0].data)}});
   strm.wait();
 }
 

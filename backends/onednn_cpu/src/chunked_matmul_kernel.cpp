@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <unordered_map>
+#include <utility>
 
 #include "engine_state.hpp"
 #include "unicache/cache_key.hpp"
@@ -126,7 +127,7 @@ void chunked_matmul_kernel::run(stream& s, const std::vector<tensor>& inputs, co
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
                  dnnl::memory(post_md(x, rows), eng, at(inputs[x.input], x.full_rows ? row * x.columns : 0)));
   }
-  run_primitive(prim->prim, strm, args);
+  run_primitive(prim->prim, strm, std::move(args));
 }
 
 }  // namespace unicache::onednn_cpu::detail

@@ -90,7 +90,7 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
                    dnnl::memory(fused_[i].md, eng, inputs[fused_[i].input].data));
     }
   }
-  run_primitive(prim_->prim, strm, args);
+  run_primitive(prim_->prim, strm, std::move(args));
   const std::int64_t n = dst_md_.dims().back();
   for (const block_step& st : block_steps_) {
     float* rows = static_cast<float*>(outputs[0].data) + st.first_row * n;
@@ -102,7 +102,7 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
     } else {
       step_args.emplace(DNNL_ARG_SRC, dnnl::memory(st.md, eng, rows));
     }
-    run_primitive(st.prim->prim, strm, step_args);
+    run_primitive(st.prim->prim, strm, std::move(step_args));
   }
   for (const step& st : steps_) {
     std::unordered_map<int, dnnl::memory> step_args{{DNNL_ARG_DST, dst}};
@@ -112,7 +112,7 @@ void matmul_kernel::execute(stream& s, const std::vector<tensor>& inputs, const 
     } else {
       step_args.emplace(DNNL_ARG_SRC, dst);
     }
-    run_primitive(st.prim->prim, strm, step_args);
+    run_primitive(st.prim->prim, strm, std::move(step_args));
   }
   strm.wait();
 }

@@ -31,7 +31,7 @@ dnnl::memory packed_weight_memory(const weight_slot& slot, const engine& e, dnnl
              p->mem = dnnl::memory(packed_md, eng);
              dnnl::memory user(user_md, eng, t.data);
              run_primitive(dnnl::reorder(dnnl::reorder::primitive_desc(user, p->mem, primitive_attributes())), strm,
-                     {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, p->mem}});
+                           {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, p->mem}});
              strm.wait();
              counters& c = stats_counters();
              c.weights_packed.fetch_add(1, std::memory_order_relaxed);

@@ -67,6 +67,7 @@ dnnl::primitive_attr primitive_attributes();
 // Runs `p` on `strm` with `args`, adding the calling thread's scratchpad
 // when the primitive needs one (made with primitive_attributes()): a buffer
 // per thread, grown to the largest need and kept until the thread ends.
+// Callers pass `args` moved: the map is not copied.
 // Every execution of this backend goes through here. Throws dnnl::error, and
 // execute_error when the scratchpad cannot grow.
 void run_primitive(const dnnl::primitive& p, dnnl::stream& strm, std::unordered_map<int, dnnl::memory> args);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <unordered_map>
+#include <utility>
 
 #include "engine_state.hpp"
 #include "rms_norm_rows.hpp"
@@ -97,7 +98,7 @@ void row_wise_kernel::execute(stream& s, const std::vector<tensor>& inputs,
       args.emplace(DNNL_ARG_SCALE, dnnl::memory(parameter_md_, eng, inputs[1].data));
       args.emplace(DNNL_ARG_SHIFT, dnnl::memory(parameter_md_, eng, inputs[2].data));
     }
-    run_primitive(b.prim->prim, strm, args);
+    run_primitive(b.prim->prim, strm, std::move(args));
     src += b.rows * row_length_;
     dst += b.rows * row_length_;
   }
