@@ -21,6 +21,11 @@ Modes, in this order, each a fresh process started by this one:
   unicache_warm   the same, with the store unicache_cold filled
   dynamo_unicache_cold  torch.compile(backend="unicache"), an empty store
   dynamo_unicache_warm  the same, with the store dynamo_unicache_cold filled
+  interleaved     eager, dynamo_eager and torch.compile(backend="unicache") in one
+                  process, each request of the trace run by all three in turn (the
+                  order rotating), p50 / p99 over requests 21 on: the steady state
+                  without the spread between processes (the host's speed differed
+                  by up to 1.5x between fresh processes of the same mode)
 --dynamic: the torch.compile modes with dynamic=True (the default) or with
 dynamo's own default (automatic dynamic shapes); compile_* always use dynamic=True.
 (torch.compile needs torch >= 2; without it its modes are left out.)
@@ -55,7 +60,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = ("eager", "compile_cold", "compile_warm", "dynamo_eager", "unicache_cold", "unicache_warm",
-         "dynamo_unicache_cold", "dynamo_unicache_warm")
+         "dynamo_unicache_cold", "dynamo_unicache_warm", "interleaved")
 MODELS = ("bert-encoder", "hf-bert", "hf-gpt2", "hf-llama")
 
 
@@ -199,6 +204,45 @@ def child(args) -> None:
         json.dump(result, f)
 
 
+def interleaved(args) -> None:
+    """The interleaved mode in this (fresh) process; writes its figures to args.child_json."""
+    import copy
+    import torch
+    import unicache.torch
+    device = torch.device(args.device)
+    workload = Workload(args, device)
+    dynamic = True if args.dynamic == "true" else None
+    unicache.torch.register_dynamo_backend()
+    runs = {"eager": workload.model,
+            "dynamo_eager": torch.compile(copy.deepcopy(workload.model), backend="eager", dynamic=dynamic),
+            "dynamo_unicache": torch.compile(copy.deepcopy(workload.model), backend="unicache", dynamic=dynamic)}
+    names = list(runs)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times: dict = {name: [] for name in names}
+    trace = make_trace(args.requests, args.seed, max_seq=args.max_seq)
+    with torch.no_grad():
+        for i, (batch, length) in enumerate(trace):
+            inputs, kwargs = workload.request(batch, length)
+            sync()
+            for name in names[i % 3:] + names[:i % 3]:
+                t0 = time.perf_counter()
+                runs[name](*inputs, **kwargs)
+                sync()
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    result = {"mode": "interleaved", "requests_run": len(trace), "measured_from_request": 21}
+    for name in names:
+        rest = times[name][20:] or times[name]
+        result[name] = {"p50_ms": statistics.median(rest), "p99_ms": percentile(rest, 99)}
+    for name in names[1:]:
+        result[name]["p50_over_eager"] = result[name]["p50_ms"] / result["eager"]["p50_ms"]
+        result[name]["p99_over_eager"] = result[name]["p99_ms"] / result["eager"]["p99_ms"]
+    result["dynamo_unicache"]["p50_over_dynamo_eager"] = (result["dynamo_unicache"]["p50_ms"] /
+                                                          result["dynamo_eager"]["p50_ms"])
+    result["counters"] = dict(vars(unicache.torch.statistics()))
+    with open(args.child_json, "w") as f:
+        json.dump(result, f)
+
+
 def make_trace(requests: int, seed: int, max_seq: int):
     sys.path.insert(0, HERE)
     from bert_encoder import make_trace as draw
@@ -272,7 +316,8 @@ def run_mode(args, mode: str, env: dict) -> dict:
     with open(out) as f:
         result = json.load(f)
     os.unlink(out)
-    result["fresh_process_to_first_result_ms"] = (result.pop("first_result_unix") - start) * 1e3
+    if "first_result_unix" in result:
+        result["fresh_process_to_first_result_ms"] = (result.pop("first_result_unix") - start) * 1e3
     return result
 
 
@@ -297,7 +342,7 @@ def main() -> int:
     parser.add_argument("--child-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args)
+        interleaved(args) if args.child == "interleaved" else child(args)
         return 0
     import torch
     modes = [m for m in args.modes.split(",") if m]
@@ -307,7 +352,7 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if int(torch.__version__.split(".")[0]) < 2:
-        modes = [m for m in modes if not m.startswith(("compile", "dynamo"))]
+        modes = [m for m in modes if not m.startswith(("compile", "dynamo")) and m != "interleaved"]
     if args.model != "bert-encoder":  # torch.fx cannot trace the model library's models
         modes = [m for m in modes if m not in ("unicache_cold", "unicache_warm")]
     report = {"benchmark": "torch_frontend", "backend": args.device, "device": device_name(args.device),
@@ -333,6 +378,15 @@ def main() -> int:
             print(f"{mode:14s} median over {r['rounds']} rounds, against eager's process of the same round: " +
                   "  ".join(f"{key.replace('_ms', '')} {r[key]['median']:.2f}x ({r[key]['min']:.2f}-{r[key]['max']:.2f})"
                             for key in RATIO_KEYS), flush=True)
+    together = [m for m in report["modes"] if m["mode"] == "interleaved" and "failed" not in m]
+    if together:
+        report["interleaved_medians"] = {
+            f"{name}_{key}": statistics.median(m[name][key] for m in together)
+            for name, key in (("dynamo_eager", "p50_over_eager"), ("dynamo_eager", "p99_over_eager"),
+                              ("dynamo_unicache", "p50_over_eager"), ("dynamo_unicache", "p99_over_eager"),
+                              ("dynamo_unicache", "p50_over_dynamo_eager"))}
+        print(f"interleaved, median over {len(together)} processes: " +
+              "  ".join(f"{k} {v:.2f}x" for k, v in report["interleaved_medians"].items()), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
@@ -348,7 +402,7 @@ def ratios_to_eager(results: list) -> dict:
     out: dict = {}
     for m in results:
         base = eager.get(m["round"])
-        if m["mode"] == "eager" or base is None or "failed" in m:
+        if m["mode"] in ("eager", "interleaved") or base is None or "failed" in m:
             continue
         for key in RATIO_KEYS:
             out.setdefault(m["mode"], {}).setdefault(key, []).append(m[key] / base[key])
@@ -373,7 +427,13 @@ def run_round(args, modes: list, report: dict, round_: int) -> None:
             if args.json:  # after every mode: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
                     json.dump(report, f, indent=1)
-            if "failed" not in result:
+            if mode == "interleaved" and "failed" not in result:
+                print("interleaved    " + "  ".join(
+                    f"{name} p50 {result[name]['p50_ms']:.2f} ms p99 {result[name]['p99_ms']:.2f} ms" +
+                    (f" ({result[name]['p50_over_eager']:.2f}x, {result[name]['p99_over_eager']:.2f}x eager's)"
+                     if name != "eager" else "") for name in ("eager", "dynamo_eager", "dynamo_unicache")),
+                      flush=True)
+            elif "failed" not in result:
                 print(f"{mode:14s} first {result['first_request_ms']:9.1f} ms  fresh process to first result "
                       f"{result['fresh_process_to_first_result_ms']:9.1f} ms (after imports "
                       f"{result['after_import_to_first_result_ms']:8.1f} ms)  p50 {result['p50_ms']:8.2f} ms  "
