@@ -25,7 +25,6 @@ import torch
 import torch.fx
 
 from .. import _abi, _lib
-from ..compiled import compile_handle, compiled_outputs, concrete_inputs
 from ..engine import Engine, Stream
 from ..errors import Error, InvalidArgument, InvalidTensorType, error_for
 from ..graph import Partition
@@ -54,6 +53,7 @@ class PartitionStep:
     output_view: str
 
     views: Tuple[str, ...] = ()  # the sources' and the output's, part of the compiled key
+    slot_template: Optional[bytes] = None  # _slot_template(partition), made at the first compile
 
     def __post_init__(self) -> None:
         self.views = tuple(s.view for s in self.sources) + (self.output_view,)
@@ -72,6 +72,18 @@ _DATA = _abi.TensorStruct.data.offset
 _DATA_AND_VERSION = struct.Struct("=QQ")
 _POINTER = struct.Struct("=Q")
 assert _abi.TensorStruct.version.offset == _DATA + 8
+_NDIMS = _abi.TensorStruct.desc.offset + _abi.LogicalTensorStruct.ndims.offset
+_DIMS = _abi.TensorStruct.desc.offset + _abi.LogicalTensorStruct.dims.offset
+_NDIMS_FIELD = struct.Struct("=i")
+
+
+def _slot_template(partition: Partition) -> bytes:
+    """TensorStructs for the partition's inputs and its output: the inputs' ids and
+    constness set, shapes, data and versions zero (a compile writes the shapes)."""
+    slots = (_abi.TensorStruct * (len(partition.inputs) + 1))()
+    for slot, tensor in zip(slots, partition.inputs):
+        slot.desc.id, slot.desc.is_constant = tensor.id, int(tensor.is_constant)
+    return bytes(slots)
 
 
 @dataclass
@@ -117,6 +129,7 @@ class CompiledModule(torch.nn.Module):
         self._streams: Dict[int, Stream] = {}
         self._stream = 0
         self._execute = _raw_execute()
+        self._unicache_compile, self._get_output = _raw_compile()
         # Versions are this module's serial and the tensor's torch version: a
         # weight at an address another (freed) module's weight had is not
         # taken for it.
@@ -277,30 +290,59 @@ class CompiledModule(torch.nn.Module):
 
     def _compile(self, step: PartitionStep,
                  tensors: List[torch.Tensor]) -> Tuple[int, int, Tuple[int, ...], bytearray]:
+        """The step's partition compiled for these tensors' shapes. Every new shape
+        of a request compiles each structure (a lookup of kernels built before), so
+        the C descriptions are written straight into the slots: the inputs' shapes
+        over the step's template (ids, constness), then read by unicache_compile
+        from there, and the output's written there by the library."""
         shapes = [tuple(t.shape) if s.node is None else view_shape(t.shape, s.view)
                   for t, s in zip(tensors, step.sources)]
+        count = len(shapes)
+        if step.slot_template is None:
+            step.slot_template = _slot_template(step.partition)
+        slots = bytearray(step.slot_template)
+        for i, shape in enumerate(shapes):
+            if len(shape) > _abi.MAX_NDIMS:
+                raise InvalidArgument(f"{step.output_node.name}: input {i} has {len(shape)} dimensions, unicache "
+                                      f"takes at most {_abi.MAX_NDIMS}")
+            _NDIMS_FIELD.pack_into(slots, i * _SLOT + _NDIMS, len(shape))
+            struct.pack_into(f"={len(shape)}q", slots, i * _SLOT + _DIMS, *shape)
+        address = C.addressof((C.c_char * len(slots)).from_buffer(slots))  # fixed: slots is never resized
         started = time.perf_counter()
-        pointer = compile_handle(step.partition, shapes, self._engine)
+        pointer = self._compile_at(step.partition, shapes, address)
         _report.add_time("partition_compile_ms", (time.perf_counter() - started) * 1e3)
         self._compile_count += 1
         try:
-            produced = compiled_outputs(pointer, 1)[0]
+            at = count * _SLOT  # the output's slot: its description written by the library
+            _lib.check(self._get_output(pointer, 0, address + at), "unicache_compiled_partition_get_output")
+            ndims = _NDIMS_FIELD.unpack_from(slots, at + _NDIMS)[0]
+            if not 0 <= ndims <= _abi.MAX_NDIMS:
+                raise Error(f"{step.output_node.name}: the library described an output of {ndims} dimensions",
+                            what="unicache.torch")
+            produced = struct.unpack_from(f"={ndims}q", slots, at + _DIMS)
             known = {s.node: t.shape for s, t in zip(step.sources, tensors) if s.node is not None}
             output_shape = tuple(self._shape_of(step.output_node, known))
-            if view_shape(output_shape, step.output_view) != tuple(produced.shape):
-                raise Error(f"{step.output_node.name}: unicache computes shape {list(produced.shape)} "
+            if view_shape(output_shape, step.output_view) != produced:
+                raise Error(f"{step.output_node.name}: unicache computes shape {list(produced)} "
                             f"where torch's rules give {list(output_shape)} ({step.output_view} view)",
                             what="unicache.torch")
-            slots = bytearray(_SLOT * (len(tensors) + 1))
-            for i, t in enumerate(concrete_inputs(step.partition, shapes) + [produced]):
-                one = _abi.TensorStruct()
-                one.desc = t._to_struct()
-                slots[i * _SLOT:(i + 1) * _SLOT] = bytes(one)
         except BaseException:
             self._destroy(pointer)
             raise
-        address = C.addressof((C.c_char * len(slots)).from_buffer(slots))  # fixed: slots is never resized
         return pointer, address, tuple(int(d) for d in output_shape), slots
+
+    def _compile_at(self, partition: Partition, shapes: List[Tuple[int, ...]], address: int) -> int:
+        """unicache_compile of `partition`, its input shapes read from the slots at `address`."""
+        count = len(shapes)
+        ndims = (C.c_int32 * count)(*map(len, shapes))
+        rows = (C.c_void_p * count)(*[address + i * _SLOT + _DIMS for i in range(count)])
+        handle = C.c_void_p()
+        with partition._handle() as p, self._engine._handle() as e:
+            status = self._unicache_compile(p, count, ndims, rows, e, C.byref(handle))
+        if status:
+            raise error_for(status, _lib.last_error(),
+                            f"compile partition {partition.index} for {[list(s) for s in shapes]}")
+        return handle.value or 0
 
     def _shape_of(self, node: torch.fx.Node, known: Dict[torch.fx.Node, Any]) -> Tuple[int, ...]:
         """A node's torch shape from the partition's input shapes, by the lowered nodes' rules."""
@@ -320,6 +362,17 @@ def _raw_execute() -> Any:
     function.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t, C.c_void_p, C.c_size_t]
     function.restype = C.c_int
     return function
+
+
+def _raw_compile() -> Tuple[Any, Any]:
+    """unicache_compile and unicache_compiled_partition_get_output taking addresses."""
+    cdll = _lib.library().cdll
+    compile_, get_output = cdll["unicache_compile"], cdll["unicache_compiled_partition_get_output"]  # new objects
+    compile_.argtypes = [C.c_void_p, C.c_size_t, C.POINTER(C.c_int32), C.POINTER(C.c_void_p), C.c_void_p,
+                         C.POINTER(C.c_void_p)]
+    get_output.argtypes = [C.c_void_p, C.c_size_t, C.c_void_p]
+    compile_.restype = get_output.restype = C.c_int
+    return compile_, get_output
 
 
 # Compiled partitions a CompiledModule keeps at most (eight per new batch and
