@@ -25,7 +25,11 @@ Modes, in this order, each a fresh process started by this one:
                   process, each request of the trace run by all three in turn (the
                   order rotating), p50 / p99 over requests 21 on: the steady state
                   without the spread between processes (the host's speed differed
-                  by up to 1.5x between fresh processes of the same mode)
+                  by up to 1.5x between fresh processes of the same mode); the
+                  store starts empty, so unicache's adaptive GEMMs are tuned
+                  during the run
+  interleaved_warm  the same over the store interleaved filled (tuning choices and
+                  kernels kept): the steady state of a process after the first
 --dynamic: the torch.compile modes with dynamic=True (the default) or with
 dynamo's own default (automatic dynamic shapes); compile_* always use dynamic=True.
 (torch.compile needs torch >= 2; without it its modes are left out.)
@@ -60,7 +64,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = ("eager", "compile_cold", "compile_warm", "dynamo_eager", "unicache_cold", "unicache_warm",
-         "dynamo_unicache_cold", "dynamo_unicache_warm", "interleaved")
+         "dynamo_unicache_cold", "dynamo_unicache_warm", "interleaved", "interleaved_warm")
+INTERLEAVED = ("interleaved", "interleaved_warm")
 MODELS = ("bert-encoder", "hf-bert", "hf-gpt2", "hf-llama")
 
 
@@ -233,7 +238,7 @@ def interleaved(args) -> None:
                 runs[name](*inputs, **kwargs)
                 sync()
                 times[name].append((time.perf_counter() - t0) * 1e3)
-    result = {"mode": "interleaved", "requests_run": len(trace), "measured_from_request": INTERLEAVED_WARM_UP + 1}
+    result = {"mode": args.child, "requests_run": len(trace), "measured_from_request": INTERLEAVED_WARM_UP + 1}
     for name in names:
         rest = times[name][INTERLEAVED_WARM_UP:] or times[name]
         result[name] = {"p50_ms": statistics.median(rest), "p99_ms": percentile(rest, 99)}
@@ -346,7 +351,7 @@ def main() -> int:
     parser.add_argument("--child-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        interleaved(args) if args.child == "interleaved" else child(args)
+        interleaved(args) if args.child in INTERLEAVED else child(args)
         return 0
     import torch
     modes = [m for m in args.modes.split(",") if m]
@@ -356,7 +361,7 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if int(torch.__version__.split(".")[0]) < 2:
-        modes = [m for m in modes if not m.startswith(("compile", "dynamo")) and m != "interleaved"]
+        modes = [m for m in modes if not m.startswith(("compile", "dynamo")) and m not in INTERLEAVED]
     if args.model != "bert-encoder":  # torch.fx cannot trace the model library's models
         modes = [m for m in modes if m not in ("unicache_cold", "unicache_warm")]
     report = {"benchmark": "torch_frontend", "backend": args.device, "device": device_name(args.device),
@@ -382,15 +387,17 @@ def main() -> int:
             print(f"{mode:14s} median over {r['rounds']} rounds, against eager's process of the same round: " +
                   "  ".join(f"{key.replace('_ms', '')} {r[key]['median']:.2f}x ({r[key]['min']:.2f}-{r[key]['max']:.2f})"
                             for key in RATIO_KEYS), flush=True)
-    together = [m for m in report["modes"] if m["mode"] == "interleaved" and "failed" not in m]
-    if together:
-        report["interleaved_medians"] = {
+    for kind in INTERLEAVED:
+        together = [m for m in report["modes"] if m["mode"] == kind and "failed" not in m]
+        if not together:
+            continue
+        report[f"{kind}_medians"] = {
             f"{name}_{key}": statistics.median(m[name][key] for m in together)
             for name, key in (("dynamo_eager", "p50_over_eager"), ("dynamo_eager", "p99_over_eager"),
                               ("dynamo_unicache", "p50_over_eager"), ("dynamo_unicache", "p99_over_eager"),
                               ("dynamo_unicache", "p50_over_dynamo_eager"))}
-        print(f"interleaved, median over {len(together)} processes: " +
-              "  ".join(f"{k} {v:.2f}x" for k, v in report["interleaved_medians"].items()), flush=True)
+        print(f"{kind}, median over {len(together)} processes: " +
+              "  ".join(f"{k} {v:.2f}x" for k, v in report[f"{kind}_medians"].items()), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
@@ -406,7 +413,7 @@ def ratios_to_eager(results: list) -> dict:
     out: dict = {}
     for m in results:
         base = eager.get(m["round"])
-        if m["mode"] in ("eager", "interleaved") or base is None or "failed" in m:
+        if m["mode"] == "eager" or m["mode"] in INTERLEAVED or base is None or "failed" in m:
             continue
         for key in RATIO_KEYS:
             out.setdefault(m["mode"], {}).setdefault(key, []).append(m[key] / base[key])
@@ -421,18 +428,19 @@ def ratios_to_eager(results: list) -> dict:
 def run_round(args, modes: list, report: dict, round_: int) -> None:
     """Every mode once, in order, the warm modes over the caches their cold modes filled."""
     with tempfile.TemporaryDirectory() as inductor, tempfile.TemporaryDirectory() as store, \
-            tempfile.TemporaryDirectory() as dynamo_store:
+            tempfile.TemporaryDirectory() as dynamo_store, tempfile.TemporaryDirectory() as interleaved_store:
         for mode in modes:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor,
-                       UNICACHE_PERSISTENT_CACHE_DIR=dynamo_store if mode.startswith("dynamo") else store)
+                       UNICACHE_PERSISTENT_CACHE_DIR=dynamo_store if mode.startswith("dynamo") else
+                       interleaved_store if mode in INTERLEAVED else store)
             result = run_mode(args, mode, env)
             result["round"] = round_
             report["modes"].append(result)
             if args.json:  # after every mode: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
                     json.dump(report, f, indent=1)
-            if mode == "interleaved" and "failed" not in result:
-                print("interleaved    " + "  ".join(
+            if mode in INTERLEAVED and "failed" not in result:
+                print(f"{mode:16s} " + "  ".join(
                     f"{name} p50 {result[name]['p50_ms']:.2f} ms p99 {result[name]['p99_ms']:.2f} ms" +
                     (f" ({result[name]['p50_over_eager']:.2f}x, {result[name]['p99_over_eager']:.2f}x eager's)"
                      if name != "eager" else "") for name in ("eager", "dynamo_eager", "dynamo_unicache")),
