@@ -4,17 +4,19 @@
 //
 // Each shape is a MatMul with a constant (packed) B and a bias Add, as a
 // fused Linear runs it (and a GELU after it with --gelu); a split-K tile
-// counts its gemm_reduce launch. The default shapes are the matmuls of a
-// BERT-base layer (N x K of 768 x 768, 3072 x 768, 768 x 3072) at the
+// counts its gemm_reduce launch. With --batch N each shape is instead N
+// products of variable operands with no post-op, as attention's MatMuls
+// run (--transpose-b: B is N x K, as Q times K's transpose reads K). The
+// default shapes are the matmuls of a BERT-base layer (N x K of 768 x 768, 3072 x 768, 768 x 3072) at the
 // quantiles of bench_dynamic_shapes' rows, and 4096^3; the default tiles
 // are the backend's generic ones and every specialization candidate.
 //
 //   bench_gemm_tiles [--backend cuda|opencl] [--shapes MxNxK,...]
 //                    [--tiles BMxBNxBK/RMxRN[/splitS],...] [--reps N] [--gelu]
-//                    [--print-source]
+//                    [--batch N [--transpose-b]] [--print-source]
 //
 // Output: one line per shape and tiles,
-//   RESULT backend=cuda m=594 n=768 k=768 tiles=64x128x16/8x8 us=21.4 tflops=32.7 best=1
+//   RESULT backend=cuda batch=0 m=594 n=768 k=768 tiles=64x128x16/8x8 us=21.4 tflops=32.7 best=1
 // (best=1 on the fastest tiles of the shape), and a first line naming the device.
 #include <algorithm>
 #include <chrono>
@@ -41,6 +43,13 @@ namespace k = unicache::kernels;
 
 struct shape {
   long m, n, k;
+};
+
+// Batched products of variable operands (attention's), or (batch 0) the
+// fused Linear with a packed constant B and a bias.
+struct layout {
+  long batch = 0;
+  bool transpose_b = false;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -93,18 +102,23 @@ std::optional<k::gemm_tiles> parse_tiles(const std::string& s) {
 // the best of three runs of `reps` launches between two events.
 template <class Backend>
 double time_us(const engine& e, const stream& s, const gpu::device& d, const shape& sh, const k::gemm_tiles& t,
-               bool gelu, int reps) {
+               bool gelu, int reps, const layout& batched = {}) {
   k::gemm_config c;
-  c.packed_b = true;
-  c.chain = {op_kind::add};
-  if (gelu) c.chain.push_back(op_kind::gelu_erf);
+  const bool linear = batched.batch == 0;
+  c.packed_b = linear;
+  c.transpose_b = batched.transpose_b;
+  if (linear) c.chain = {op_kind::add};
+  if (linear && gelu) c.chain.push_back(op_kind::gelu_erf);
   c.tiles = t;
+  if (!linear && t.split_k > 1) throw std::runtime_error("split-K is for one product, not a batch");
   const std::shared_ptr<const kernel> gemm = gpu::get_program(e, k::gemm_source(d.dialect(), c), {});
   const int wg = d.facts(e).vector_work_group;
   std::shared_ptr<const kernel> reduce;
   if (t.split_k > 1) reduce = gpu::get_program(e, k::gemm_reduce_source(d.dialect(), c, wg), {});
 
-  const long kp = static_cast<long>(k::round_up(sh.k, t.bk)), np = static_cast<long>(k::round_up(sh.n, t.bn));
+  const long kp = linear ? static_cast<long>(k::round_up(sh.k, t.bk)) : sh.k;
+  const long np = linear ? static_cast<long>(k::round_up(sh.n, t.bn)) : sh.n;
+  const long count = linear ? 1 : batched.batch;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   auto random = [&](std::size_t n) {
@@ -113,20 +127,25 @@ double time_us(const engine& e, const stream& s, const gpu::device& d, const sha
     return v;
   };
   gpu_backends::buffers<Backend> mem(e);
-  void* a = mem.upload(random(static_cast<std::size_t>(sh.m * sh.k)));
-  void* b = mem.upload(random(static_cast<std::size_t>(kp * np)));
+  void* a = mem.upload(random(static_cast<std::size_t>(count * sh.m * sh.k)));
+  void* b = mem.upload(random(static_cast<std::size_t>(count * kp * np)));
   void* bias = mem.upload(random(static_cast<std::size_t>(sh.n)));
-  void* out = mem.make(static_cast<std::size_t>(sh.m * sh.n) * sizeof(float));
+  void* out = mem.make(static_cast<std::size_t>(count * sh.m * sh.n) * sizeof(float));
   void* work = t.split_k > 1 ? mem.make(static_cast<std::size_t>(t.split_k * sh.m * sh.n) * sizeof(float)) : out;
 
   gpu::kernel_args args;
   args.add(a).add(b).add(work);
   args.add(std::int32_t(sh.m)).add(std::int32_t(sh.n)).add(std::int32_t(sh.k));
-  args.add(std::int64_t{sh.k}).add(std::int64_t{np}).add(std::int64_t{sh.n});
-  args.add(std::int64_t{0}).add(std::int64_t{0}).add(std::int64_t{sh.m * sh.n});
-  args.add(bias).add(std::int64_t{0}).add(std::int64_t{0}).add(std::int64_t{1});
+  args.add(std::int64_t{sh.k}).add(std::int64_t{batched.transpose_b ? sh.k : np}).add(std::int64_t{sh.n});
+  if (linear) {
+    args.add(std::int64_t{0}).add(std::int64_t{0}).add(std::int64_t{sh.m * sh.n});
+    args.add(bias).add(std::int64_t{0}).add(std::int64_t{0}).add(std::int64_t{1});
+  } else {
+    args.add(std::int64_t{sh.m * sh.k}).add(std::int64_t{sh.k * sh.n}).add(std::int64_t{sh.m * sh.n});
+  }
   gpu::launch_dims dims;
-  dims.global = {k::round_up(sh.n, t.bn) / t.rn, k::round_up(sh.m, t.bm) / t.rm, static_cast<std::size_t>(t.split_k)};
+  dims.global = {k::round_up(sh.n, t.bn) / t.rn, k::round_up(sh.m, t.bm) / t.rm,
+                 static_cast<std::size_t>(count * t.split_k)};
   dims.local = {static_cast<std::size_t>(t.local_x()), static_cast<std::size_t>(t.local_y()), 1};
   gpu::kernel_args reduce_args;
   reduce_args.add(work).add(out).add(std::int32_t(sh.m)).add(std::int32_t(sh.n)).add(std::int64_t{sh.n});
@@ -166,7 +185,8 @@ double time_us(const engine& e, const stream& s, const gpu::device& d, const sha
 }
 
 template <class Backend>
-int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool gelu, int reps) {
+int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool gelu, int reps,
+        const layout& batched) {
   const engine e = Backend::make_engine();
   const stream s = make_stream(e);
   const gpu::device* d = gpu::device_of(e.get_backend());
@@ -183,6 +203,7 @@ int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool
   }
   for (const shape& sh : shapes) {
     std::vector<k::gemm_tiles> list = tiles;
+    if (list.empty() && batched.batch > 0) list = {generic};  // no class, no candidates
     if (list.empty()) {
       // The generic tiles and the candidates of the shape's class.
       graph g;
@@ -210,7 +231,7 @@ int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool
     std::vector<row> rows;
     for (const k::gemm_tiles& t : list) {
       try {
-        rows.push_back({t, time_us<Backend>(e, s, *d, sh, t, gelu, reps), ""});
+        rows.push_back({t, time_us<Backend>(e, s, *d, sh, t, gelu, reps, batched), ""});
       } catch (const std::exception& err) {
         rows.push_back({t, 0, err.what()});
       }
@@ -221,13 +242,15 @@ int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool
     }
     for (const row& r : rows) {
       if (!r.error.empty()) {
-        std::printf("RESULT backend=%s m=%ld n=%ld k=%ld tiles=%s error=\"%s\"\n", Backend::name, sh.m, sh.n, sh.k,
+        std::printf("RESULT backend=%s batch=%ld%s m=%ld n=%ld k=%ld tiles=%s error=\"%s\"\n", Backend::name,
+                    batched.batch, batched.transpose_b ? " transpose_b=1" : "", sh.m, sh.n, sh.k,
                     k::to_string(r.t).c_str(), r.error.c_str());
         continue;
       }
-      const double tflops = 2.0 * sh.m * sh.n * sh.k / (r.us * 1e-6) / 1e12;
-      std::printf("RESULT backend=%s m=%ld n=%ld k=%ld tiles=%s us=%.2f tflops=%.2f best=%d%s\n", Backend::name, sh.m,
-                  sh.n, sh.k, k::to_string(r.t).c_str(), r.us, tflops, r.us == best ? 1 : 0,
+      const double tflops = 2.0 * std::max(batched.batch, 1L) * sh.m * sh.n * sh.k / (r.us * 1e-6) / 1e12;
+      std::printf("RESULT backend=%s batch=%ld%s m=%ld n=%ld k=%ld tiles=%s us=%.2f tflops=%.2f best=%d%s\n",
+                  Backend::name, batched.batch, batched.transpose_b ? " transpose_b=1" : "", sh.m, sh.n, sh.k,
+                  k::to_string(r.t).c_str(), r.us, tflops, r.us == best ? 1 : 0,
                   r.t == generic ? " generic=1" : "");
     }
     std::fflush(stdout);
@@ -237,8 +260,10 @@ int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool
 
 const char* const kUsage =
     "usage: bench_gemm_tiles [--backend cuda|opencl] [--shapes MxNxK,...] [--tiles BMxBNxBK/RMxRN[/splitS],...]\n"
-    "                        [--reps N] [--gelu] [--print-source]\n"
+    "                        [--reps N] [--gelu] [--batch N [--transpose-b]] [--print-source]\n"
     "Times the generated GEMM (constant packed B, bias Add) on the device for each tiles at each shape.\n"
+    "--batch N: N products of variable operands each, no post-op (attention's MatMuls; batch 0 in the\n"
+    "output is the Linear); --transpose-b: B is N x K. Default tiles then: the generic ones.\n"
     "Default shapes: M in 72,240,594,1024,1592,2870 by N x K in 768x768, 3072x768, 768x3072, and 4096^3;\n"
     "default tiles: the backend's generic ones and the specialization candidates of each shape.\n"
     "--print-source prints the first tiles' GEMM source in the backend's dialect and exits.\n";
@@ -252,6 +277,7 @@ int main(int argc, char** argv) {
   int reps = 20;
   bool gelu = false;
   bool print_source = false;
+  layout batched;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -302,12 +328,27 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--gelu") {
       gelu = true;
+    } else if (arg == "--batch") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long b = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || b < 1 || b > 65535) {
+        std::fprintf(stderr, "bench_gemm_tiles: --batch must be 1..65535\n");
+        return 2;
+      }
+      batched.batch = b;
+    } else if (arg == "--transpose-b") {
+      batched.transpose_b = true;
     } else if (arg == "--print-source") {
       print_source = true;
     } else {
       std::fprintf(stderr, "bench_gemm_tiles: unknown option %s\n%s", arg.c_str(), kUsage);
       return 2;
     }
+  }
+  if (batched.transpose_b && batched.batch == 0) {
+    std::fprintf(stderr, "bench_gemm_tiles: --transpose-b is for --batch products\n");
+    return 2;
   }
   if (print_source) {
     // The first tiles' GEMM in the backend's dialect, for a compiler's own report.
@@ -327,10 +368,10 @@ int main(int argc, char** argv) {
   }
   try {
 #if UNICACHE_GPU_WITH_CUDA
-    if (backend == "cuda") return run<gpu_backends::cuda_backend>(shapes, tiles, gelu, reps);
+    if (backend == "cuda") return run<gpu_backends::cuda_backend>(shapes, tiles, gelu, reps, batched);
 #endif
 #if UNICACHE_GPU_WITH_OPENCL
-    if (backend == "opencl") return run<gpu_backends::opencl_backend>(shapes, tiles, gelu, reps);
+    if (backend == "opencl") return run<gpu_backends::opencl_backend>(shapes, tiles, gelu, reps, batched);
 #endif
     std::fprintf(stderr, "bench_gemm_tiles: backend '%s' is not built\n", backend.c_str());
     return 2;
