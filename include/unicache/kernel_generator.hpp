@@ -204,6 +204,14 @@ struct gemm_problem {
 // kernel of its own, so a configuration has at most two. Measured on the
 // H100 over a BERT layer's matmuls (docs/benchmarks.md).
 int gemm_splits(const gemm_problem& g, int compute_units);
+// The generic tiles for a batch of products (attention's: a batch has no
+// shape class, so it is never tuned) whose N is at most half the tiles' BN
+// where BM is below BN: the same tiles turned around (BM and BN, RM and RN
+// swapped: as many work-items, the same local memory), so no half of every
+// tile computes columns past N. Any other problem keeps `generic`. BERT's
+// probabilities times V (N = 64, batch 84, M = K = 469) took 154.6 us with
+// 64x128 tiles and 85.1 us with 128x64 on the H200 (docs/benchmarks.md).
+gemm_tiles batch_tiles(const gemm_problem& g, const gemm_tiles& generic);
 // The parts gemm_splits shares K out in when it does.
 inline constexpr int kGenericSplitK = 4;
 // The most a split-K GEMM's workspace may take (split x M x N floats).

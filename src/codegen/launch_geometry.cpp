@@ -146,6 +146,16 @@ bool gemm_split_allowed(const gemm_problem& g, int splits) {
              kMaxSplitWorkspaceBytes;
 }
 
+gemm_tiles batch_tiles(const gemm_problem& g, const gemm_tiles& generic) {
+  if (g.batch <= 1 || generic.bm >= generic.bn || g.n * 2 > generic.bn) return generic;
+  gemm_tiles turned = generic;
+  turned.bm = generic.bn;
+  turned.bn = generic.bm;
+  turned.rm = generic.rn;
+  turned.rn = generic.rm;
+  return turned;
+}
+
 int gemm_splits(const gemm_problem& g, int compute_units) {
   return gemm_splits(g.m, g.n, g.k, g.batch, g.config.tiles, compute_units);
 }

@@ -293,6 +293,27 @@ TYPED_TEST_P(BackendNumerics, AttentionScoresBatchedMatMulTransposedAndScaledMat
   expect_close(got, want, matmul_atol(head), 1e-5, "scaled Q K^T");
 }
 
+// Attention's probabilities times V: a batch whose N (the head size) is half
+// the generic tiles' BN or less, which GPU backends run on those tiles turned
+// around (kernels::batch_tiles); M and K past one 128-row tile, neither a
+// multiple of a tile.
+TYPED_TEST_P(BackendNumerics, AttentionValuesBatchedMatMulWithANarrowNMatchesTheReference) {
+  const std::int64_t batch = 3, seq = 130, head = 64;
+  graph g;
+  auto p = g.tensor({-1, -1, -1}), v = g.tensor({-1, -1, head}), y = g.tensor({-1, -1, head});
+  g.add_op(op_kind::matmul, {p, v}, {y});
+  auto pv = random_data({batch, seq, seq}, 25), vv = random_data({batch, seq, head}, 26);
+  const auto got = this->run(g, {{batch, seq, seq}, {batch, seq, head}}, {&pv, &vv});
+  std::vector<float> want;
+  for (std::int64_t bi = 0; bi < batch; ++bi) {
+    std::vector<float> ps(pv.begin() + bi * seq * seq, pv.begin() + (bi + 1) * seq * seq);
+    std::vector<float> vs(vv.begin() + bi * seq * head, vv.begin() + (bi + 1) * seq * head);
+    const auto part = ref_matmul(ps, vs, seq, seq, head, false, false);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  expect_close(got, want, matmul_atol(seq), 1e-5, "P V");
+}
+
 // Transpose: attention's head split and merge ([B, S, h, d] <-> [B, h, S,
 // d]), a full reversal, axes of size 1, a rank-6 tensor, the identity and a
 // tensor large enough to be split over threads; declared with -1 dims.
@@ -322,6 +343,7 @@ REGISTER_TYPED_TEST_SUITE_P(BackendNumerics, MatMulWithOddShapesTransposesAndCon
                             EltwiseOpsAndSoftmaxMatchTheReference, LayerNormMatchesTheReference,
                             RmsNormMatchesTheReference, FusedMatMulSiluAndRsqrtMatchTheReference,
                             AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference,
+                            AttentionValuesBatchedMatMulWithANarrowNMatchesTheReference,
                             TransposeMatchesTheReference);
 
 }  // namespace unicache::testing

@@ -155,6 +155,36 @@ TEST(CudaCode, SplitKIsChosenWhereTheTilesCannotFillTheDevice) {
   EXPECT_EQ(splits(8, 300, 64, 132), 1) << "K below 512 is not shared out";
 }
 
+TEST(CudaCode, ANarrowBatchRunsOnTheGenericTilesTurnedAround) {
+  const kernels::gemm_tiles plan{64, 128, 16, 8, 8};
+  auto tiles_for = [](std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
+                      const kernels::gemm_tiles& generic = {64, 128, 16, 8, 8}) {
+    graph g;
+    auto a = g.tensor({-1, -1, -1}), b = g.tensor({-1, -1, -1}), c = g.tensor({-1, -1, -1});
+    g.add_op(op_kind::matmul, {a, b}, {c});
+    g.finalize();
+    const partition& p = g.partitions()[0];
+    std::vector<logical_tensor> in = p.inputs(), out = p.outputs();
+    in[0].shape = {batch, m, k};
+    in[1].shape = {batch, k, n};
+    out[0].shape = {batch, m, n};
+    return kernels::batch_tiles(kernels::gemm_problem(p, in, out, generic, kernel_shapes::adaptive), generic);
+  };
+  const kernels::gemm_tiles turned{128, 64, 16, 8, 8};
+  EXPECT_EQ(tiles_for(84, 469, 469, 64), turned) << "attention's P V: N = 64, half of BN";
+  EXPECT_EQ(tiles_for(2, 5, 7, 1), turned);
+  EXPECT_EQ(tiles_for(84, 469, 64, 469), plan) << "Q K^T: N is the sequence";
+  EXPECT_EQ(tiles_for(84, 469, 469, 65), plan) << "more than half of BN";
+  EXPECT_EQ(tiles_for(1, 469, 469, 64), plan) << "one product: its shape class is tuned";
+  EXPECT_EQ(kernels::batch_tiles(mlp_gemm_problem(594, 768, 64, plan), plan), plan);
+  const kernels::gemm_tiles square{64, 64, 16, 4, 4};
+  EXPECT_EQ(tiles_for(84, 469, 469, 16, square), square) << "square tiles: nothing to turn";
+  // Turned tiles are tiles the generator takes.
+  kernels::gemm_config c;
+  c.tiles = turned;
+  EXPECT_NO_THROW(kernels::gemm_source(dialect::cuda_c, c));
+}
+
 TEST(CudaCode, TilesTheGemmCannotUseAreACompileError) {
   kernels::gemm_config c;
   c.tiles = {128, 128, 8, 6, 8};  // a register block that is not a multiple of 4

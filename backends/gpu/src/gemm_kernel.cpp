@@ -127,7 +127,8 @@ background_variants& variants_in_background() {
   return *v;
 }
 
-// The engine's generic tiles, split-K as the shapes ask (gemm_splits), with
+// The engine's generic tiles (turned around for a narrow batch: batch_tiles),
+// split-K as the shapes ask (gemm_splits), with
 // one exception: where the kernel of that split must be built (neither the
 // kernel cache nor the store has it) and the configuration's other split
 // (1 or kGenericSplitK parts, where the shapes allow it: gemm_split_allowed)
@@ -142,7 +143,7 @@ kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std
                                   const std::vector<kernel_binary>& preloaded, counters& n) {
   const engine_facts& facts = d.facts(e);
   const kernel_shapes mode = current_kernel_shapes();
-  kernels::gemm_tiles t = facts.gemm;
+  kernels::gemm_tiles t = kernels::batch_tiles(kernels::gemm_problem(p, in, out, facts.gemm, mode), facts.gemm);
   const kernels::gemm_problem wanted(p, in, out, t, mode);
   t.split_k = kernels::gemm_splits(wanted, facts.compute_units);
   // An engine that compiles ahead of time (it reads no stored binaries)
