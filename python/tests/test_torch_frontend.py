@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import unittest
+import weakref
 
 try:
     import torch
@@ -16,6 +17,29 @@ import unicache
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "benchmarks"))
+
+
+# What the probes below saw: each tensor `remember` was given, weakly, and
+# whether it was still alive when `check_freed` ran after it.
+_remembered = []
+_alive_at_check = []
+
+
+def remember(x):
+    """A torch step: its input weakly noted; a new tensor out (no view of it)."""
+    _remembered.append(weakref.ref(x))
+    return x.clone()
+
+
+def check_freed(x):
+    """A torch step after remember's: whether remember's input is still alive."""
+    _alive_at_check.append(_remembered[-1]() is not None)
+    return x.clone()
+
+
+if torch is not None:
+    torch.fx.wrap("remember")
+    torch.fx.wrap("check_freed")
 
 
 def close_to(test, got, want, what):
@@ -153,6 +177,28 @@ class TorchFrontend(unittest.TestCase):
             x = torch.randn(batch, 16)
             with torch.no_grad():
                 close_to(self, fast(x), model(x), f"batch {batch}")
+
+    def test_the_forward_drops_each_value_after_its_last_use(self):
+        class Chain(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+            def forward(self, x):
+                h = self.a(x)  # a partition's output, read only by remember
+                kept = remember(h)
+                return self.b(check_freed(kept))
+
+        torch.manual_seed(4)
+        model = Chain().eval()
+        fast = self.ut.compile(model, [torch.randn(2, 16)])
+        self.assertEqual(fast.torch_nodes, ["remember", "check_freed"])
+        _remembered.clear(), _alive_at_check.clear()
+        x = torch.randn(5, 16)
+        with torch.no_grad():
+            close_to(self, fast(x), model(x), "the chain")
+        # The compiled run dropped h before check_freed; eager (second) kept it.
+        self.assertEqual(_alive_at_check, [False, True])
 
     def test_an_intermediate_torch_reads_is_kept(self):
         class Branch(torch.nn.Module):

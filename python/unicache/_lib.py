@@ -271,10 +271,12 @@ def call(name: str, *args: Any, what: str = "") -> None:
     check(function(name)(*args), what or name)
 
 
-def query_bytes(name: str, *args: Any, what: str = "") -> bytes:
-    """A size-query call (data NULL asks the size, then a buffer is filled): its bytes."""
-    size = C.c_size_t(0)
-    call(name, *args, None, C.byref(size), what=what)
+def query_bytes(name: str, *args: Any, what: str = "", expected: int = 0) -> bytes:
+    """A size-query call (data NULL asks the size, then a buffer is filled): its bytes.
+    With `expected` > 0 a buffer of that size is tried first (one call where it fits)."""
+    size = C.c_size_t(expected)
+    if expected <= 0:
+        call(name, *args, None, C.byref(size), what=what)
     while True:
         buffer = (C.c_char * max(size.value, 1))()
         status = function(name)(*args, buffer, C.byref(size))
@@ -284,8 +286,8 @@ def query_bytes(name: str, *args: Any, what: str = "") -> bytes:
         return buffer.raw[:size.value]
 
 
-def query_string(name: str, *args: Any, what: str = "") -> str:
-    return query_bytes(name, *args, what=what).rstrip(b"\0").decode(errors="replace")
+def query_string(name: str, *args: Any, what: str = "", expected: int = 0) -> str:
+    return query_bytes(name, *args, what=what, expected=expected).rstrip(b"\0").decode(errors="replace")
 
 
 def shape_arrays(shapes: Sequence[Sequence[int]]) -> Tuple[Any, Any, Any]:

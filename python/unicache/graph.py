@@ -275,7 +275,7 @@ class Partition(Resource):
         self.outputs: List[LogicalTensor] = self._tensors("output")
         # 32 hex digits naming the structure: equal for equal partitions (the same
         # layer repeated), in any process.
-        self.fingerprint: str = _lib.query_string("unicache_partition_get_fingerprint", pointer)
+        self.fingerprint: str = _lib.query_string("unicache_partition_get_fingerprint", pointer, expected=33)
 
     def _tensors(self, which: str) -> List[LogicalTensor]:
         count, out = C.c_size_t(), _abi.LogicalTensorStruct()

@@ -82,8 +82,8 @@ def plan(root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.Node,
 
 def build(p: Plan) -> CompiledModule:
     """The plan's CompiledModule (its partitions compile at their first call per shape)."""
-    feeds = [any(s.node is ph for st in p.steps if isinstance(st, PartitionStep) for s in st.sources)
-             for ph in p.placeholders]
+    read = {s.node for st in p.steps if isinstance(st, PartitionStep) for s in st.sources}
+    feeds = [ph in read for ph in p.placeholders]
     return CompiledModule(p.root, p.lowered, p.steps, p.placeholders, input_specs(p.placeholders, p.info, feeds),
                           p.output, Engine.for_torch_device(p.device), p.device)
 
