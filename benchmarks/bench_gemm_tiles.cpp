@@ -6,14 +6,17 @@
 // fused Linear runs it (and a GELU after it with --gelu); a split-K tile
 // counts its gemm_reduce launch. With --batch N each shape is instead N
 // products of variable operands with no post-op, as attention's MatMuls
-// run (--transpose-b: B is N x K, as Q times K's transpose reads K). The
+// run (--transpose-b: B is N x K, as Q times K's transpose reads K;
+// --bias rows|full: an Add after it of an M x N operand shared by the batch,
+// as a causal or uniform mask's bias, or of one per product, as a mask that
+// differs over the batch is read once expanded over the heads). The
 // default shapes are the matmuls of a BERT-base layer (N x K of 768 x 768, 3072 x 768, 768 x 3072) at the
 // quantiles of bench_dynamic_shapes' rows, and 4096^3; the default tiles
 // are the backend's generic ones and every specialization candidate.
 //
 //   bench_gemm_tiles [--backend cuda|opencl] [--shapes MxNxK,...]
 //                    [--tiles BMxBNxBK/RMxRN[/splitS],...] [--reps N] [--gelu]
-//                    [--batch N [--transpose-b]] [--print-source]
+//                    [--batch N [--transpose-b] [--bias rows|full]] [--print-source]
 //
 // Output: one line per shape and tiles,
 //   RESULT backend=cuda batch=0 m=594 n=768 k=768 tiles=64x128x16/8x8 us=21.4 tflops=32.7 best=1
@@ -41,6 +44,9 @@ namespace {
 using namespace unicache;
 namespace k = unicache::kernels;
 
+// A RESULT line's bias field, by layout::bias.
+constexpr const char* kBiasField[] = {"", " bias=rows", " bias=full"};
+
 struct shape {
   long m, n, k;
 };
@@ -50,6 +56,7 @@ struct shape {
 struct layout {
   long batch = 0;
   bool transpose_b = false;
+  int bias = 0;  // an Add after the product: 0 none, 1 of an M x N operand, 2 of a batch x M x N one
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -109,6 +116,7 @@ double time_us(const engine& e, const stream& s, const gpu::device& d, const sha
   c.transpose_b = batched.transpose_b;
   if (linear) c.chain = {op_kind::add};
   if (linear && gelu) c.chain.push_back(op_kind::gelu_erf);
+  if (!linear && batched.bias) c.chain = {op_kind::add};
   c.tiles = t;
   if (!linear && t.split_k > 1) throw std::runtime_error("split-K is for one product, not a batch");
   const std::shared_ptr<const kernel> gemm = gpu::get_program(e, k::gemm_source(d.dialect(), c), {});
@@ -129,7 +137,8 @@ double time_us(const engine& e, const stream& s, const gpu::device& d, const sha
   gpu_backends::buffers<Backend> mem(e);
   void* a = mem.upload(random(static_cast<std::size_t>(count * sh.m * sh.k)));
   void* b = mem.upload(random(static_cast<std::size_t>(count * kp * np)));
-  void* bias = mem.upload(random(static_cast<std::size_t>(sh.n)));
+  const long bias_values = linear ? sh.n : batched.bias == 2 ? count * sh.m * sh.n : batched.bias ? sh.m * sh.n : 1;
+  void* bias = mem.upload(random(static_cast<std::size_t>(bias_values)));
   void* out = mem.make(static_cast<std::size_t>(count * sh.m * sh.n) * sizeof(float));
   void* work = t.split_k > 1 ? mem.make(static_cast<std::size_t>(t.split_k * sh.m * sh.n) * sizeof(float)) : out;
 
@@ -142,6 +151,9 @@ double time_us(const engine& e, const stream& s, const gpu::device& d, const sha
     args.add(bias).add(std::int64_t{0}).add(std::int64_t{0}).add(std::int64_t{1});
   } else {
     args.add(std::int64_t{sh.m * sh.k}).add(std::int64_t{sh.k * sh.n}).add(std::int64_t{sh.m * sh.n});
+    if (batched.bias) {
+      args.add(bias).add(std::int64_t{batched.bias == 2 ? sh.m * sh.n : 0}).add(std::int64_t{sh.n}).add(std::int64_t{1});
+    }
   }
   gpu::launch_dims dims;
   dims.global = {k::round_up(sh.n, t.bn) / t.rn, k::round_up(sh.m, t.bm) / t.rm,
@@ -242,14 +254,16 @@ int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool
     }
     for (const row& r : rows) {
       if (!r.error.empty()) {
-        std::printf("RESULT backend=%s batch=%ld%s m=%ld n=%ld k=%ld tiles=%s error=\"%s\"\n", Backend::name,
-                    batched.batch, batched.transpose_b ? " transpose_b=1" : "", sh.m, sh.n, sh.k,
+        std::printf("RESULT backend=%s batch=%ld%s%s m=%ld n=%ld k=%ld tiles=%s error=\"%s\"\n", Backend::name,
+                    batched.batch, batched.transpose_b ? " transpose_b=1" : "", kBiasField[batched.bias], sh.m, sh.n,
+                    sh.k,
                     k::to_string(r.t).c_str(), r.error.c_str());
         continue;
       }
       const double tflops = 2.0 * std::max(batched.batch, 1L) * sh.m * sh.n * sh.k / (r.us * 1e-6) / 1e12;
-      std::printf("RESULT backend=%s batch=%ld%s m=%ld n=%ld k=%ld tiles=%s us=%.2f tflops=%.2f best=%d%s\n",
-                  Backend::name, batched.batch, batched.transpose_b ? " transpose_b=1" : "", sh.m, sh.n, sh.k,
+      std::printf("RESULT backend=%s batch=%ld%s%s m=%ld n=%ld k=%ld tiles=%s us=%.2f tflops=%.2f best=%d%s\n",
+                  Backend::name, batched.batch, batched.transpose_b ? " transpose_b=1" : "", kBiasField[batched.bias],
+                  sh.m, sh.n, sh.k,
                   k::to_string(r.t).c_str(), r.us, tflops, r.us == best ? 1 : 0,
                   r.t == generic ? " generic=1" : "");
     }
@@ -260,10 +274,11 @@ int run(const std::vector<shape>& shapes, std::vector<k::gemm_tiles> tiles, bool
 
 const char* const kUsage =
     "usage: bench_gemm_tiles [--backend cuda|opencl] [--shapes MxNxK,...] [--tiles BMxBNxBK/RMxRN[/splitS],...]\n"
-    "                        [--reps N] [--gelu] [--batch N [--transpose-b]] [--print-source]\n"
+    "                        [--reps N] [--gelu] [--batch N [--transpose-b] [--bias rows|full]] [--print-source]\n"
     "Times the generated GEMM (constant packed B, bias Add) on the device for each tiles at each shape.\n"
     "--batch N: N products of variable operands each, no post-op (attention's MatMuls; batch 0 in the\n"
-    "output is the Linear); --transpose-b: B is N x K. Default tiles then: the generic ones.\n"
+    "output is the Linear); --transpose-b: B is N x K; --bias: an Add after it of an M x N operand (rows)\n"
+    "or of a batch x M x N one (full). Default tiles then: the generic ones.\n"
     "Default shapes: M in 72,240,594,1024,1592,2870 by N x K in 768x768, 3072x768, 768x3072, and 4096^3;\n"
     "default tiles: the backend's generic ones and the specialization candidates of each shape.\n"
     "--print-source prints the first tiles' GEMM source in the backend's dialect and exits.\n";
@@ -339,6 +354,13 @@ int main(int argc, char** argv) {
       batched.batch = b;
     } else if (arg == "--transpose-b") {
       batched.transpose_b = true;
+    } else if (arg == "--bias") {
+      const std::string v = value();
+      if (v != "rows" && v != "full") {
+        std::fprintf(stderr, "bench_gemm_tiles: --bias is rows or full, not '%s'\n", v.c_str());
+        return 2;
+      }
+      batched.bias = v == "rows" ? 1 : 2;
     } else if (arg == "--print-source") {
       print_source = true;
     } else {
@@ -346,8 +368,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (batched.transpose_b && batched.batch == 0) {
-    std::fprintf(stderr, "bench_gemm_tiles: --transpose-b is for --batch products\n");
+  if ((batched.transpose_b || batched.bias) && batched.batch == 0) {
+    std::fprintf(stderr, "bench_gemm_tiles: --transpose-b and --bias are for --batch products\n");
     return 2;
   }
   if (print_source) {

@@ -293,6 +293,32 @@ TYPED_TEST_P(BackendNumerics, AttentionScoresBatchedMatMulTransposedAndScaledMat
   expect_close(got, want, matmul_atol(head), 1e-5, "scaled Q K^T");
 }
 
+// Attention's scores with a bias per product (a mask that differs over the
+// batch, expanded over the heads), fused into the GEMM: a length that is a
+// multiple of 4 (rows read 4-wide by the GPU GEMMs) and one that is not
+// (rows not 16-byte aligned, a ragged last group).
+TYPED_TEST_P(BackendNumerics, AttentionScoresWithABiasPerProductMatchTheReference) {
+  const std::int64_t head = 64;
+  graph g;
+  auto q = g.tensor({-1, -1, head}), k = g.tensor({-1, -1, head}), bias = g.tensor({-1, -1, -1});
+  auto scores = g.tensor({-1, -1, -1}), y = g.tensor({-1, -1, -1});
+  g.add_op(op_kind::matmul, {q, k}, {scores}, false, true);
+  g.add_op(op_kind::add, {scores, bias}, {y});
+  for (const auto& [batch, seq] : {std::pair<std::int64_t, std::int64_t>{4, 68}, {5, 33}}) {
+    auto qv = random_data({batch, seq, head}, 27), kv = random_data({batch, seq, head}, 28);
+    auto bv = random_data({batch, seq, seq}, 29);
+    const auto got = this->run(g, {{batch, seq, head}, {batch, seq, head}, {batch, seq, seq}}, {&qv, &kv, &bv});
+    std::vector<float> want;
+    for (std::int64_t bi = 0; bi < batch; ++bi) {
+      std::vector<float> qs(qv.begin() + bi * seq * head, qv.begin() + (bi + 1) * seq * head);
+      std::vector<float> ks(kv.begin() + bi * seq * head, kv.begin() + (bi + 1) * seq * head);
+      const auto part = ref_matmul(qs, ks, seq, head, seq, false, true);
+      for (std::int64_t i = 0; i < seq * seq; ++i) want.push_back(part[i] + bv[bi * seq * seq + i]);
+    }
+    expect_close(got, want, matmul_atol(head), 1e-5, "Q K^T + bias, length " + std::to_string(seq));
+  }
+}
+
 // Attention's probabilities times V: a batch whose N (the head size) is half
 // the generic tiles' BN or less, which GPU backends run on those tiles turned
 // around (kernels::batch_tiles); M and K past one 128-row tile, neither a
@@ -343,6 +369,7 @@ REGISTER_TYPED_TEST_SUITE_P(BackendNumerics, MatMulWithOddShapesTransposesAndCon
                             EltwiseOpsAndSoftmaxMatchTheReference, LayerNormMatchesTheReference,
                             RmsNormMatchesTheReference, FusedMatMulSiluAndRsqrtMatchTheReference,
                             AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference,
+                            AttentionScoresWithABiasPerProductMatchTheReference,
                             AttentionValuesBatchedMatMulWithANarrowNMatchesTheReference,
                             TransposeMatchesTheReference);
 
