@@ -193,7 +193,8 @@ class TorchFrontend(unittest.TestCase):
         model = Chain().eval()
         fast = self.ut.compile(model, [torch.randn(2, 16)])
         self.assertEqual(fast.torch_nodes, ["remember", "check_freed"])
-        _remembered.clear(), _alive_at_check.clear()
+        _remembered.clear()
+        _alive_at_check.clear()
         x = torch.randn(5, 16)
         with torch.no_grad():
             close_to(self, fast(x), model(x), "the chain")

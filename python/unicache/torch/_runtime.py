@@ -181,7 +181,7 @@ class CompiledModule(torch.nn.Module):
         their targets, each partition one call; no interpreter between them. Each
         value is dropped after its last use, as torch.fx's code does. Written here
         rather than by torch.fx (a GraphModule of the steps): that took 16 ms of a
-        BERT encoder's 33 ms of lowering on the dev VM, this ~5 ms, and a call skips
+        BERT encoder's 33 ms of lowering on the dev VM, this 6 ms, and a call skips
         nn.Module's."""
         writer = _ForwardWriter(root, self._lowered.resolve, self._serial)
         forward = writer.write(self._placeholders, self._steps, self._output, self._partition_call)
