@@ -18,10 +18,24 @@
 // axis, with gamma and an epsilon attribute), Transpose (any permutation of up
 // to 6 axes, each of 0..rank-1 once: output dim i is input dim
 // permutation[i], as torch.permute with non-negative dims; the output is
-// dense). Tensors are f32 with shapes
+// dense), Attention (scaled dot-product attention, below). Tensors are f32
+// with shapes
 // whose -1 dims are known only at compile time. The partitioner fuses
 // MatMul -> (Add|Multiply)* -> eltwise* into one partition; every other op
 // is a partition of its own.
+//
+// Attention reads {Q, K, V} or {Q, K, V, mask} and computes
+// softmax(scale * Q K^T + mask, causal) V per batch and head, in f32 and
+// without the scores in memory on a GPU. Layout bhld (the default, torch's
+// scaled_dot_product_attention): Q [..., L, D], K [..., S, D], V [..., S, Dv]
+// with equal leading dims (rank 3 or 4), output [..., L, Dv]. Layout blhd (a
+// projection's output viewed per head, no copy): Q [B, L, H, D], K
+// [B, S, H, D], V [B, S, H, Dv], output [B, L, H, Dv]. The mask is an
+// additive f32 bias that broadcasts (numpy rules) to the scores [..., L, S]
+// (in either layout: [B, H, L, S] at rank 4). Causal: key j is hidden from
+// query i where j > i (top-left aligned, as torch's is_causal). scale
+// defaults to 1 / sqrt(D). A query row whose every score is -inf gives 0s
+// (a plain softmax would give NaN).
 //
 // A graph has a JSON form (to_json, graph_from_json, at the end; the schema
 // in docs/graph-json.md), so that a tool compiles it where it was not built.
@@ -72,6 +86,7 @@ enum class op_kind : std::uint8_t {
   rsqrt,       // eltwise: 1 / sqrt(x)
   silu,        // eltwise: x * sigmoid(x) (SiLU, swish)
   rms_norm,    // over the last axis: x / sqrt(mean(x^2) + epsilon) * gamma
+  attention,   // scaled dot-product attention: {Q, K, V} or {Q, K, V, mask}
 };
 const char* to_string(op_kind kind);
 bool is_eltwise(op_kind kind);  // relu, gelu_*, sigmoid, tanh, sqrt, rsqrt, silu
@@ -84,6 +99,14 @@ std::size_t normalization_parameters(op_kind kind);
 enum class op_attribute : std::uint8_t {
   epsilon,      // LayerNorm, RMSNorm: added to the variance (the mean square); finite, >= 0; default 1e-5
   permutation,  // Transpose: output dim i is input dim permutation[i]; required
+  scale,        // Attention: multiplies Q K^T; finite and nonzero; default 1 / sqrt(head size)
+  causal,       // Attention: one value, 0 or 1 (an integer list); default 0
+  layout,       // Attention: one value (an integer list), an attention_layout; default bhld
+};
+// Attention's tensor layouts (op_attribute::layout).
+enum class attention_layout : std::uint8_t {
+  bhld = 0,  // Q [..., L, D]: heads before the sequence (torch's scaled_dot_product_attention)
+  blhd = 1,  // Q [B, L, H, D]: the sequence before the heads (a projection viewed per head)
 };
 inline constexpr float kDefaultLayerNormEpsilon = 1e-5f;
 // Transpose's largest rank.
@@ -98,6 +121,9 @@ struct op {
   bool transpose_b = false;
   float epsilon = kDefaultLayerNormEpsilon;  // layer_norm and rms_norm only
   std::vector<std::int64_t> permutation;     // transpose only
+  float scale = 0.f;                         // attention only; 0: 1 / sqrt(head size)
+  bool causal = false;                       // attention only
+  attention_layout layout = attention_layout::bhld;  // attention only
 };
 
 // A malformed graph: the message names the op and the tensor.
@@ -109,7 +135,7 @@ class graph_error : public error {
 // A piece of the graph compiled as one unit.
 class partition {
  public:
-  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm, transpose, rms_norm };
+  enum class kind : std::uint8_t { fused_matmul, binary, eltwise, softmax, layer_norm, transpose, rms_norm, attention };
 
   kind pattern() const { return kind_; }
   // The partition's ops in execution order (copies of the graph's ops).
@@ -141,7 +167,7 @@ class graph {
   // Adds an op reading `inputs` and writing `outputs` (tensors declared
   // with tensor()). Returns the op's id. LayerNorm reads {x, gamma, beta},
   // gamma and beta of shape [C] where C is x's last dimension; RMSNorm
-  // reads {x, gamma}.
+  // reads {x, gamma}; Attention {Q, K, V} or {Q, K, V, mask}.
   std::uint64_t add_op(op_kind kind, const std::vector<logical_tensor>& inputs,
                        const std::vector<logical_tensor>& outputs, bool transpose_a = false,
                        bool transpose_b = false);
@@ -153,11 +179,14 @@ class graph {
 
   // Sets attribute `attribute` of op `op_id` (an id add_op returned).
   // Throws graph_error for an unknown op, an attribute the op's kind does
-  // not have, or a value out of range (epsilon: not finite, or negative).
+  // not have, or a value out of range (epsilon: not finite, or negative;
+  // scale: not finite, or 0).
   void set_attribute(std::uint64_t op_id, op_attribute attribute, float value);
   // Sets an integer-list attribute (permutation: each of 0 .. rank-1 once,
-  // checked against the input's rank by finalize()). Throws graph_error as
-  // the float form does, and for a list longer than kMaxTransposeRank.
+  // checked against the input's rank by finalize(); causal and layout: one
+  // value). Throws graph_error as the float form does, for a list longer
+  // than kMaxTransposeRank, and for a causal other than {0} or {1} or a
+  // layout that is not an attention_layout.
   void set_attribute(std::uint64_t op_id, op_attribute attribute, const std::vector<std::int64_t>& values);
 
   // Validates and partitions. Throws graph_error for: an op of an unknown
@@ -203,6 +232,11 @@ std::vector<std::int64_t> broadcast_shape(const std::vector<std::int64_t>& a,
 std::vector<std::int64_t> transpose_output_shape(const std::vector<std::int64_t>& in,
                                                  const std::vector<std::int64_t>& permutation,
                                                  const std::string& what);
+// Attention's output from its inputs' shapes {Q, K, V} or {Q, K, V, mask}
+// in `layout` (see the header's opening comment). Throws graph_error naming
+// `what` for ranks or sizes that do not agree; dims of -1 agree with any.
+std::vector<std::int64_t> attention_output_shape(const std::vector<const std::vector<std::int64_t>*>& in,
+                                                 attention_layout layout, const std::string& what);
 // `shape` with leading 1s up to `rank` (numpy broadcasting aligns trailing
 // dims); a shape of that rank or more is returned as is.
 std::vector<std::int64_t> to_rank(std::vector<std::int64_t> shape, std::size_t rank);

@@ -118,6 +118,26 @@ kernel_source layer_norm_source(dialect d, int work_group, bool rms = false);
 //   global: n rounded up, local (work_group).
 kernel_source transpose_source(dialect d, int work_group);
 
+// Scaled dot-product attention (op_kind::attention) of one configuration:
+// head sizes (Q and K's, V's) up to kAttentionMaxHeadSize, causal or not,
+// with or without a mask. Work-groups of 256 (16 x 16), each for
+// attention_rows query rows of one batch and head; the tensors are read
+// through strides (each row's elements contiguous), the mask's strides 0
+// where it broadcasts.
+//   args: Q, K, V, mask (any buffer without one), O, int L, S, H, blocks
+//   (ceil(L / rows)), float scale, long strides of Q, K, V, O per batch, head
+//   and row (12), long mask strides per batch, head, row and column.
+//   global: (blocks * H * B * 256), local (256).
+inline constexpr int kAttentionMaxHeadSize = 128;
+struct attention_config {
+  int head_size = 64;   // Q's and K's last dim
+  int value_size = 64;  // V's
+  bool causal = false;
+  bool mask = false;
+};
+kernel_source attention_source(dialect d, const attention_config& c);
+int attention_rows(int head_size, int value_size);
+
 // y = f(x) elementwise.  args: x, y, long n.  global: n rounded up, local (work_group).
 kernel_source eltwise_source(dialect d, op_kind kind, int work_group);
 
@@ -338,6 +358,19 @@ gemm_tiles tune_gemm(std::string_view backend, const device_identity& device, co
 }
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.
+// Attention's sizes and strides (elements) from its op and input shapes
+// {Q, K, V[, mask]}, in either layout: a rank-3 bhld tensor is one batch of
+// its first dim's heads. The mask's strides are 0 where it broadcasts.
+struct attention_problem {
+  std::int64_t batch = 1, heads = 1, length = 1, source = 1, head_size = 1, value_size = 1;
+  std::array<long, 3> q{}, k{}, v{}, out{};  // per batch, head, row
+  std::array<long, 4> mask{};                // per batch, head, row, column
+  bool has_mask = false;
+  float scale = 1.f;                         // the op's, or 1 / sqrt(head size)
+  bool causal = false;
+  attention_problem(const op& o, const std::vector<std::vector<std::int64_t>>& shapes);
+};
+
 struct binary_problem {
   std::vector<std::int64_t> out;  // the output's shape at rank 4
   std::vector<long> a_strides, b_strides;

@@ -244,6 +244,9 @@ typedef enum {
   UNICACHE_OP_RSQRT = 12,     /* 1 / sqrt(x) */
   UNICACHE_OP_SILU = 13,      /* x * sigmoid(x) */
   UNICACHE_OP_RMS_NORM = 14,  /* inputs {x, gamma}; x / sqrt(mean(x^2) + epsilon) * gamma over the last dim */
+  /* inputs {Q, K, V} or {Q, K, V, mask}: softmax(scale * Q K^T + mask) V per batch and head, without the
+   * scores in memory on a GPU (layouts and rules: unicache/graph.hpp; UNICACHE_OP_ATTR_SCALE, _CAUSAL, _LAYOUT) */
+  UNICACHE_OP_ATTENTION = 15,
   UNICACHE_OP_KIND_FORCE_INT32 = 0x7fffffff
 } unicache_op_kind_t;
 
@@ -268,8 +271,16 @@ UNICACHE_API unicache_status_t unicache_graph_add_op(unicache_graph_t graph, uni
 typedef enum {
   UNICACHE_OP_ATTR_EPSILON = 0, /* LayerNorm, RMSNorm: added to the variance; finite, >= 0; default 1e-5 */
   UNICACHE_OP_ATTR_PERMUTATION = 1, /* Transpose: output dim i is input dim values[i]; required */
+  UNICACHE_OP_ATTR_SCALE = 2,       /* Attention: multiplies Q K^T; finite, nonzero; default 1 / sqrt(head size) */
+  UNICACHE_OP_ATTR_CAUSAL = 3,      /* Attention (one value): 1 hides key j from query i where j > i; default 0 */
+  UNICACHE_OP_ATTR_LAYOUT = 4,      /* Attention (one value): a unicache_attention_layout_t; default BHLD */
   UNICACHE_OP_ATTR_FORCE_INT32 = 0x7fffffff
 } unicache_op_attr_t;
+
+typedef enum {
+  UNICACHE_ATTENTION_LAYOUT_BHLD = 0, /* Q [..., L, D], K [..., S, D], V [..., S, Dv] (rank 3 or 4) */
+  UNICACHE_ATTENTION_LAYOUT_BLHD = 1  /* Q [B, L, H, D], K [B, S, H, D], V [B, S, H, Dv] */
+} unicache_attention_layout_t;
 
 /* Sets a float attribute of op `op_id` (from unicache_graph_add_op). An
  * unknown attr is UNICACHE_INVALID_ARGUMENT; an unknown op, an attribute
@@ -278,7 +289,8 @@ typedef enum {
 UNICACHE_API unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_t op_id,
                                                               unicache_op_attr_t attr, float value);
 /* Sets an integer-list attribute of op `op_id` (UNICACHE_OP_ATTR_PERMUTATION:
- * `count` values, each axis of the input once, at most 6). Errors as for
+ * `count` values, each axis of the input once, at most 6; _CAUSAL and
+ * _LAYOUT: one value). Errors as for
  * unicache_graph_set_op_attr_f32; values may be NULL only when count is 0.
  * The rank is checked by unicache_graph_finalize. */
 UNICACHE_API unicache_status_t unicache_graph_set_op_attr_i64s(unicache_graph_t graph, uint64_t op_id,

@@ -42,6 +42,33 @@ class CpuNumerics(unittest.TestCase):
     def test_matmul_silu(self):
         self.check_block(None, OpKind.SILU)
 
+    def test_attention_in_both_layouts_against_numpy(self):
+        engine = cpu_engine()
+        stream = engine.stream()
+        for layout in (unicache.AttentionLayout.BHLD, unicache.AttentionLayout.BLHD):
+            g = unicache.Graph()
+            q, k, v = (g.add_tensor([-1, -1, -1, 16]) for _ in range(3))
+            mask, y = g.add_tensor([-1, 1, 1, -1]), g.add_tensor([-1, -1, -1, 16])
+            op = g.add_op(OpKind.ATTENTION, [q, k, v, mask], [y])
+            g.set_op_attr(op, unicache.OpAttr.SCALE, 0.3)
+            g.set_op_attr_ints(op, unicache.OpAttr.CAUSAL, [1])
+            g.set_op_attr_ints(op, unicache.OpAttr.LAYOUT, [int(layout)])
+            g.finalize()
+            (p,) = g.partitions
+            b, h, l, s = 2, 3, 11, 11
+            shape = (b, h, l, 16) if layout == unicache.AttentionLayout.BHLD else (b, l, h, 16)
+            qv, kv, vv = random(shape, 1), random(shape, 2), random(shape, 3)
+            mv = np.zeros((b, 1, 1, s), np.float32)
+            mv[1, 0, 0, 7:] = -np.inf  # the second sequence padded
+            (got,) = p.compile([shape, shape, shape, mv.shape], engine).execute(stream, [qv, kv, vv, mv])
+            swap = (lambda t: t.transpose(0, 2, 1, 3)) if layout == unicache.AttentionLayout.BLHD else (lambda t: t)
+            q64, k64, v64 = (swap(t).astype(np.float64) for t in (qv, kv, vv))
+            scores = 0.3 * q64 @ k64.transpose(0, 1, 3, 2) + mv
+            scores[..., np.triu_indices(l, 1)[0], np.triu_indices(l, 1)[1]] = -np.inf
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            want = swap(probs / probs.sum(-1, keepdims=True) @ v64)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg=str(layout))
+
     def test_rms_norm_and_rsqrt_against_numpy(self):
         engine = cpu_engine()
         stream = engine.stream()

@@ -58,7 +58,7 @@ from .compiled import CompiledPartition
 from .engine import Backend, BuildStats, Engine, EngineKind, Stream, cuda_available
 from .errors import (BufferTooSmall, CacheError, CompileFailed, Error, ExecuteFailed, InvalidArgument, InvalidGraph,
                      InvalidHandle, InvalidTensorType, LibraryError, OutOfMemory, Status, StoreError, Unsupported)
-from .graph import UNKNOWN_DIM, Graph, LogicalTensor, OpAttr, OpKind, Partition
+from .graph import UNKNOWN_DIM, AttentionLayout, Graph, LogicalTensor, OpAttr, OpKind, Partition
 from .tensors import Tensor
 
 
@@ -76,7 +76,7 @@ def library_path() -> str:
 
 __all__ = [
     "__version__", "library_version", "library_path", "store",
-    "Graph", "Partition", "LogicalTensor", "OpKind", "OpAttr", "UNKNOWN_DIM",
+    "Graph", "Partition", "LogicalTensor", "OpKind", "OpAttr", "AttentionLayout", "UNKNOWN_DIM",
     "Engine", "EngineKind", "Backend", "BuildStats", "Stream", "cuda_available",
     "CompiledPartition", "Tensor", "DeviceBuffer", "OpenCLBuffer", "CudaBuffer",
     "Cache", "Policy", "Owner", "CacheStats", "Capacity", "EvictionEvent", "EvictionSubscription",

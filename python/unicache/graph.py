@@ -50,6 +50,7 @@ class OpKind(enum.IntEnum):
     RSQRT = 12  # 1 / sqrt(x)
     SILU = 13  # x * sigmoid(x)
     RMS_NORM = 14  # over the last axis; inputs x, gamma ([C]); epsilon via Graph.set_op_attr
+    ATTENTION = 15  # softmax(scale * Q K^T + mask) V; inputs Q, K, V[, mask]; SCALE, CAUSAL, LAYOUT
 
 
 class OpAttr(enum.IntEnum):
@@ -57,6 +58,16 @@ class OpAttr(enum.IntEnum):
 
     EPSILON = 0  # LayerNorm, RMSNorm (float): added to the variance; finite, >= 0; default 1e-5
     PERMUTATION = 1  # Transpose (ints): output dim i is input dim values[i]; required, rank <= 6
+    SCALE = 2  # Attention (float): multiplies Q K^T; finite, nonzero; default 1 / sqrt(head size)
+    CAUSAL = 3  # Attention (ints, one value): 1 hides key j from query i where j > i; default 0
+    LAYOUT = 4  # Attention (ints, one value): an AttentionLayout; default BHLD
+
+
+class AttentionLayout(enum.IntEnum):
+    """`unicache_attention_layout_t`: how Attention's tensors hold batch, heads and sequence."""
+
+    BHLD = 0  # Q [..., L, D], K [..., S, D], V [..., S, Dv] (torch's scaled_dot_product_attention)
+    BLHD = 1  # Q [B, L, H, D], K [B, S, H, D], V [B, S, H, Dv] (a projection's output viewed per head)
 
 
 UNKNOWN_DIM = _abi.UNKNOWN_DIM

@@ -142,7 +142,7 @@ unified_cache& cache_of(unicache_cache_t c) {
 }
 
 op_kind to_op(unicache_op_kind_t k) {
-  if (k < UNICACHE_OP_MATMUL || k > UNICACHE_OP_RMS_NORM) {
+  if (k < UNICACHE_OP_MATMUL || k > UNICACHE_OP_ATTENTION) {
     raise(UNICACHE_INVALID_ARGUMENT, "unknown op kind " + std::to_string(static_cast<int>(k)));
   }
   return static_cast<op_kind>(k);  // the enums list the kinds in the same order

@@ -39,6 +39,11 @@ std::vector<shape_request> requests_of(const unicache_shape_request_t* requests,
   return out;
 }
 
+// For a conditional expression that maps the C attributes: no value, it raises.
+[[noreturn]] op_attribute throw_unknown_attribute(unicache_op_attr_t attr) {
+  raise(UNICACHE_INVALID_ARGUMENT, "unknown op attribute " + std::to_string(static_cast<int>(attr)));
+}
+
 }  // namespace
 }  // namespace unicache::c_api
 
@@ -88,13 +93,14 @@ unicache_status_t unicache_graph_set_op_attr_f32(unicache_graph_t graph, uint64_
                                                  float value) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");
-    if (attr == UNICACHE_OP_ATTR_PERMUTATION) {
-      raise(UNICACHE_INVALID_ARGUMENT, "the permutation is a list of integers: unicache_graph_set_op_attr_i64s sets it");
+    if (attr == UNICACHE_OP_ATTR_PERMUTATION || attr == UNICACHE_OP_ATTR_CAUSAL || attr == UNICACHE_OP_ATTR_LAYOUT) {
+      raise(UNICACHE_INVALID_ARGUMENT, "attribute " + std::to_string(static_cast<int>(attr)) +
+                                           " is a list of integers: unicache_graph_set_op_attr_i64s sets it");
     }
-    if (attr != UNICACHE_OP_ATTR_EPSILON) {
+    if (attr != UNICACHE_OP_ATTR_EPSILON && attr != UNICACHE_OP_ATTR_SCALE) {
       raise(UNICACHE_INVALID_ARGUMENT, "unknown op attribute " + std::to_string(static_cast<int>(attr)));
     }
-    g->g.set_attribute(op_id, op_attribute::epsilon, value);
+    g->g.set_attribute(op_id, attr == UNICACHE_OP_ATTR_SCALE ? op_attribute::scale : op_attribute::epsilon, value);
   });
 }
 
@@ -102,18 +108,20 @@ unicache_status_t unicache_graph_set_op_attr_i64s(unicache_graph_t graph, uint64
                                                   const int64_t* values, size_t count) {
   return guarded([&] {
     unicache_graph* g = live(graph, kGraphMagic, "graph");
-    if (attr == UNICACHE_OP_ATTR_EPSILON) {
-      raise(UNICACHE_INVALID_ARGUMENT, "epsilon is a float: unicache_graph_set_op_attr_f32 sets it");
+    if (attr == UNICACHE_OP_ATTR_EPSILON || attr == UNICACHE_OP_ATTR_SCALE) {
+      raise(UNICACHE_INVALID_ARGUMENT, "attribute " + std::to_string(static_cast<int>(attr)) +
+                                           " is a float: unicache_graph_set_op_attr_f32 sets it");
     }
-    if (attr != UNICACHE_OP_ATTR_PERMUTATION) {
-      raise(UNICACHE_INVALID_ARGUMENT, "unknown op attribute " + std::to_string(static_cast<int>(attr)));
-    }
+    const op_attribute which = attr == UNICACHE_OP_ATTR_PERMUTATION ? op_attribute::permutation
+                               : attr == UNICACHE_OP_ATTR_CAUSAL    ? op_attribute::causal
+                               : attr == UNICACHE_OP_ATTR_LAYOUT    ? op_attribute::layout
+                                                                    : throw_unknown_attribute(attr);
     if (count) need(values, "values");
     if (count > kMaxTransposeRank) {
-      raise(UNICACHE_INVALID_GRAPH, "op " + std::to_string(op_id) + ": a permutation of " + std::to_string(count) +
-                                        " axes (at most " + std::to_string(kMaxTransposeRank) + ")");
+      raise(UNICACHE_INVALID_GRAPH, "op " + std::to_string(op_id) + ": a list of " + std::to_string(count) +
+                                        " values (at most " + std::to_string(kMaxTransposeRank) + ")");
     }
-    g->g.set_attribute(op_id, op_attribute::permutation, std::vector<std::int64_t>(values, values + count));
+    g->g.set_attribute(op_id, which, std::vector<std::int64_t>(values, values + count));
   });
 }
 

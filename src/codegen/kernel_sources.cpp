@@ -1,6 +1,7 @@
 // The generated kernel source: one body per kernel, written against a few
 // macros that each dialect's prelude defines (qualifiers, work-item indices,
 // barriers, vector loads, math functions), and the functions that assemble it.
+#include <algorithm>
 #include <string>
 
 #include "unicache/cache_key.hpp"
@@ -550,6 +551,148 @@ KERNEL(WG, 1) binary(GLOBAL const float* RESTRICT a, GLOBAL const float* RESTRIC
 }
 )SRC";
 
+// Scaled dot-product attention, one work-group of 16 x 16 work-items per BQ
+// query rows of one (batch, head): the query rows stay in local memory while
+// blocks of BKV keys, then values, pass through one buffer; the scores of a
+// block go to local memory only, and a running maximum and sum per row
+// (online softmax) rescale what the earlier blocks added. A row whose every
+// score is -inf so far keeps 0 as its base (no inf - inf), so it ends with a
+// sum of 0 and writes 0s. Rows and columns past L and S are zero-filled;
+// a causal block stops at its last row's key.
+constexpr const char* kAttention = R"SRC(
+#define ATT_RQ (BQ / 16)
+#define ATT_RV (DVP / 16)
+#define ATT_TEAM (256 / BQ)
+#define ATT_CPT (BKV / ATT_TEAM)
+KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RESTRICT K,
+                         GLOBAL const float* RESTRICT V, GLOBAL const float* RESTRICT M, GLOBAL float* RESTRICT O,
+                         const int L, const int S, const int H, const int blocks, const float scale,
+                         const long qb, const long qh, const long ql, const long kb, const long kh, const long ks,
+                         const long vb, const long vh, const long vs, const long ob, const long oh, const long ol,
+                         const long mb, const long mh, const long ml, const long ms) {
+  SHARED float Qs[BQ][DH + 1];
+  SHARED float KVs[BKV][DMAX + 1];
+  SHARED float Ps[BQ][BKV + 1];
+  SHARED float row_max[BQ], row_sum[BQ], row_scale[BQ];
+  SHARED float red_max[256], red_sum[256];
+  const int l = LOCAL_X, tx = l % 16, ty = l / 16;
+  const int group = GROUP_X;
+  const int q0 = (group % blocks) * BQ;
+  const int bh = group / blocks;
+  const long h = bh % H, b = bh / H;
+  Q += b * qb + h * qh;
+  K += b * kb + h * kh;
+  V += b * vb + h * vh;
+  O += b * ob + h * oh;
+#if HAS_MASK
+  M += b * mb + h * mh;
+#endif
+  for (int i = l; i < BQ * DH; i += 256) {
+    const int r = i / DH, d = i % DH;
+    Qs[r][d] = q0 + r < L ? Q[(long)(q0 + r) * ql + d] : 0.0f;
+  }
+  if (l < BQ) {
+    row_max[l] = NEG_INF;
+    row_sum[l] = 0.0f;
+  }
+  float o[ATT_RQ][ATT_RV];
+  for (int i = 0; i < ATT_RQ; ++i)
+    for (int j = 0; j < ATT_RV; ++j) o[i][j] = 0.0f;
+#if CAUSAL
+  const int end = q0 + BQ < S ? q0 + BQ : S;
+#else
+  const int end = S;
+#endif
+  for (int k0 = 0; k0 < end; k0 += BKV) {
+    SYNC();  /* the last block's values are read; Qs and the row state are written */
+    for (int i = l; i < BKV * DH; i += 256) {
+      const int c = i / DH, d = i % DH;
+      KVs[c][d] = k0 + c < S ? K[(long)(k0 + c) * ks + d] : 0.0f;
+    }
+    SYNC();
+    float s[ATT_RQ][BKV / 16];
+    for (int i = 0; i < ATT_RQ; ++i)
+      for (int j = 0; j < BKV / 16; ++j) s[i][j] = 0.0f;
+    for (int d = 0; d < DH; ++d) {
+      float kd[BKV / 16];
+      for (int j = 0; j < BKV / 16; ++j) kd[j] = KVs[tx + 16 * j][d];
+      for (int i = 0; i < ATT_RQ; ++i) {
+        const float qd = Qs[ty * ATT_RQ + i][d];
+        for (int j = 0; j < BKV / 16; ++j) s[i][j] = F_FMA(qd, kd[j], s[i][j]);
+      }
+    }
+    for (int i = 0; i < ATT_RQ; ++i) {
+      const int r = ty * ATT_RQ + i;
+      for (int j = 0; j < BKV / 16; ++j) {
+        const int c = tx + 16 * j;
+        float v = s[i][j] * scale;
+#if HAS_MASK
+        if (q0 + r < L && k0 + c < S) v += M[(long)(q0 + r) * ml + (long)(k0 + c) * ms];
+#endif
+#if CAUSAL
+        if (k0 + c > q0 + r) v = NEG_INF;
+#endif
+        Ps[r][c] = k0 + c < S ? v : NEG_INF;
+      }
+    }
+    SYNC();  /* the keys are read: the values go to the same buffer */
+    for (int i = l; i < BKV * DV; i += 256) {
+      const int c = i / DV, d = i % DV;
+      KVs[c][d] = k0 + c < S ? V[(long)(k0 + c) * vs + d] : 0.0f;
+    }
+    const int row = l / ATT_TEAM, first = (l % ATT_TEAM) * ATT_CPT;
+    float m = NEG_INF;
+    for (int c = first; c < first + ATT_CPT; ++c) m = F_MAX(m, Ps[row][c]);
+    red_max[l] = m;
+    SYNC();
+    for (int t = 0; t < ATT_TEAM; ++t) m = F_MAX(m, red_max[row * ATT_TEAM + t]);
+    const float old_max = row_max[row];
+    const float new_max = F_MAX(old_max, m);
+    const float base = new_max == NEG_INF ? 0.0f : new_max;
+    float sum = 0.0f;
+    for (int c = first; c < first + ATT_CPT; ++c) {
+      const float p = F_EXP(Ps[row][c] - base);
+      Ps[row][c] = p;
+      sum += p;
+    }
+    red_sum[l] = sum;
+    SYNC();
+    if (l % ATT_TEAM == 0) {
+      float total = 0.0f;
+      for (int t = 0; t < ATT_TEAM; ++t) total += red_sum[l + t];
+      const float rescale = F_EXP(old_max - base);
+      row_max[row] = new_max;
+      row_sum[row] = row_sum[row] * rescale + total;
+      row_scale[row] = rescale;
+    }
+    SYNC();
+    for (int i = 0; i < ATT_RQ; ++i) {
+      const float rescale = row_scale[ty * ATT_RQ + i];
+      for (int j = 0; j < ATT_RV; ++j) o[i][j] *= rescale;
+    }
+    for (int c = 0; c < BKV; ++c) {
+      float v[ATT_RV];
+      for (int j = 0; j < ATT_RV; ++j) v[j] = tx + 16 * j < DV ? KVs[c][tx + 16 * j] : 0.0f;
+      for (int i = 0; i < ATT_RQ; ++i) {
+        const float p = Ps[ty * ATT_RQ + i][c];
+        for (int j = 0; j < ATT_RV; ++j) o[i][j] = F_FMA(p, v[j], o[i][j]);
+      }
+    }
+  }
+  SYNC();  /* a group with no block still set the row state */
+  for (int i = 0; i < ATT_RQ; ++i) {
+    const int r = ty * ATT_RQ + i;
+    if (q0 + r >= L) continue;
+    const float total = row_sum[r];
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int j = 0; j < ATT_RV; ++j) {
+      const int d = tx + 16 * j;
+      if (d < DV) O[(long)(q0 + r) * ol + d] = o[i][j] * inv;
+    }
+  }
+}
+)SRC";
+
 // The kernel configuration key: the dialect, then what the caller adds.
 cache_key config_key(dialect d, const char* kernel) {
   cache_key key;
@@ -681,6 +824,24 @@ kernel_source transpose_source(dialect d, int work_group) {
   cache_key key = config_key(d, "transpose");
   key.add(work_group);
   return make(d, key, define("WG", work_group), kTranspose, "transpose");
+}
+
+int attention_rows(int head_size, int value_size) { return std::max(head_size, value_size) <= 64 ? 64 : 32; }
+
+kernel_source attention_source(dialect d, const attention_config& c) {
+  if (c.head_size < 1 || c.value_size < 1 || c.head_size > kAttentionMaxHeadSize ||
+      c.value_size > kAttentionMaxHeadSize) {
+    throw compile_error("kernel generator: attention with head sizes " + std::to_string(c.head_size) + " and " +
+                        std::to_string(c.value_size) + " (1 to " + std::to_string(kAttentionMaxHeadSize) + ")");
+  }
+  cache_key key = config_key(d, "attention");
+  key.add(c.head_size).add(c.value_size).add(c.causal).add(c.mask);
+  const int rows = attention_rows(c.head_size, c.value_size);
+  const std::string defines = define("BQ", rows) + define("BKV", 32) + define("DH", c.head_size) +
+                              define("DV", c.value_size) + define("DVP", (c.value_size + 15) / 16 * 16) +
+                              define("DMAX", std::max(c.head_size, c.value_size)) + define("CAUSAL", c.causal) +
+                              define("HAS_MASK", c.mask);
+  return make(d, key, defines, kAttention, "attention");
 }
 
 kernel_source binary_source(dialect d, op_kind kind, int work_group) {

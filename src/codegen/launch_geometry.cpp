@@ -1,7 +1,8 @@
 // What the kernels are launched with: sizes, strides and work-items worked out
 // from a partition and its shapes (gemm_problem, binary_problem, a
-// Transpose's plan).
+// Transpose's plan, attention_problem).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -184,6 +185,37 @@ binary_problem::binary_problem(const std::vector<logical_tensor>& in, const std:
   out = to_rank(c, 4);
   a_strides = broadcast_strides(to_rank(in[0].shape, 4));
   b_strides = broadcast_strides(to_rank(in[1].shape, 4));
+}
+
+attention_problem::attention_problem(const op& o, const std::vector<std::vector<std::int64_t>>& shapes)
+    : has_mask(shapes.size() > 3), causal(o.causal) {
+  const std::vector<std::int64_t>&qs = shapes[0], &ks = shapes[1], &vs = shapes[2];
+  const std::size_t rank = qs.size();
+  const bool blhd = o.layout == attention_layout::blhd;
+  head_size = qs[rank - 1];
+  value_size = vs[rank - 1];
+  if (blhd) {  // [B, L, H, D]
+    batch = qs[0], length = qs[1], heads = qs[2], source = ks[1];
+    q = {static_cast<long>(length * heads * head_size), static_cast<long>(head_size), static_cast<long>(heads * head_size)};
+    k = {static_cast<long>(source * heads * head_size), static_cast<long>(head_size), static_cast<long>(heads * head_size)};
+    v = {static_cast<long>(source * heads * value_size), static_cast<long>(value_size),
+         static_cast<long>(heads * value_size)};
+    out = {static_cast<long>(length * heads * value_size), static_cast<long>(value_size),
+           static_cast<long>(heads * value_size)};
+  } else {  // [B, H, L, D] or [H, L, D]
+    batch = rank == 4 ? qs[0] : 1, heads = qs[rank - 3], length = qs[rank - 2], source = ks[rank - 2];
+    q = {static_cast<long>(heads * length * head_size), static_cast<long>(length * head_size), static_cast<long>(head_size)};
+    k = {static_cast<long>(heads * source * head_size), static_cast<long>(source * head_size), static_cast<long>(head_size)};
+    v = {static_cast<long>(heads * source * value_size), static_cast<long>(source * value_size),
+         static_cast<long>(value_size)};
+    out = {static_cast<long>(heads * length * value_size), static_cast<long>(length * value_size),
+           static_cast<long>(value_size)};
+  }
+  if (has_mask) {
+    const std::vector<long> st = broadcast_strides(to_rank(shapes[3], 4));
+    mask = {st[0], st[1], st[2], st[3]};
+  }
+  scale = o.scale != 0.f ? o.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));
 }
 
 }  // namespace unicache::kernels

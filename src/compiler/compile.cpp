@@ -305,6 +305,10 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
               result = broadcast_shape(a, shape_of.at(o.inputs[1]), what);
             } else if (o.kind == op_kind::transpose) {
               result = transpose_output_shape(a, o.permutation, what);
+            } else if (o.kind == op_kind::attention) {
+              std::vector<const std::vector<std::int64_t>*> shapes;
+              for (std::uint64_t id : o.inputs) shapes.push_back(&shape_of.at(id));
+              result = attention_output_shape(shapes, o.layout, what);
             } else {
               result = a;
             }

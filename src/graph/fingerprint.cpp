@@ -28,6 +28,9 @@ std::string fingerprint(const partition& p) {
       fp.add(static_cast<std::uint64_t>(o.permutation.size()));
       for (std::int64_t axis : o.permutation) fp.add(axis);
     }
+    if (o.kind == op_kind::attention) {
+      fp.add(std::bit_cast<std::uint32_t>(o.scale)).add(o.causal).add(static_cast<std::uint8_t>(o.layout));
+    }
     for (std::uint64_t id : o.inputs) fp.add(local[id]);
     fp.add(local[o.outputs[0]]);
   }

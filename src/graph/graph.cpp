@@ -33,6 +33,7 @@ const char* to_string(op_kind kind) {
     case op_kind::rsqrt: return "Rsqrt";
     case op_kind::silu: return "SiLU";
     case op_kind::rms_norm: return "RMSNorm";
+    case op_kind::attention: return "Attention";
   }
   return "?";
 }
@@ -83,8 +84,18 @@ void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, float val
   if (op_id == 0 || op_id > ops_.size()) throw graph_error("op " + std::to_string(op_id) + " does not exist");
   op& o = ops_[op_id - 1];
   const std::string what = graph_passes::describe_op(o);
+  if (attribute == op_attribute::scale) {
+    if (o.kind != op_kind::attention) throw graph_error(what + ": has no scale (Attention has)");
+    if (!std::isfinite(value) || value == 0.f) {
+      throw graph_error(what + ": scale " + std::to_string(value) +
+                        " is not a finite nonzero value (leave it unset for 1 / sqrt(head size))");
+    }
+    o.scale = value;
+    finalized_ = false;
+    return;
+  }
   if (attribute != op_attribute::epsilon) {
-    throw graph_error(what + ": unknown attribute " + std::to_string(static_cast<int>(attribute)));
+    throw graph_error(what + ": unknown float attribute " + std::to_string(static_cast<int>(attribute)));
   }
   if (normalization_parameters(o.kind) == 0) throw graph_error(what + ": has no epsilon (LayerNorm and RMSNorm have)");
   if (!std::isfinite(value) || value < 0.f) {
@@ -98,6 +109,22 @@ void graph::set_attribute(std::uint64_t op_id, op_attribute attribute, const std
   if (op_id == 0 || op_id > ops_.size()) throw graph_error("op " + std::to_string(op_id) + " does not exist");
   op& o = ops_[op_id - 1];
   const std::string what = graph_passes::describe_op(o);
+  if (attribute == op_attribute::causal || attribute == op_attribute::layout) {
+    const bool causal = attribute == op_attribute::causal;
+    const char* name = causal ? "causal" : "layout";
+    if (o.kind != op_kind::attention) throw graph_error(what + ": has no " + name + " (Attention has)");
+    if (values.size() != 1 || values[0] < 0 || values[0] > 1) {
+      throw graph_error(what + ": " + name + " takes one value, " +
+                        (causal ? "0 or 1" : "0 (bhld) or 1 (blhd)") + ", got " + shape_to_string(values));
+    }
+    if (causal) {
+      o.causal = values[0] == 1;
+    } else {
+      o.layout = static_cast<attention_layout>(values[0]);
+    }
+    finalized_ = false;
+    return;
+  }
   if (attribute != op_attribute::permutation) {
     throw graph_error(what + ": unknown integer-list attribute " + std::to_string(static_cast<int>(attribute)));
   }

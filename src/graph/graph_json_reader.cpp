@@ -29,6 +29,9 @@ struct op_entry {
   std::optional<bool> transpose_a, transpose_b;
   std::optional<float> epsilon;
   std::optional<std::vector<std::int64_t>> permutation;
+  std::optional<float> scale;        // Attention's
+  std::optional<bool> causal;
+  std::optional<std::string> layout;
 };
 struct document {
   std::vector<tensor_entry> tensors;
@@ -38,7 +41,7 @@ struct document {
 };
 
 constexpr std::size_t kMaxNameBytes = 64;   // "format", "kind", "dtype"
-constexpr std::size_t kMaxOpTensors = 8;    // an op's inputs or outputs (no kind takes more than 3)
+constexpr std::size_t kMaxOpTensors = 8;    // an op's inputs or outputs (no kind takes more than 4)
 
 std::string index_path(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
@@ -154,7 +157,8 @@ tensor_entry read_tensor(json_cursor& c, std::size_t index) {
 op_entry read_op(json_cursor& c, std::size_t index) {
   const std::string path = index_path("ops", index);
   c.expect_type(json_type::object, path);
-  member_names members(c, path, {"kind", "inputs", "outputs", "transpose_a", "transpose_b", "epsilon", "permutation"});
+  member_names members(c, path, {"kind", "inputs", "outputs", "transpose_a", "transpose_b", "epsilon", "permutation",
+                                 "scale", "causal", "layout"});
   op_entry o;
   c.read_object([&](const std::string& key) {
     switch (members.take(key)) {
@@ -170,7 +174,15 @@ op_entry read_op(json_cursor& c, std::size_t index) {
         c.expect_type(json_type::number, path + ".epsilon");
         o.epsilon = c.read_float();
         break;
-      default: o.permutation = read_ints(c, path + ".permutation", kGraphJsonMaxRank, "axes");
+      case 6: o.permutation = read_ints(c, path + ".permutation", kGraphJsonMaxRank, "axes"); break;
+      case 7:
+        c.expect_type(json_type::number, path + ".scale");
+        o.scale = c.read_float();
+        break;
+      case 8: o.causal = read_bool(c, path + ".causal"); break;
+      default:
+        c.expect_type(json_type::string, path + ".layout");
+        o.layout = c.read_string(kMaxNameBytes);
     }
   });
   members.require(0);
@@ -287,10 +299,19 @@ void add_op(graph& g, const op_entry& e, std::size_t index) {
   }
   only_for(e.permutation.has_value(), "permutation", op_kind::transpose);
   if (*kind == op_kind::transpose && !e.permutation) invalid(path, "a Transpose needs \"permutation\"");
+  only_for(e.scale.has_value(), "scale", op_kind::attention);
+  only_for(e.causal.has_value(), "causal", op_kind::attention);
+  only_for(e.layout.has_value(), "layout", op_kind::attention);
+  if (e.layout && *e.layout != "bhld" && *e.layout != "blhd") {
+    invalid(path + ".layout", detail::quoted(*e.layout) + " is not an attention layout (bhld, blhd)");
+  }
   const std::uint64_t id = g.add_op(*kind, declared(g, e.inputs, path + ".inputs"), declared(g, e.outputs, path + ".outputs"),
                                     e.transpose_a.value_or(false), e.transpose_b.value_or(false));
   if (e.epsilon) at(path + ".epsilon", [&] { g.set_attribute(id, op_attribute::epsilon, *e.epsilon); });
   if (e.permutation) at(path + ".permutation", [&] { g.set_attribute(id, op_attribute::permutation, *e.permutation); });
+  if (e.scale) at(path + ".scale", [&] { g.set_attribute(id, op_attribute::scale, *e.scale); });
+  if (e.causal) g.set_attribute(id, op_attribute::causal, std::vector<std::int64_t>{*e.causal ? 1 : 0});
+  if (e.layout) g.set_attribute(id, op_attribute::layout, std::vector<std::int64_t>{*e.layout == "blhd" ? 1 : 0});
 }
 
 }  // namespace

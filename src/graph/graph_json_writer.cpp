@@ -53,6 +53,13 @@ void append_op(std::string& out, const op& o) {
   } else if (o.kind == op_kind::transpose) {
     out += ", \"permutation\": ";
     append_ints(out, o.permutation);
+  } else if (o.kind == op_kind::attention) {
+    if (o.scale != 0.f) {
+      out += ", \"scale\": ";
+      append_float(out, o.scale);
+    }
+    out += std::string(", \"causal\": ") + (o.causal ? "true" : "false") + ", \"layout\": \"" +
+           (o.layout == attention_layout::blhd ? "blhd" : "bhld") + "\"";
   }
   out += '}';
 }

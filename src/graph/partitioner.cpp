@@ -123,6 +123,7 @@ partition_parts assemble(const std::vector<std::size_t>& group, const std::vecto
            : first == op_kind::layer_norm ? partition::kind::layer_norm
            : first == op_kind::rms_norm   ? partition::kind::rms_norm
            : first == op_kind::transpose  ? partition::kind::transpose
+           : first == op_kind::attention  ? partition::kind::attention
                                           : partition::kind::eltwise;
   return p;
 }

@@ -58,6 +58,52 @@ std::vector<std::int64_t> matmul_output_shape(const std::vector<std::int64_t>& a
   return out;
 }
 
+std::vector<std::int64_t> attention_output_shape(const std::vector<const std::vector<std::int64_t>*>& in,
+                                                 attention_layout layout, const std::string& what) {
+  const bool blhd = layout == attention_layout::blhd;
+  const std::vector<std::int64_t>&q = *in[0], &k = *in[1], &v = *in[2];
+  const std::size_t rank = q.size();
+  auto fail = [&](const std::string& why) -> void {
+    std::string shapes = "Q " + shape_to_string(q) + ", K " + shape_to_string(k) + ", V " + shape_to_string(v);
+    if (in.size() > 3) shapes += ", mask " + shape_to_string(*in[3]);
+    throw graph_error(what + ": Attention (" + (blhd ? "blhd" : "bhld") + ") " + why + ": " + shapes);
+  };
+  if ((blhd ? rank != 4 : rank < 3 || rank > 4) || k.size() != rank || v.size() != rank) {
+    fail(blhd ? "needs rank-4 Q, K and V" : "needs Q, K and V of rank 3 or 4, all the same");
+  }
+  // Positions of the sequence and the head size; every other dim is a batch (or heads) dim.
+  const std::size_t seq = blhd ? 1 : rank - 2, head = rank - 1;
+  auto merge = [](std::int64_t a, std::int64_t b) { return a == unknown_dim ? b : a; };
+  std::vector<std::int64_t> out = q;
+  for (std::size_t d = 0; d < head; ++d) {
+    if (d == seq) continue;
+    if (!agree(q[d], k[d]) || !agree(q[d], v[d]) || !agree(k[d], v[d])) fail("batch or head dims differ");
+    out[d] = merge(merge(q[d], k[d]), v[d]);
+  }
+  if (!agree(q[head], k[head])) fail("Q and K have different head sizes");
+  if (!agree(k[seq], v[seq])) fail("K and V have different lengths");
+  out[head] = v[head];
+  if (in.size() > 3) {
+    // The scores: [..., L, S] in bhld order, whatever the layout.
+    std::vector<std::int64_t> scores;
+    if (blhd) {
+      scores = {out[0], out[2], q[1], merge(k[1], v[1])};
+    } else {
+      scores.assign(out.begin(), out.end() - 2);
+      scores.push_back(q[seq]);
+      scores.push_back(merge(k[seq], v[seq]));
+    }
+    const std::vector<std::int64_t>& mask = *in[3];
+    bool fits = mask.size() <= scores.size();
+    for (std::size_t i = 0; fits && i < mask.size(); ++i) {
+      const std::int64_t want = scores[scores.size() - mask.size() + i];
+      fits = mask[i] == 1 || agree(mask[i], want);
+    }
+    if (!fits) fail("mask does not broadcast to the scores " + shape_to_string(scores));
+  }
+  return out;
+}
+
 std::vector<std::int64_t> transpose_output_shape(const std::vector<std::int64_t>& in,
                                                  const std::vector<std::int64_t>& permutation,
                                                  const std::string& what) {
@@ -128,6 +174,10 @@ void infer_shapes(const std::vector<logical_tensor>& tensors, const std::vector<
       expect = broadcast_shape(in0, tensors[o.inputs[1] - 1].shape, what);
     } else if (o.kind == op_kind::transpose) {
       expect = transpose_output_shape(in0, o.permutation, what);
+    } else if (o.kind == op_kind::attention) {
+      std::vector<const std::vector<std::int64_t>*> shapes;
+      for (std::uint64_t id : o.inputs) shapes.push_back(&tensors[id - 1].shape);
+      expect = attention_output_shape(shapes, o.layout, what);
     } else {
       expect = in0;
       if ((o.kind == op_kind::softmax || normalization_parameters(o.kind) > 0) && in0.empty()) {

@@ -64,6 +64,8 @@ shape concrete_output(const graph& g, const op& o, const std::vector<const shape
     out = broadcast_shape(*in[0], *in[1], what);
   } else if (o.kind == op_kind::transpose) {
     out = transpose_output_shape(*in[0], o.permutation, what);
+  } else if (o.kind == op_kind::attention) {
+    out = attention_output_shape(in, o.layout, what);
   } else {
     out = *in[0];
   }

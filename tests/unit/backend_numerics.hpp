@@ -340,6 +340,57 @@ TYPED_TEST_P(BackendNumerics, AttentionValuesBatchedMatMulWithANarrowNMatchesThe
   expect_close(got, want, matmul_atol(seq), 1e-5, "P V");
 }
 
+// Attention in one op: each layout; a length past one block of query rows
+// and one of keys (neither a multiple); head sizes 64, 40 (not a multiple
+// of 16) and 128 (the GPU kernel's largest, fewer rows per work-group); a
+// mask per batch and one per query row; causal with more queries than keys;
+// a batch whose mask hides every key (its rows are 0s, as torch's).
+TYPED_TEST_P(BackendNumerics, AttentionMatchesTheReference) {
+  struct attention_case {
+    attention_sizes z;
+    bool blhd, causal;
+    shape_t mask;  // rank 4, broadcast to [b, h, l, s]; empty: no mask
+    float scale;   // 0: the default, 1 / sqrt(d)
+  };
+  const float minus_inf = -INFINITY;
+  for (const attention_case& c :
+       {attention_case{{2, 3, 70, 45, 64, 64}, false, false, {}, 0.f},
+        attention_case{{2, 3, 70, 45, 32, 40}, false, true, {2, 1, 70, 45}, 0.3f},
+        attention_case{{3, 4, 33, 33, 64, 64}, true, false, {3, 1, 1, 33}, 0.f},
+        attention_case{{1, 5, 130, 130, 128, 128}, false, true, {}, 0.f},
+        attention_case{{2, 2, 9, 77, 16, 16}, true, true, {1, 2, 9, 77}, 0.25f}}) {
+    const attention_sizes& z = c.z;
+    SCOPED_TRACE(std::string(c.blhd ? "blhd" : "bhld") + (c.causal ? " causal" : "") + " L " + std::to_string(z.l) +
+                 " S " + std::to_string(z.s) + " D " + std::to_string(z.d) + " Dv " + std::to_string(z.dv) +
+                 " mask " + shape_to_string(c.mask));
+    const shape_t qs = c.blhd ? shape_t{z.b, z.l, z.h, z.d} : shape_t{z.b, z.h, z.l, z.d};
+    const shape_t ks = c.blhd ? shape_t{z.b, z.s, z.h, z.d} : shape_t{z.b, z.h, z.s, z.d};
+    const shape_t vs = c.blhd ? shape_t{z.b, z.s, z.h, z.dv} : shape_t{z.b, z.h, z.s, z.dv};
+    graph g;
+    std::vector<logical_tensor> in{g.tensor({-1, -1, -1, z.d}), g.tensor({-1, -1, -1, z.d}),
+                                   g.tensor({-1, -1, -1, z.dv})};
+    if (!c.mask.empty()) in.push_back(g.tensor(shape_t(4, -1)));
+    const std::uint64_t op = g.add_op(op_kind::attention, in, {g.tensor({-1, -1, -1, z.dv})});
+    g.set_attribute(op, op_attribute::layout, std::vector<std::int64_t>{c.blhd ? 1 : 0});
+    if (c.causal) g.set_attribute(op, op_attribute::causal, std::vector<std::int64_t>{1});
+    if (c.scale != 0.f) g.set_attribute(op, op_attribute::scale, c.scale);
+    auto qv = random_data(qs, 31), kv = random_data(ks, 32), vv = random_data(vs, 33);
+    std::vector<float> mv;
+    std::vector<shape_t> shapes{qs, ks, vs};
+    std::vector<std::vector<float>*> data{&qv, &kv, &vv};
+    if (!c.mask.empty()) {
+      mv = random_data(c.mask, 34, -2.f, 2.f);
+      for (std::size_t i = 0; i < mv.size(); i += 5) mv[i] = minus_inf;  // hidden keys
+      if (c.blhd) std::fill(mv.begin(), mv.begin() + c.mask[3], minus_inf);  // batch 0 sees nothing
+      shapes.push_back(c.mask);
+      data.push_back(&mv);
+    }
+    const double scale = c.scale != 0.f ? c.scale : 1.0 / std::sqrt(static_cast<double>(z.d));
+    const auto want = ref_attention(qv, kv, vv, mv, c.mask, z, c.blhd, c.causal, scale);
+    expect_close(this->run(g, shapes, data), want, matmul_atol(z.d) + 1e-5, 1e-4, "Attention");
+  }
+}
+
 // Transpose: attention's head split and merge ([B, S, h, d] <-> [B, h, S,
 // d]), a full reversal, axes of size 1, a rank-6 tensor, the identity and a
 // tensor large enough to be split over threads; declared with -1 dims.
@@ -371,6 +422,6 @@ REGISTER_TYPED_TEST_SUITE_P(BackendNumerics, MatMulWithOddShapesTransposesAndCon
                             AttentionScoresBatchedMatMulTransposedAndScaledMatchTheReference,
                             AttentionScoresWithABiasPerProductMatchTheReference,
                             AttentionValuesBatchedMatMulWithANarrowNMatchesTheReference,
-                            TransposeMatchesTheReference);
+                            AttentionMatchesTheReference, TransposeMatchesTheReference);
 
 }  // namespace unicache::testing

@@ -113,6 +113,56 @@ inline std::vector<float> ref_transpose(const std::vector<float>& x, const shape
   return out;
 }
 
+// Scaled dot-product attention in double, two passes per row: sizes b, h,
+// l, s, d, dv; Q, K, V in layout bhld ([b, h, l, d]) or blhd ([b, l, h, d]);
+// `mask` (may be empty) broadcasts to [b, h, l, s] as `mask_shape` of rank 4
+// says; causal hides key j from query i where j > i; a row whose every score
+// is -inf gives 0s. The output is in the inputs' layout.
+struct attention_sizes {
+  std::int64_t b, h, l, s, d, dv;
+};
+inline std::vector<float> ref_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, const std::vector<float>& mask,
+                                        const shape_t& mask_shape, const attention_sizes& z, bool blhd, bool causal,
+                                        double scale) {
+  auto at = [&](std::int64_t bi, std::int64_t hi, std::int64_t row, std::int64_t rows, std::int64_t width) {
+    return blhd ? ((bi * rows + row) * z.h + hi) * width : ((bi * z.h + hi) * rows + row) * width;
+  };
+  std::vector<float> out(static_cast<std::size_t>(z.b * z.h * z.l * z.dv));
+  std::vector<double> scores(static_cast<std::size_t>(z.s));
+  for (std::int64_t bi = 0; bi < z.b; ++bi) {
+    for (std::int64_t hi = 0; hi < z.h; ++hi) {
+      for (std::int64_t i = 0; i < z.l; ++i) {
+        double top = -INFINITY;
+        for (std::int64_t j = 0; j < z.s; ++j) {
+          double dot = 0;
+          for (std::int64_t e = 0; e < z.d; ++e) {
+            dot += static_cast<double>(q[at(bi, hi, i, z.l, z.d) + e]) * k[at(bi, hi, j, z.s, z.d) + e];
+          }
+          double score = dot * scale;
+          if (!mask.empty()) {
+            const std::int64_t mi = ((mask_shape[0] == 1 ? 0 : bi) * mask_shape[1] + (mask_shape[1] == 1 ? 0 : hi)) *
+                                        mask_shape[2] * mask_shape[3] +
+                                    (mask_shape[2] == 1 ? 0 : i) * mask_shape[3] + (mask_shape[3] == 1 ? 0 : j);
+            score += mask[static_cast<std::size_t>(mi)];
+          }
+          if (causal && j > i) score = -INFINITY;
+          scores[static_cast<std::size_t>(j)] = score;
+          top = std::max(top, score);
+        }
+        double sum = 0;
+        for (double& score : scores) sum += score = std::isinf(top) ? 0.0 : std::exp(score - top);
+        for (std::int64_t e = 0; e < z.dv; ++e) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < z.s; ++j) acc += scores[static_cast<std::size_t>(j)] * v[at(bi, hi, j, z.s, z.dv) + e];
+          out[at(bi, hi, i, z.l, z.dv) + e] = sum > 0 ? static_cast<float>(acc / sum) : 0.f;
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // LayerNorm over rows of `cols`, in double: (x - mean) / sqrt(var + eps) * gamma + beta.
 inline std::vector<float> ref_rms_norm(std::vector<float> x, std::int64_t rows, std::int64_t cols,
                                        const std::vector<float>& gamma, double eps) {

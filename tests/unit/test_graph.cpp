@@ -14,6 +14,8 @@
 namespace unicache {
 namespace {
 
+using shape = std::vector<std::int64_t>;
+
 // The MLP of the example: x[-1,768] -> MatMul W1 -> Add b1 -> GELU -> MatMul W2 -> Add b2.
 struct mlp {
   graph g;
@@ -407,6 +409,80 @@ TEST(GraphTranspose, BadPermutationsAndOutputsNameTheOp) {
   g.set_attribute(t, op_attribute::permutation, {1, 0});
   g.finalize();
   EXPECT_EQ(g.partitions()[0].pattern(), partition::kind::transpose);
+}
+
+// Attention: a partition of its own reading Q, K, V and a mask; its
+// output's shape from either layout; scale, causal and layout part of the
+// fingerprint.
+TEST(GraphAttention, IsAPartitionOfItsOwnInEitherLayout) {
+  auto build = [](attention_layout layout, bool causal, float scale) {
+    graph g;
+    const bool blhd = layout == attention_layout::blhd;
+    auto q = g.tensor(blhd ? shape{-1, -1, 12, 64} : shape{-1, 12, -1, 64});
+    auto k = g.tensor(blhd ? shape{-1, -1, 12, 64} : shape{-1, 12, -1, 64});
+    auto v = g.tensor(blhd ? shape{-1, -1, 12, 32} : shape{-1, 12, -1, 32});
+    auto mask = g.tensor({-1, 1, 1, -1}), y = g.tensor(blhd ? shape{-1, -1, 12, 32} : shape{-1, 12, -1, 32});
+    const std::uint64_t op = g.add_op(op_kind::attention, {q, k, v, mask}, {y});
+    g.set_attribute(op, op_attribute::layout, std::vector<std::int64_t>{blhd ? 1 : 0});
+    g.set_attribute(op, op_attribute::causal, std::vector<std::int64_t>{causal ? 1 : 0});
+    if (scale != 0.f) g.set_attribute(op, op_attribute::scale, scale);
+    g.finalize();
+    return g;
+  };
+  const graph bhld = build(attention_layout::bhld, false, 0.f);
+  ASSERT_EQ(bhld.partitions().size(), 1u);
+  const partition& p = bhld.partitions()[0];
+  EXPECT_EQ(p.pattern(), partition::kind::attention);
+  EXPECT_EQ(p.inputs().size(), 4u);
+  const std::string fp = p.fingerprint();
+  EXPECT_EQ(fp, build(attention_layout::bhld, false, 0.f).partitions()[0].fingerprint());
+  EXPECT_NE(fp, build(attention_layout::bhld, true, 0.f).partitions()[0].fingerprint());
+  EXPECT_NE(fp, build(attention_layout::bhld, false, 0.5f).partitions()[0].fingerprint());
+  EXPECT_EQ(build(attention_layout::blhd, false, 0.f).partitions()[0].ops()[0].layout, attention_layout::blhd);
+  const shape q{2, 5, 3, 8}, k{2, 7, 3, 8}, v{2, 7, 3, 4}, m{2, 1, 5, 7};
+  EXPECT_EQ(attention_output_shape({&q, &k, &v, &m}, attention_layout::blhd, "a"), (shape{2, 5, 3, 4}));
+  const shape q3{6, 5, 8}, k3{6, 7, 8}, v3{6, 7, 4};
+  EXPECT_EQ(attention_output_shape({&q3, &k3, &v3}, attention_layout::bhld, "a"), (shape{6, 5, 4}));
+}
+
+TEST(GraphAttention, ShapesThatDoNotAgreeAndBadAttributesNameTheOp) {
+  struct bad_case {
+    shape q, k, v, mask;  // mask empty: none
+    attention_layout layout;
+    const char* says;
+  };
+  for (const bad_case& c : {
+           bad_case{{2, 3, 5, 8}, {2, 3, 7, 4}, {2, 3, 7, 8}, {}, attention_layout::bhld, "different head sizes"},
+           bad_case{{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 6, 8}, {}, attention_layout::bhld, "different lengths"},
+           bad_case{{2, 3, 5, 8}, {2, 4, 7, 8}, {2, 4, 7, 8}, {}, attention_layout::bhld, "batch or head dims differ"},
+           bad_case{{5, 8}, {7, 8}, {7, 8}, {}, attention_layout::bhld, "rank 3 or 4"},
+           bad_case{{3, 5, 8}, {3, 7, 8}, {3, 7, 8}, {}, attention_layout::blhd, "needs rank-4"},
+           bad_case{{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 8}, {2, 1, 5, 6}, attention_layout::bhld,
+                    "mask does not broadcast to the scores [2,3,5,7]"},
+           bad_case{{2, 5, 3, 8}, {2, 7, 3, 8}, {2, 7, 3, 8}, {1, 3, 7, 7}, attention_layout::blhd,
+                    "mask does not broadcast to the scores [2,3,5,7]"}}) {
+    graph g;
+    std::vector<logical_tensor> in{g.tensor(c.q), g.tensor(c.k), g.tensor(c.v)};
+    if (!c.mask.empty()) in.push_back(g.tensor(c.mask));
+    const std::uint64_t op = g.add_op(op_kind::attention, in, {g.tensor(c.q)});
+    g.set_attribute(op, op_attribute::layout, std::vector<std::int64_t>{static_cast<std::int64_t>(c.layout)});
+    const std::string err = finalize_error(g);
+    EXPECT_NE(err.find("op 1 (Attention)"), std::string::npos) << err;
+    EXPECT_NE(err.find(c.says), std::string::npos) << err;
+  }
+  graph g;
+  auto q = g.tensor({2, 3, 5, 8}), y = g.tensor({2, 3, 5, 8}), z = g.tensor({2, 3, 5, 8});
+  const std::uint64_t two = g.add_op(op_kind::attention, {q, q}, {y});
+  EXPECT_NE(finalize_error(g).find("takes 3 or 4 inputs (Q, K, V, an optional mask)"), std::string::npos);
+  const std::uint64_t relu = g.add_op(op_kind::relu, {y}, {z});
+  EXPECT_THROW(g.set_attribute(relu, op_attribute::scale, 0.5f), graph_error);
+  EXPECT_THROW(g.set_attribute(relu, op_attribute::causal, std::vector<std::int64_t>{1}), graph_error);
+  for (float bad : {0.f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) EXPECT_THROW(g.set_attribute(two, op_attribute::scale, bad), graph_error);
+  for (const std::vector<std::int64_t>& bad : std::vector<std::vector<std::int64_t>>{{}, {2}, {-1}, {0, 1}}) {
+    EXPECT_THROW(g.set_attribute(two, op_attribute::causal, bad), graph_error);
+    EXPECT_THROW(g.set_attribute(two, op_attribute::layout, bad), graph_error);
+  }
+  EXPECT_THROW(g.set_attribute(two, op_attribute::epsilon, 1e-5f), graph_error);
 }
 
 // The copy the backends run for a Transpose: axes of 1 dropped, neighbours

@@ -173,6 +173,38 @@ TEST(GraphJson, EveryOpKindHasANameThatReadsBack) {
   EXPECT_EQ(fingerprints(doc.g), fingerprints(g));
 }
 
+TEST(GraphJson, AttentionRoundTripsWithItsAttributes) {
+  graph g;
+  auto q = g.tensor({-1, -1, 12, 64}), k = g.tensor({-1, -1, 12, 64}), v = g.tensor({-1, -1, 12, 64});
+  auto mask = g.tensor({-1, 1, 1, -1}), y = g.tensor({-1, -1, 12, 64}), z = g.tensor({-1, -1, 12, 64});
+  const std::uint64_t a = g.add_op(op_kind::attention, {q, k, v, mask}, {y});
+  g.set_attribute(a, op_attribute::scale, 0.125f);
+  g.set_attribute(a, op_attribute::causal, std::vector<std::int64_t>{1});
+  g.set_attribute(a, op_attribute::layout, std::vector<std::int64_t>{1});
+  g.add_op(op_kind::attention, {y, k, v}, {z});  // the defaults
+  const std::string text = to_json(g);
+  EXPECT_NE(text.find("\"scale\": 0.125, \"causal\": true, \"layout\": \"blhd\""), std::string::npos) << text;
+  const graph_document doc = graph_from_json(text);
+  g.finalize();
+  EXPECT_EQ(fingerprints(doc.g), fingerprints(g));
+  const op& read = doc.g.ops()[0];
+  EXPECT_EQ(read.scale, 0.125f);
+  EXPECT_TRUE(read.causal);
+  EXPECT_EQ(read.layout, attention_layout::blhd);
+  EXPECT_EQ(doc.g.ops()[1].scale, 0.f);
+  EXPECT_FALSE(doc.g.ops()[1].causal);
+  EXPECT_EQ(doc.g.ops()[1].layout, attention_layout::bhld);
+  const std::string wrong = text.substr(0, text.find("\"blhd\"")) + "\"bshd\"" + text.substr(text.find("\"blhd\"") + 6);
+  try {
+    graph_from_json(wrong);
+    ADD_FAILURE() << "an unknown layout read";
+  } catch (const graph_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ops[0].layout: \"bshd\" is not an attention layout (bhld, blhd)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(GraphJson, RequestsRoundTripAndGiveEachPartitionsInputShapesInOrder) {
   const bert_layer layer;
   const shape_request one = layer.request();

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "attention_kernel.hpp"
 #include "device_memory.hpp"
 #include "elementwise_kernels.hpp"
 #include "gemm_kernel.hpp"
@@ -128,6 +129,7 @@ class generated_backend final : public backend {
       case partition::kind::layer_norm:
       case partition::kind::rms_norm: return std::make_shared<layer_norm_kernel>(d, p, in, e, preloaded);
       case partition::kind::transpose: return std::make_shared<transpose_kernel>(d, p, in, e, preloaded);
+      case partition::kind::attention: return std::make_shared<attention_kernel>(d, p, in, e, preloaded);
     }
     throw compile_error(std::string(name()) + ": unknown partition kind");
   }

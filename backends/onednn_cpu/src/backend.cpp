@@ -7,6 +7,7 @@
 #include <bit>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "attention_kernel.hpp"
 #include "binary_kernel.hpp"
 #include "chunked_matmul_kernel.hpp"
 #include "engine_state.hpp"
@@ -30,6 +31,7 @@ std::shared_ptr<const compiled_kernel> onednn_cpu_backend::compile(
       case partition::kind::layer_norm:
       case partition::kind::rms_norm: return std::make_shared<row_wise_kernel>(p, in, e);
       case partition::kind::transpose: return std::make_shared<transpose_kernel>(p, in);
+      case partition::kind::attention: return std::make_shared<attention_kernel>(p, in);
     }
   } catch (const dnnl::error& err) {
     throw compile_error(std::string("onednn_cpu: oneDNN could not compile partition ") + p.fingerprint() + ": " +
