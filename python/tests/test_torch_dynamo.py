@@ -237,6 +237,111 @@ class DynamoBackend(unittest.TestCase):
         self.assertEqual((stats.calls_in_torch, stats.graphs_in_torch), (0, 0))
 
 
+class SdpaBlock(torch.nn.Module if torch is not None else object):
+    """One attention block as model libraries write it: q, k and v projections viewed
+    per head and swapped, sdpa with a mask or causal, the result swapped back."""
+
+    def __init__(self, hidden=64, heads=4, mask="bool", causal=False, rope=False):
+        super().__init__()
+        self.heads, self.mask, self.causal, self.rope = heads, mask, causal, rope
+        self.q, self.k, self.v = (torch.nn.Linear(hidden, hidden) for _ in range(3))
+        self.o = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x, keep):
+        batch, length, hidden = x.shape
+        q, k, v = (p(x).view(batch, length, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
+        if self.rope:  # arithmetic on the [B, H, L, D] layout (Llama's rotary embedding): no swap to skip
+            q, k = q * 0.5 + 0.25, k * 2.0 - 0.5
+        mask = None
+        if self.mask == "bool":
+            mask = keep[:, None, None, :]
+        elif self.mask == "float":
+            mask = (1.0 - keep[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+        return self.o(a.transpose(1, 2).reshape(batch, length, hidden))
+
+
+@unittest.skipIf(torch is None, NO_DYNAMO)
+class FusedAttentionOnCuda(unittest.TestCase):
+    """On a GPU, sdpa is one Attention partition (no scores in memory); where q, k, v
+    and the result are swapped per head, the swaps go too (layout blhd)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import unicache.torch
+        available, reason = unicache.cuda_available()
+        if not (torch.cuda.is_available() and available):
+            raise unittest.SkipTest(f"no CUDA device for torch and unicache: {reason or 'torch has no CUDA'}")
+        cls.ut = unicache.torch
+
+    def setUp(self):
+        torch._dynamo.reset()
+        self.ut._report.reset_statistics()
+
+    def graphs_and_worst(self, model, shapes, pad):
+        """The unicache graphs (as JSON) dynamo's captures lowered to, and the worst
+        relative difference to eager over `shapes`."""
+        graphs = []
+
+        def backend(gm, example_inputs):
+            graphs.append(self.ut._dynamo._compile(gm, example_inputs)[0]._lowered.graph.to_json())
+            return self.ut.dynamo_backend(gm, example_inputs)
+        compiled = torch.compile(model, backend=backend, dynamic=True)
+        worst = 0.0
+        with torch.no_grad():
+            for batch, length in shapes:
+                x = torch.randn(batch, length, 64, device="cuda")
+                keep = torch.ones(batch, length, dtype=torch.bool, device="cuda")
+                if pad:
+                    keep[0, length // 2 + 1:] = False  # the first sequence padded
+                worst = max(worst, relative_difference(compiled(x, keep), model(x, keep)))
+        return graphs, worst
+
+    def test_sdpa_is_one_attention_partition_in_each_layout(self):
+        shapes = [(1, 1), (2, 5), (3, 17), (4, 70), (2, 129), (5, 33)]
+        for mask, causal, rope, layout in (("bool", False, False, "blhd"), ("float", False, False, "blhd"),
+                                           (None, True, False, "blhd"), ("bool", True, False, "blhd"),
+                                           ("bool", False, True, "bhld")):
+            with self.subTest(mask=mask, causal=causal, rope=rope):
+                torch._dynamo.reset()
+                model = SdpaBlock(mask=mask, causal=causal, rope=rope).cuda().eval()
+                graphs, worst = self.graphs_and_worst(model, shapes, pad=mask is not None)
+                self.assertLessEqual(worst, 1e-4)
+                self.assertTrue(graphs)
+                for text in graphs:
+                    self.assertEqual(text.count('"kind": "Attention"'), 1, text)
+                    self.assertIn(f'"layout": "{layout}"', text)
+                    self.assertIn(f'"causal": {"true" if causal else "false"}', text)
+                    self.assertNotIn('"kind": "Softmax"', text)
+                    if layout == "blhd":
+                        self.assertNotIn('"kind": "Transpose"', text, "the per-head swaps are read through")
+
+    def test_library_style_models_run_attention_fused_and_match_eager(self):
+        from library_style_models import BertStyle, Gpt2Style, LlamaStyle
+        torch.manual_seed(0)
+        for name, model in (("bert", BertStyle()), ("gpt2", Gpt2Style()), ("llama", LlamaStyle())):
+            with self.subTest(model=name):
+                torch._dynamo.reset()
+                model = model.cuda().eval()
+                graphs = []
+
+                def backend(gm, example_inputs):
+                    graphs.append(self.ut._dynamo._compile(gm, example_inputs)[0]._lowered.graph.to_json())
+                    return self.ut.dynamo_backend(gm, example_inputs)
+                compiled = torch.compile(model, backend=backend, dynamic=True)
+                with torch.no_grad():
+                    for batch, length in trace(20, seed=13):
+                        ids = torch.randint(0, 100, (batch, length), device="cuda")
+                        self.assertLessEqual(relative_difference(compiled(ids), model(ids)), 1e-4,
+                                             f"{name} {batch}x{length}")
+                self.assertTrue(graphs)
+                for text in graphs:
+                    self.assertEqual(text.count('"kind": "Attention"'), 2, f"{name}: one per layer")
+                    self.assertNotIn('"kind": "Softmax"', text)
+        stats = self.ut.statistics()
+        self.assertEqual((stats.graphs_in_torch, stats.calls_in_torch), (0, 0))
+
+
 class mock_config:
     """dynamo config values set for a block, then restored."""
 

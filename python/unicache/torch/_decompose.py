@@ -1,10 +1,18 @@
 """Rewrites of a captured FX graph into ops unicache's IR has, before lowering:
 
   scaled dot-product attention  F.scaled_dot_product_attention(q, k, v, mask,
-                                scale, is_causal) as MatMul(q, k^T) * scale
-                                (+ the mask as an additive bias), Softmax, MatMul
-                                with v: FX nodes torch could run as they are,
-                                which lowering maps to unicache partitions;
+                                scale, is_causal), on a GPU, as one
+                                attention(q, k, v, bias, scale, causal, layout)
+                                node (the IR's Attention: no scores in memory);
+                                where q, k and v are each a projection viewed per
+                                head with heads and sequence swapped, and the
+                                result is swapped back, those swaps go and the
+                                node reads and writes [B, L, H, D] (layout blhd).
+                                On the CPU (oneDNN's matmul is the fast path there)
+                                as MatMul(q, k^T) * scale (+ the mask as an
+                                additive bias), Softmax, MatMul with v: FX nodes
+                                torch could run as they are, which lowering maps
+                                to unicache partitions;
   RMSNorm written out           weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True)
                                 + eps)) (Llama's, with its float32 conversions) as
                                 rms_norm(x, weight, eps): one op;
@@ -67,14 +75,124 @@ def _bias_info(q: TensorInfo, k: TensorInfo, mask: Optional[TensorInfo]) -> Tens
                       one(q.other_shape, k.other_shape, mask.other_shape if mask else None), torch.float32, q.device)
 
 
-def rewrite(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]]) -> None:
-    """Applies the rewrites above to `graph` in place, adding to `info`."""
+def rewrite(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]],
+            device: Optional[torch.device] = None) -> None:
+    """Applies the rewrites above to `graph` in place, adding to `info`; attention
+    is one node where `device` is a GPU."""
     biases: Dict[Tuple[Any, ...], torch.fx.Node] = {}
+    fused = device is not None and device.type == "cuda"
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in SDPA_FUNCTIONS:
-            _attention(graph, info, node, biases)
+            if not (fused and _fused_attention(graph, info, node, biases)):
+                _attention(graph, info, node, biases)
         elif _is_mul(node):
             _gelu_tanh(graph, info, node) or _rms_norm(graph, info, node)
+
+
+# Attention's layouts (unicache.AttentionLayout's values).
+BHLD, BLHD = 0, 1
+# The largest head size the GPU kernel takes (kAttentionMaxHeadSize).
+MAX_HEAD_SIZE = 128
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor], scale: float,
+              causal: bool, layout: int) -> torch.Tensor:
+    """The IR's Attention in torch (what runs if lowering leaves the node to torch):
+    softmax(scale * q k^T + bias, causal) v, q [B, L, H, D] in layout BLHD."""
+    if layout == BLHD:
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if causal and bias is not None:  # sdpa takes one or the other
+        hidden = torch.ones((q.shape[-2], k.shape[-2]), dtype=torch.bool, device=q.device).triu_(1)
+        bias, causal = bias + torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, float("-inf")), False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal, scale=scale)
+    return out.transpose(1, 2) if layout == BLHD else out
+
+
+def additive_mask(mask: torch.Tensor) -> torch.Tensor:
+    """sdpa's attn_mask as the additive float32 bias Attention reads, at the mask's
+    shape (a boolean mask: 0 where True, -inf where False)."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return mask.to(torch.float32)
+
+
+def _heads_swapped(node: Any) -> Optional[torch.fx.Node]:
+    """x when `node` is x.transpose(1, 2) (or permute(0, 2, 1, 3)) of a rank-4 x."""
+    if not isinstance(node, torch.fx.Node) or node.kwargs:
+        return None
+    args = node.args
+    if (node.op == "call_method" and node.target == "transpose" or
+            node.op == "call_function" and node.target is torch.transpose) and len(args) == 3:
+        if {d % 4 if isinstance(d, int) else d for d in args[1:]} == {1, 2}:
+            return args[0] if isinstance(args[0], torch.fx.Node) else None
+    if node.op == "call_method" and node.target == "permute" or \
+            node.op == "call_function" and node.target is torch.permute:
+        dims = args[1:] if not (len(args) == 2 and isinstance(args[1], (tuple, list))) else args[1]
+        if [d % 4 if isinstance(d, int) else d for d in dims] == [0, 2, 1, 3]:
+            return args[0] if isinstance(args[0], torch.fx.Node) else None
+    return None
+
+
+def _fused_attention(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node,
+                     biases: Dict[Tuple[Any, ...], torch.fx.Node]) -> bool:
+    """sdpa as one attention node (see the module's docstring); False leaves it as it is."""
+    given = dict(zip(SDPA_FUNCTIONS_ARGS, node.args))
+    given.update(node.kwargs)
+    if set(given) - set(SDPA_FUNCTIONS_ARGS) or given.get("enable_gqa", False) is not False:
+        return False
+    q, k, v, mask = given.get("query"), given.get("key"), given.get("value"), given.get("attn_mask")
+    qi, ki, vi = (info.get(x) if isinstance(x, torch.fx.Node) else None for x in (q, k, v))
+    out = info.get(node)
+    scale, causal, dropout = given.get("scale"), given.get("is_causal", False), given.get("dropout_p", 0.0)
+    if qi is None or ki is None or vi is None or out is None or qi.rank not in (3, 4):
+        return False
+    if dropout != 0.0 or not isinstance(causal, bool) or (scale is not None and not isinstance(scale, (int, float))):
+        return False
+    if scale is not None and (scale == 0 or not math.isfinite(scale)):
+        return False
+    if any(t.dtype != torch.float32 or t.rank != qi.rank for t in (ki, vi)):
+        return False
+    if not (qi.shape[:-2] == ki.shape[:-2] == vi.shape[:-2] and qi.other_shape[:-2] == ki.other_shape[:-2]
+            == vi.other_shape[:-2]):
+        return False  # grouped-query heads (k and v fewer than q): the decomposition's, or torch's
+    heads = {qi.shape[-1], qi.other_shape[-1], ki.shape[-1], ki.other_shape[-1]}
+    values = {vi.shape[-1], vi.other_shape[-1]}
+    if len(heads) != 1 or len(values) != 1 or max(heads | values) > MAX_HEAD_SIZE:
+        return False
+    bias = None
+    if mask is not None:
+        mi = info.get(mask) if isinstance(mask, torch.fx.Node) else None
+        if mi is None or mi.dtype not in (torch.bool, torch.float32) or mi.rank > qi.rank:
+            return False
+        for qs, ks, ms in ((qi.shape, ki.shape, mi.shape), (qi.other_shape, ki.other_shape, mi.other_shape)):
+            scores = tuple(qs[:-1]) + (ks[-2],)
+            if broadcast(ms, scores) != scores:
+                return False
+        bias = mask
+        if mi.dtype == torch.bool:
+            bias = biases.get(("additive", mask))
+            if bias is None:
+                with graph.inserting_before(node):
+                    bias = graph.call_function(additive_mask, (mask,))
+                info[bias] = TensorInfo(mi.shape, mi.other_shape, torch.float32, mi.device)
+                biases[("additive", mask)] = bias
+    sources = [_heads_swapped(x) for x in (q, k, v)]
+    users = list(node.users)
+    swap_back = users[0] if len(users) == 1 and _heads_swapped(users[0]) is node else None
+    blhd = qi.rank == 4 and swap_back is not None and all(s is not None and info.get(s) is not None for s in sources)
+    replaced = swap_back if blhd else node
+    with graph.inserting_before(replaced):
+        fused = graph.call_function(attention, (*(sources if blhd else (q, k, v)), bias,
+                                                None if scale is None else float(scale), causal, BLHD if blhd else BHLD))
+    info[fused] = info.get(replaced)
+    replaced.replace_all_uses_with(fused)
+    graph.erase_node(replaced)
+    if blhd:
+        graph.erase_node(node)
+        for swap in {q, k, v}:  # the swaps nothing else reads
+            if isinstance(swap, torch.fx.Node) and not swap.users:
+                graph.erase_node(swap)
+    return True
 
 
 def _attention(graph: torch.fx.Graph, info: Dict[torch.fx.Node, Optional[TensorInfo]], node: torch.fx.Node,

@@ -24,7 +24,7 @@ import torch
 import torch.fx
 
 from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, TensorInfo, attribute
-from ._decompose import SDPA_FUNCTIONS
+from ._decompose import BLHD, SDPA_FUNCTIONS, attention
 
 
 @dataclass
@@ -108,10 +108,11 @@ def matmul_flops(node: torch.fx.Node, info: Dict[torch.fx.Node, Optional[TensorI
     elif node.op == "call_function" and target in (torch.addmm, torch.baddbmm) and len(args) >= 3:
         a = shape(args[1])
         k = a[-1] if a else None
-    elif node.op == "call_function" and target in SDPA_FUNCTIONS:
+    elif node.op == "call_function" and (target in SDPA_FUNCTIONS or target is attention):
         q, key, v = (shape(a) for a in args[:3])
+        blhd = target is attention and len(args) == 7 and args[6] == BLHD
         if q and key and v:
-            return 2 * math.prod(q[:-1]) * key[-2] * (q[-1] + v[-1])
+            return 2 * math.prod(q[:-1]) * key[1 if blhd else -2] * (q[-1] + v[-1])
     return 2 * numel * k if k else 0
 
 

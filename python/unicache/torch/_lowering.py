@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..graph import Graph, LogicalTensor, OpAttr, OpKind
 from ._capture import LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, Shape, TensorInfo, attribute, broadcast
+from ._decompose import attention as _ATTENTION
 from ._decompose import rms_norm as _RMS_NORM
 
 PLAIN, ROWS, BATCH = "plain", "rows", "batch"
@@ -275,8 +276,8 @@ class Lowerer:
             return f"{name}: its value is on {ti.device}, the graph computes on {self.device}"
         if name in VIEW_OPS:
             return f"{name}: a view or a copy of torch's (no arithmetic)"
-        if name == "attention_bias":
-            return "attention_bias: the attention mask as an additive bias (index arithmetic, torch's)"
+        if name in ("attention_bias", "additive_mask"):
+            return f"{name}: the attention mask as an additive bias (index arithmetic, torch's)"
         inputs = [a for a in node.all_input_nodes if self.info.get(self.out.resolve(a)) is not None]
         for a in inputs:
             ai = self.info[self.out.resolve(a)]
@@ -318,6 +319,8 @@ class Lowerer:
             return self._binary(node, "mul", args[0], -1.0)
         if f in (operator.sub, torch.sub) and len(args) == 2 and not kwargs:
             return self._subtract(node, args[0], args[1])
+        if f is _ATTENTION and len(args) == 7 and not kwargs:
+            return self._attention(node, *args)
         if f is _RMS_NORM or f is getattr(F, "rms_norm", None):
             return self._rms_norm(node, args, kwargs)
         if f is F.gelu and len(args) == 1 and set(kwargs) <= {"approximate"}:
@@ -508,6 +511,21 @@ class Lowerer:
         permutation = list(range(rank))
         permutation[a], permutation[b] = b, a
         return self._permute(node, x, permutation)
+
+    def _attention(self, node: torch.fx.Node, q: Any, k: Any, v: Any, bias: Any, scale: Optional[float],
+                   causal: bool, layout: int) -> bool:
+        """_decompose.attention(q, k, v, bias, scale, causal, layout) as one Attention op."""
+        if any(self._f32(x) is None for x in (q, k, v, node)) or (bias is not None and self._f32(bias) is None):
+            return self._no("attention: operands that are not float32 tensors on the graph's device")
+        ins = [self._use(x, PLAIN) for x in (q, k, v)] + ([self._use(bias, PLAIN)] if bias is not None else [])
+        out = self._output(node, PLAIN, lambda s: tuple(s[0][:-1]) + (s[2][-1],),
+                           [self.out.resolve(x) for x in (q, k, v)])
+        op = self.out.graph.add_op(OpKind.ATTENTION, ins, [out])
+        if scale is not None:
+            self.out.graph.set_op_attr(op, OpAttr.SCALE, scale)
+        self.out.graph.set_op_attr_ints(op, OpAttr.CAUSAL, [int(causal)])
+        self.out.graph.set_op_attr_ints(op, OpAttr.LAYOUT, [layout])
+        return True
 
     def _linear(self, node: torch.fx.Node, x: Any, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                 has_bias: bool) -> bool:

@@ -62,7 +62,7 @@ def plan(root: torch.nn.Module, graph: torch.fx.Graph, info: Dict[torch.fx.Node,
     """Lowers `root`'s `graph` (whose nodes' values `info` describes) and orders the steps."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     device = device_of(info, graph)
-    rewrite(graph, info)
+    rewrite(graph, info, device)
     lowerer = Lowerer(root, graph, info, device)
     refused, output = [], None
     for node in graph.nodes:
