@@ -557,22 +557,29 @@ KERNEL(WG, 1) binary(GLOBAL const float* RESTRICT a, GLOBAL const float* RESTRIC
 // block go to local memory only, and a running maximum and sum per row
 // (online softmax) rescale what the earlier blocks added. A row whose every
 // score is -inf so far keeps 0 as its base (no inf - inf), so it ends with a
-// sum of 0 and writes 0s. Rows and columns past L and S are zero-filled;
-// a causal block stops at its last row's key.
+// sum of 0 and writes 0s. Rows and columns past L and S, and head columns
+// past D up to a multiple of 4, are zero-filled; a causal block stops at its
+// last row's key. Local rows are 16-byte aligned and 4 floats longer than
+// needed, so that the products read them 4-wide without bank conflicts: a
+// work-item computes ATT_RQ rows x 2 keys of the scores, then ATT_RQ rows x
+// 4 * ATT_CV value columns (4 adjacent columns every 64).
 constexpr const char* kAttention = R"SRC(
 #define ATT_RQ (BQ / 16)
-#define ATT_RV (DVP / 16)
+#define ATT_CV ((DV + 63) / 64)
 #define ATT_TEAM (256 / BQ)
 #define ATT_CPT (BKV / ATT_TEAM)
+#define ATT_QW (DHP + 4)
+#define ATT_KW (DMAXP + 4)
+#define ATT_PW (BKV + 4)
 KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RESTRICT K,
                          GLOBAL const float* RESTRICT V, GLOBAL const float* RESTRICT M, GLOBAL float* RESTRICT O,
                          const int L, const int S, const int H, const int blocks, const float scale,
                          const long qb, const long qh, const long ql, const long kb, const long kh, const long ks,
                          const long vb, const long vh, const long vs, const long ob, const long oh, const long ol,
                          const long mb, const long mh, const long ml, const long ms) {
-  SHARED float Qs[BQ][DH + 1];
-  SHARED float KVs[BKV][DMAX + 1];
-  SHARED float Ps[BQ][BKV + 1];
+  SHARED float Qs[BQ * ATT_QW] ALIGN16;
+  SHARED float KVs[BKV * ATT_KW] ALIGN16;
+  SHARED float Ps[BQ * ATT_PW] ALIGN16;
   SHARED float row_max[BQ], row_sum[BQ], row_scale[BQ];
   SHARED float red_max[256], red_sum[256];
   const int l = LOCAL_X, tx = l % 16, ty = l / 16;
@@ -587,17 +594,17 @@ KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RES
 #if HAS_MASK
   M += b * mb + h * mh;
 #endif
-  for (int i = l; i < BQ * DH; i += 256) {
-    const int r = i / DH, d = i % DH;
-    Qs[r][d] = q0 + r < L ? Q[(long)(q0 + r) * ql + d] : 0.0f;
+  for (int i = l; i < BQ * DHP; i += 256) {
+    const int r = i / DHP, d = i % DHP;
+    Qs[r * ATT_QW + d] = q0 + r < L && d < DH ? Q[(long)(q0 + r) * ql + d] : 0.0f;
   }
   if (l < BQ) {
     row_max[l] = NEG_INF;
     row_sum[l] = 0.0f;
   }
-  float o[ATT_RQ][ATT_RV];
+  float o[ATT_RQ][4 * ATT_CV];
   for (int i = 0; i < ATT_RQ; ++i)
-    for (int j = 0; j < ATT_RV; ++j) o[i][j] = 0.0f;
+    for (int j = 0; j < 4 * ATT_CV; ++j) o[i][j] = 0.0f;
 #if CAUSAL
   const int end = q0 + BQ < S ? q0 + BQ : S;
 #else
@@ -605,25 +612,25 @@ KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RES
 #endif
   for (int k0 = 0; k0 < end; k0 += BKV) {
     SYNC();  /* the last block's values are read; Qs and the row state are written */
-    for (int i = l; i < BKV * DH; i += 256) {
-      const int c = i / DH, d = i % DH;
-      KVs[c][d] = k0 + c < S ? K[(long)(k0 + c) * ks + d] : 0.0f;
+    for (int i = l; i < BKV * DHP; i += 256) {
+      const int c = i / DHP, d = i % DHP;
+      KVs[c * ATT_KW + d] = k0 + c < S && d < DH ? K[(long)(k0 + c) * ks + d] : 0.0f;
     }
     SYNC();
-    float s[ATT_RQ][BKV / 16];
-    for (int i = 0; i < ATT_RQ; ++i)
-      for (int j = 0; j < BKV / 16; ++j) s[i][j] = 0.0f;
-    for (int d = 0; d < DH; ++d) {
-      float kd[BKV / 16];
-      for (int j = 0; j < BKV / 16; ++j) kd[j] = KVs[tx + 16 * j][d];
+    float s[ATT_RQ][2];
+    for (int i = 0; i < ATT_RQ; ++i) s[i][0] = s[i][1] = 0.0f;
+    for (int d = 0; d < DHP; d += 4) {
+      const VEC4 k0v = LOAD4_SHARED(&KVs[tx * ATT_KW + d]);
+      const VEC4 k1v = LOAD4_SHARED(&KVs[(tx + 16) * ATT_KW + d]);
       for (int i = 0; i < ATT_RQ; ++i) {
-        const float qd = Qs[ty * ATT_RQ + i][d];
-        for (int j = 0; j < BKV / 16; ++j) s[i][j] = F_FMA(qd, kd[j], s[i][j]);
+        const VEC4 qv = LOAD4_SHARED(&Qs[(ty * ATT_RQ + i) * ATT_QW + d]);
+        s[i][0] = F_FMA(qv.x, k0v.x, F_FMA(qv.y, k0v.y, F_FMA(qv.z, k0v.z, F_FMA(qv.w, k0v.w, s[i][0]))));
+        s[i][1] = F_FMA(qv.x, k1v.x, F_FMA(qv.y, k1v.y, F_FMA(qv.z, k1v.z, F_FMA(qv.w, k1v.w, s[i][1]))));
       }
     }
     for (int i = 0; i < ATT_RQ; ++i) {
       const int r = ty * ATT_RQ + i;
-      for (int j = 0; j < BKV / 16; ++j) {
+      for (int j = 0; j < 2; ++j) {
         const int c = tx + 16 * j;
         float v = s[i][j] * scale;
 #if HAS_MASK
@@ -632,17 +639,17 @@ KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RES
 #if CAUSAL
         if (k0 + c > q0 + r) v = NEG_INF;
 #endif
-        Ps[r][c] = k0 + c < S ? v : NEG_INF;
+        Ps[r * ATT_PW + c] = k0 + c < S ? v : NEG_INF;
       }
     }
     SYNC();  /* the keys are read: the values go to the same buffer */
-    for (int i = l; i < BKV * DV; i += 256) {
-      const int c = i / DV, d = i % DV;
-      KVs[c][d] = k0 + c < S ? V[(long)(k0 + c) * vs + d] : 0.0f;
+    for (int i = l; i < BKV * DVP; i += 256) {
+      const int c = i / DVP, d = i % DVP;
+      KVs[c * ATT_KW + d] = k0 + c < S && d < DV ? V[(long)(k0 + c) * vs + d] : 0.0f;
     }
     const int row = l / ATT_TEAM, first = (l % ATT_TEAM) * ATT_CPT;
     float m = NEG_INF;
-    for (int c = first; c < first + ATT_CPT; ++c) m = F_MAX(m, Ps[row][c]);
+    for (int c = first; c < first + ATT_CPT; ++c) m = F_MAX(m, Ps[row * ATT_PW + c]);
     red_max[l] = m;
     SYNC();
     for (int t = 0; t < ATT_TEAM; ++t) m = F_MAX(m, red_max[row * ATT_TEAM + t]);
@@ -651,8 +658,8 @@ KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RES
     const float base = new_max == NEG_INF ? 0.0f : new_max;
     float sum = 0.0f;
     for (int c = first; c < first + ATT_CPT; ++c) {
-      const float p = F_EXP(Ps[row][c] - base);
-      Ps[row][c] = p;
+      const float p = F_EXP(Ps[row * ATT_PW + c] - base);
+      Ps[row * ATT_PW + c] = p;
       sum += p;
     }
     red_sum[l] = sum;
@@ -668,14 +675,25 @@ KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RES
     SYNC();
     for (int i = 0; i < ATT_RQ; ++i) {
       const float rescale = row_scale[ty * ATT_RQ + i];
-      for (int j = 0; j < ATT_RV; ++j) o[i][j] *= rescale;
+      for (int j = 0; j < 4 * ATT_CV; ++j) o[i][j] *= rescale;
     }
-    for (int c = 0; c < BKV; ++c) {
-      float v[ATT_RV];
-      for (int j = 0; j < ATT_RV; ++j) v[j] = tx + 16 * j < DV ? KVs[c][tx + 16 * j] : 0.0f;
-      for (int i = 0; i < ATT_RQ; ++i) {
-        const float p = Ps[ty * ATT_RQ + i][c];
-        for (int j = 0; j < ATT_RV; ++j) o[i][j] = F_FMA(p, v[j], o[i][j]);
+    for (int c = 0; c < BKV; c += 4) {
+      VEC4 p4[ATT_RQ];
+      for (int i = 0; i < ATT_RQ; ++i) p4[i] = LOAD4_SHARED(&Ps[(ty * ATT_RQ + i) * ATT_PW + c]);
+      for (int u = 0; u < ATT_CV; ++u) {
+        const int d = tx * 4 + 64 * u;
+        if (d < DV) {
+          const VEC4 v0 = LOAD4_SHARED(&KVs[c * ATT_KW + d]), v1 = LOAD4_SHARED(&KVs[(c + 1) * ATT_KW + d]);
+          const VEC4 v2 = LOAD4_SHARED(&KVs[(c + 2) * ATT_KW + d]), v3 = LOAD4_SHARED(&KVs[(c + 3) * ATT_KW + d]);
+          for (int i = 0; i < ATT_RQ; ++i) {
+            const VEC4 p = p4[i];
+            float* out = &o[i][4 * u];
+            out[0] = F_FMA(p.w, v3.x, F_FMA(p.z, v2.x, F_FMA(p.y, v1.x, F_FMA(p.x, v0.x, out[0]))));
+            out[1] = F_FMA(p.w, v3.y, F_FMA(p.z, v2.y, F_FMA(p.y, v1.y, F_FMA(p.x, v0.y, out[1]))));
+            out[2] = F_FMA(p.w, v3.z, F_FMA(p.z, v2.z, F_FMA(p.y, v1.z, F_FMA(p.x, v0.z, out[2]))));
+            out[3] = F_FMA(p.w, v3.w, F_FMA(p.z, v2.w, F_FMA(p.y, v1.w, F_FMA(p.x, v0.w, out[3]))));
+          }
+        }
       }
     }
   }
@@ -685,9 +703,11 @@ KERNEL(256, 1) attention(GLOBAL const float* RESTRICT Q, GLOBAL const float* RES
     if (q0 + r >= L) continue;
     const float total = row_sum[r];
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-    for (int j = 0; j < ATT_RV; ++j) {
-      const int d = tx + 16 * j;
-      if (d < DV) O[(long)(q0 + r) * ol + d] = o[i][j] * inv;
+    for (int u = 0; u < ATT_CV; ++u) {
+      for (int e = 0; e < 4; ++e) {
+        const int d = tx * 4 + 64 * u + e;
+        if (d < DV) O[(long)(q0 + r) * ol + d] = o[i][4 * u + e] * inv;
+      }
     }
   }
 }
@@ -837,10 +857,12 @@ kernel_source attention_source(dialect d, const attention_config& c) {
   cache_key key = config_key(d, "attention");
   key.add(c.head_size).add(c.value_size).add(c.causal).add(c.mask);
   const int rows = attention_rows(c.head_size, c.value_size);
+  auto four = [](int n) { return (n + 3) / 4 * 4; };  // a head size padded to float4s
   const std::string defines = define("BQ", rows) + define("BKV", 32) + define("DH", c.head_size) +
-                              define("DV", c.value_size) + define("DVP", (c.value_size + 15) / 16 * 16) +
-                              define("DMAX", std::max(c.head_size, c.value_size)) + define("CAUSAL", c.causal) +
-                              define("HAS_MASK", c.mask);
+                              define("DV", c.value_size) + define("DHP", four(c.head_size)) +
+                              define("DVP", four(c.value_size)) +
+                              define("DMAXP", four(std::max(c.head_size, c.value_size))) +
+                              define("CAUSAL", c.causal) + define("HAS_MASK", c.mask);
   return make(d, key, defines, kAttention, "attention");
 }
 
