@@ -358,7 +358,7 @@ gemm_tiles tune_gemm(std::string_view backend, const device_identity& device, co
 }
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.
-// Attention's sizes and strides (elements) from its op and input shapes
+// Attention's sizes and strides (elements) from its op and concrete inputs
 // {Q, K, V[, mask]}, in either layout: a rank-3 bhld tensor is one batch of
 // its first dim's heads. The mask's strides are 0 where it broadcasts.
 struct attention_problem {
@@ -368,7 +368,7 @@ struct attention_problem {
   bool has_mask = false;
   float scale = 1.f;                         // the op's, or 1 / sqrt(head size)
   bool causal = false;
-  attention_problem(const op& o, const std::vector<std::vector<std::int64_t>>& shapes);
+  attention_problem(const op& o, const std::vector<logical_tensor>& in);
 };
 
 struct binary_problem {

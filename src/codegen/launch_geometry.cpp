@@ -187,9 +187,9 @@ binary_problem::binary_problem(const std::vector<logical_tensor>& in, const std:
   b_strides = broadcast_strides(to_rank(in[1].shape, 4));
 }
 
-attention_problem::attention_problem(const op& o, const std::vector<std::vector<std::int64_t>>& shapes)
-    : has_mask(shapes.size() > 3), causal(o.causal) {
-  const std::vector<std::int64_t>&qs = shapes[0], &ks = shapes[1], &vs = shapes[2];
+attention_problem::attention_problem(const op& o, const std::vector<logical_tensor>& in)
+    : has_mask(in.size() > 3), causal(o.causal) {
+  const std::vector<std::int64_t>&qs = in[0].shape, &ks = in[1].shape, &vs = in[2].shape;
   const std::size_t rank = qs.size();
   const bool blhd = o.layout == attention_layout::blhd;
   head_size = qs[rank - 1];
@@ -212,7 +212,7 @@ attention_problem::attention_problem(const op& o, const std::vector<std::vector<
            static_cast<long>(value_size)};
   }
   if (has_mask) {
-    const std::vector<long> st = broadcast_strides(to_rank(shapes[3], 4));
+    const std::vector<long> st = broadcast_strides(to_rank(in[3].shape, 4));
     mask = {st[0], st[1], st[2], st[3]};
   }
   scale = o.scale != 0.f ? o.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));

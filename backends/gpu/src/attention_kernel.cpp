@@ -7,19 +7,10 @@
 #include "unicache/compiler.hpp"
 
 namespace unicache::gpu::detail {
-namespace {
-
-std::vector<std::vector<std::int64_t>> shapes_of(const std::vector<logical_tensor>& in) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (const logical_tensor& t : in) out.push_back(t.shape);
-  return out;
-}
-
-}  // namespace
 
 attention_kernel::attention_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                    const engine& e, const std::vector<kernel_binary>& preloaded)
-    : device_kernel(d), problem_(p.ops().front(), shapes_of(in)) {
+    : device_kernel(d), problem_(p.ops().front(), in) {
   const kernels::attention_problem& a = problem_;
   constexpr std::int64_t int_max = std::numeric_limits<std::int32_t>::max();
   if (a.head_size > kernels::kAttentionMaxHeadSize || a.value_size > kernels::kAttentionMaxHeadSize) {

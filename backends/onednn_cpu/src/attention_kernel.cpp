@@ -11,12 +11,6 @@
 namespace unicache::onednn_cpu::detail {
 namespace {
 
-std::vector<std::vector<std::int64_t>> shapes_of(const std::vector<logical_tensor>& in) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (const logical_tensor& t : in) out.push_back(t.shape);
-  return out;
-}
-
 // Below this many multiply-adds (both products) the rows run on the calling thread.
 constexpr std::int64_t kParallelWork = std::int64_t{1} << 18;
 
@@ -67,7 +61,7 @@ void attention_rows(const kernels::attention_problem& a, const operands& t, std:
 }  // namespace
 
 attention_kernel::attention_kernel(const partition& p, const std::vector<logical_tensor>& in)
-    : problem_(p.ops().front(), shapes_of(in)) {}
+    : problem_(p.ops().front(), in) {}
 
 void attention_kernel::execute(stream& /*s: done on return*/, const std::vector<tensor>& inputs,
                                const std::vector<tensor>& outputs) const {
