@@ -31,7 +31,8 @@
 // with equal leading dims (rank 3 or 4), output [..., L, Dv]. Layout blhd (a
 // projection's output viewed per head, no copy): Q [B, L, H, D], K
 // [B, S, H, D], V [B, S, H, Dv], output [B, L, H, Dv]. The mask is an
-// additive f32 bias that broadcasts (numpy rules) to the scores [..., L, S]
+// additive f32 bias of rank at most the scores', that broadcasts (numpy
+// rules) to the scores [..., L, S]
 // (in either layout: [B, H, L, S] at rank 4). Causal: key j is hidden from
 // query i where j > i (top-left aligned, as torch's is_causal). scale
 // defaults to 1 / sqrt(D). A query row whose every score is -inf gives 0s

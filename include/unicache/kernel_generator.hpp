@@ -137,6 +137,8 @@ struct attention_config {
 };
 kernel_source attention_source(dialect d, const attention_config& c);
 int attention_rows(int head_size, int value_size);
+// The local memory one work-group of attention_source uses: 38-41 KB.
+std::size_t attention_local_bytes(int head_size, int value_size);
 
 // y = f(x) elementwise.  args: x, y, long n.  global: n rounded up, local (work_group).
 kernel_source eltwise_source(dialect d, op_kind kind, int work_group);

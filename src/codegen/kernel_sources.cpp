@@ -848,6 +848,23 @@ kernel_source transpose_source(dialect d, int work_group) {
 
 int attention_rows(int head_size, int value_size) { return std::max(head_size, value_size) <= 64 ? 64 : 32; }
 
+namespace {
+// A head size padded for the kernel's rows: to float4s for Q's; to 8 for the
+// values' and the key buffer's, since PoCL 3.1 (LLVM 15) miscompiled the
+// value tile's load for value sizes 1-4 and 65-68 at 4 (wrong results; a
+// barrier after the load, or no optimization, gave the right ones; CUDA was
+// right either way). AttentionMatchesTheReference has such sizes.
+int attention_padded(int size, int multiple) { return (size + multiple - 1) / multiple * multiple; }
+}  // namespace
+
+std::size_t attention_local_bytes(int head_size, int value_size) {
+  const int rows = attention_rows(head_size, value_size);
+  const int floats = rows * (attention_padded(head_size, 4) + 4) +                    // Q
+                     32 * (attention_padded(std::max(head_size, value_size), 8) + 4) +  // keys, then values
+                     rows * (32 + 4) + 3 * rows + 2 * 256;                            // scores, row state, sums
+  return static_cast<std::size_t>(floats) * sizeof(float);
+}
+
 kernel_source attention_source(dialect d, const attention_config& c) {
   if (c.head_size < 1 || c.value_size < 1 || c.head_size > kAttentionMaxHeadSize ||
       c.value_size > kAttentionMaxHeadSize) {
@@ -857,11 +874,10 @@ kernel_source attention_source(dialect d, const attention_config& c) {
   cache_key key = config_key(d, "attention");
   key.add(c.head_size).add(c.value_size).add(c.causal).add(c.mask);
   const int rows = attention_rows(c.head_size, c.value_size);
-  auto four = [](int n) { return (n + 3) / 4 * 4; };  // a head size padded to float4s
   const std::string defines = define("BQ", rows) + define("BKV", 32) + define("DH", c.head_size) +
-                              define("DV", c.value_size) + define("DHP", four(c.head_size)) +
-                              define("DVP", four(c.value_size)) +
-                              define("DMAXP", four(std::max(c.head_size, c.value_size))) +
+                              define("DV", c.value_size) + define("DHP", attention_padded(c.head_size, 4)) +
+                              define("DVP", attention_padded(c.value_size, 8)) +
+                              define("DMAXP", attention_padded(std::max(c.head_size, c.value_size), 8)) +
                               define("CAUSAL", c.causal) + define("HAS_MASK", c.mask);
   return make(d, key, defines, kAttention, "attention");
 }

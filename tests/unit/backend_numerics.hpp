@@ -342,9 +342,10 @@ TYPED_TEST_P(BackendNumerics, AttentionValuesBatchedMatMulWithANarrowNMatchesThe
 
 // Attention in one op: each layout; a length past one block of query rows
 // and one of keys (neither a multiple); head sizes 64, 40 (not a multiple
-// of 16) and 128 (the GPU kernel's largest, fewer rows per work-group); a
+// of 16) and 128 (the GPU kernel's largest, fewer rows per work-group);
+// value sizes 4, 67 and 68 (PoCL once miscompiled the kernel at those); a
 // mask per batch and one per query row; causal with more queries than keys;
-// a batch whose mask hides every key (its rows are 0s, as torch's).
+// a batch whose mask hides every key (its rows are 0s).
 TYPED_TEST_P(BackendNumerics, AttentionMatchesTheReference) {
   struct attention_case {
     attention_sizes z;
@@ -358,7 +359,10 @@ TYPED_TEST_P(BackendNumerics, AttentionMatchesTheReference) {
         attention_case{{2, 3, 70, 45, 32, 40}, false, true, {2, 1, 70, 45}, 0.3f},
         attention_case{{3, 4, 33, 33, 64, 64}, true, false, {3, 1, 1, 33}, 0.f},
         attention_case{{1, 5, 130, 130, 128, 128}, false, true, {}, 0.f},
-        attention_case{{2, 2, 9, 77, 16, 16}, true, true, {1, 2, 9, 77}, 0.25f}}) {
+        attention_case{{2, 2, 9, 77, 16, 16}, true, true, {1, 2, 9, 77}, 0.25f},
+        attention_case{{1, 1, 70, 40, 16, 4}, false, false, {}, 0.f},
+        attention_case{{2, 2, 37, 29, 64, 68}, true, false, {}, 0.f},
+        attention_case{{1, 2, 20, 50, 128, 67}, false, true, {}, 0.f}}) {
     const attention_sizes& z = c.z;
     SCOPED_TRACE(std::string(c.blhd ? "blhd" : "bhld") + (c.causal ? " causal" : "") + " L " + std::to_string(z.l) +
                  " S " + std::to_string(z.s) + " D " + std::to_string(z.d) + " Dv " + std::to_string(z.dv) +
@@ -381,7 +385,7 @@ TYPED_TEST_P(BackendNumerics, AttentionMatchesTheReference) {
     if (!c.mask.empty()) {
       mv = random_data(c.mask, 34, -2.f, 2.f);
       for (std::size_t i = 0; i < mv.size(); i += 5) mv[i] = minus_inf;  // hidden keys
-      if (c.blhd) std::fill(mv.begin(), mv.begin() + c.mask[3], minus_inf);  // batch 0 sees nothing
+      std::fill(mv.begin(), mv.begin() + c.mask[3], minus_inf);  // the mask's first row hides every key
       shapes.push_back(c.mask);
       data.push_back(&mv);
     }

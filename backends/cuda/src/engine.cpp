@@ -85,6 +85,7 @@ engine wrap(CUcontext context, CUdevice device, bool primary) {
   s->info = query_device(device);
   s->facts.identity = code_identity(s->info);
   s->facts.compute_units = s->info.multiprocessors;
+  s->facts.local_memory_bytes = static_cast<std::size_t>(std::max(s->info.shared_memory_per_block, 0));
   int ordinal = 0;
   const int n = device_count();
   for (int o = 0; o < n; ++o) {

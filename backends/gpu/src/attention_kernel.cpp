@@ -23,6 +23,13 @@ attention_kernel::attention_kernel(const device& d, const partition& p, const st
                         std::to_string(a.source) + " scores of " + std::to_string(a.heads) +
                         " heads (each at most 2147483647)");
   }
+  const std::size_t local = kernels::attention_local_bytes(static_cast<int>(a.head_size), static_cast<int>(a.value_size));
+  if (local > d.facts(e).local_memory_bytes) {
+    throw compile_error(std::string(d.name()) + ": Attention with head sizes " + std::to_string(a.head_size) + " and " +
+                        std::to_string(a.value_size) + " needs " + std::to_string(local) +
+                        " bytes of local memory per work-group; the device has " +
+                        std::to_string(d.facts(e).local_memory_bytes));
+  }
   kernels::attention_config c;
   c.head_size = static_cast<int>(a.head_size);
   c.value_size = static_cast<int>(a.value_size);

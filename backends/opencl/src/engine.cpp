@@ -317,6 +317,7 @@ void plan_for(const device_info& info, gpu::engine_facts& facts) {
   // Split-K's rule is an SM count's (measured on NVIDIA GPUs); a CPU device
   // (its cores) gets none.
   facts.compute_units = info.is_gpu ? static_cast<int>(std::min<std::uint32_t>(info.compute_units, 1U << 16)) : 0;
+  facts.local_memory_bytes = static_cast<std::size_t>(info.local_memory_bytes);
 }
 
 engine_state::~engine_state() {

@@ -186,6 +186,7 @@ struct engine_facts {
   kernels::gemm_tiles gemm;     // the generic GEMM's tiles (its split-K: kernels::gemm_splits)
   int vector_work_group = 256;  // eltwise, binary, softmax, packing (a power of two)
   int compute_units = 0;        // SMs, OpenCL compute units (0: unknown, no split-K)
+  std::size_t local_memory_bytes = 48 * 1024;  // per work-group (CUDA's static shared memory on every GPU)
 };
 
 // What a GPU API implements. Every member may throw the API's error type
