@@ -137,7 +137,8 @@ struct attention_config {
 };
 kernel_source attention_source(dialect d, const attention_config& c);
 int attention_rows(int head_size, int value_size);
-// The local memory one work-group of attention_source uses: 38-41 KB.
+// The local memory one work-group of attention_source uses: at most 41 KB
+// (38.7 KB at head size 64, 40.8 KB at 128).
 std::size_t attention_local_bytes(int head_size, int value_size);
 
 // y = f(x) elementwise.  args: x, y, long n.  global: n rounded up, local (work_group).

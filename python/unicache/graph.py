@@ -227,8 +227,8 @@ class Graph(Resource):
 
     def set_op_attr_ints(self, op_id: int, attr: Union[OpAttr, int], values: Sequence[int]) -> None:
         """Sets an integer-list attribute of op `op_id` (PERMUTATION: each axis of the
-        input once): InvalidGraph for an op without it or too many values; the
-        rank is checked by finalize()."""
+        input once; CAUSAL and LAYOUT: one value): InvalidGraph for an op without it
+        or too many values; the rank is checked by finalize()."""
         try:
             ints = [operator.index(v) for v in values]
         except TypeError:

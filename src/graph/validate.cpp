@@ -16,15 +16,15 @@ producer_map validate(const std::vector<logical_tensor>& tensors, const std::vec
     if (std::string_view(to_string(o.kind)) == "?") {
       throw graph_error("op " + std::to_string(o.id) + ": unknown op kind " + std::to_string(static_cast<int>(o.kind)));
     }
-    const std::size_t want_in = o.kind == op_kind::matmul || is_binary(o.kind) ? 2
-                                : o.kind == op_kind::attention            ? 3
-                                                                          : 1 + normalization_parameters(o.kind);
-    const bool attention_with_mask = o.kind == op_kind::attention && o.inputs.size() == 4;
-    if (o.kind == op_kind::attention && ((o.inputs.size() != 3 && !attention_with_mask) || o.outputs.size() != 1)) {
-      throw graph_error(describe_op(o) + ": takes 3 or 4 inputs (Q, K, V, an optional mask) and 1 output, got " +
-                        std::to_string(o.inputs.size()) + " and " + std::to_string(o.outputs.size()));
-    }
-    if ((o.inputs.size() != want_in && !attention_with_mask) || o.outputs.size() != 1) {
+    if (o.kind == op_kind::attention) {
+      if ((o.inputs.size() != 3 && o.inputs.size() != 4) || o.outputs.size() != 1) {
+        throw graph_error(describe_op(o) + ": takes 3 or 4 inputs (Q, K, V, an optional mask) and 1 output, got " +
+                          std::to_string(o.inputs.size()) + " and " + std::to_string(o.outputs.size()));
+      }
+    } else if (const std::size_t want_in = o.kind == op_kind::matmul || is_binary(o.kind)
+                                               ? 2
+                                               : 1 + normalization_parameters(o.kind);
+               o.inputs.size() != want_in || o.outputs.size() != 1) {
       throw graph_error(describe_op(o) + ": takes " + std::to_string(want_in) + " input(s) and 1 output, got " +
                         std::to_string(o.inputs.size()) + " and " + std::to_string(o.outputs.size()));
     }
