@@ -35,6 +35,12 @@ dynamo's own default (automatic dynamic shapes); compile_* always use dynamic=Tr
 (torch.compile needs torch >= 2; without it its modes are left out.)
 The dynamo modes count captures (graphs dynamo handed to the backend), those
 after the 20th request, and unicache's fallbacks (unicache.torch.statistics()).
+Their first request is taken apart: the setup (torch.compile's call, and
+importing unicache), the backend's calls, and the captured graphs' first run
+(timed around the callables the backend returned). unicache's own part of
+its first result is importing unicache.torch, the backend call, and its
+graphs' first run beyond that of dynamo alone's process in the same round;
+the rest (dynamo's import and capture) is the same work in both.
 --rounds N runs the modes N times in turn, each round with empty caches of
 its own, and reports each mode's median, over the rounds, of its ratio to
 the eager process of the same round: the host's speed differs between
@@ -124,8 +130,32 @@ def hf_model(name: str, layers: int):
     return transformers.LlamaModel(config), config.vocab_size
 
 
-def compiled_for(args, workload, mode: str):
-    """The callable a mode runs, and a function of its counters (or None)."""
+class GraphCalls:
+    """Time spent inside the captured graphs' calls while `timing` is set: in a
+    dynamo mode's first request, the part of the first result that is the
+    graphs' first run (for unicache: partition compiles, first launches, the
+    ops left to torch), apart from dynamo's capture and the backend call."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+        self.timing = True
+        self.import_ms = 0.0  # importing unicache.torch, where the mode does
+
+    def wrap(self, function):
+        def call(*args):
+            if not self.timing:
+                return function(*args)
+            started = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                self.ms += (time.perf_counter() - started) * 1e3
+        return call
+
+
+def compiled_for(args, workload, mode: str, graph_calls: GraphCalls):
+    """The callable a mode runs, and a function of its counters (or None). The
+    dynamo modes' captured graphs are timed by graph_calls."""
     import torch
     model, device = workload.model, workload.device
     dynamic = True if args.dynamic == "true" else None
@@ -138,12 +168,16 @@ def compiled_for(args, workload, mode: str):
 
         def counting(gm, example_inputs):
             captured.append(1)
-            return gm.forward
+            return graph_calls.wrap(gm.forward)
         return torch.compile(model, backend=counting, dynamic=dynamic), lambda: {"captures": len(captured)}
+    started = time.perf_counter()
     import unicache.torch
+    graph_calls.import_ms = (time.perf_counter() - started) * 1e3
     if mode.startswith("dynamo_unicache"):
-        unicache.torch.register_dynamo_backend()  # a source tree has no installed entry point
-        run = torch.compile(model, backend="unicache", dynamic=dynamic)
+        # The backend that backend="unicache" names, its result timed.
+        def timed(gm, example_inputs):
+            return graph_calls.wrap(unicache.torch.dynamo_backend(gm, example_inputs))
+        run = torch.compile(model, backend=timed, dynamic=dynamic)
         return run, lambda: dict(vars(unicache.torch.statistics()))
     # A small example: compile() runs the module twice on it (and on one a
     # little larger) to see which dimensions follow the input.
@@ -167,6 +201,7 @@ def child(args) -> None:
     sync()
     engine = None
     counters = None
+    graph_calls = GraphCalls()
     result = {"mode": args.child}
     times = []
     with torch.no_grad():
@@ -174,7 +209,8 @@ def child(args) -> None:
             inputs, kwargs = workload.request(batch, length, base)
             t0 = time.perf_counter()
             if i == 0:
-                run, counters = compiled_for(args, workload, args.child)
+                run, counters = compiled_for(args, workload, args.child, graph_calls)
+                result["setup_ms"] = (time.perf_counter() - t0) * 1e3  # unicache's import included
                 engine = getattr(run, "engine", None)
                 built_before = (0, 0)
             run(*inputs, **kwargs)
@@ -183,6 +219,12 @@ def child(args) -> None:
             if i == 0:
                 result["first_result_unix"] = time.time()
                 result["after_import_to_first_result_ms"] = (time.perf_counter() - imported) * 1e3
+                graph_calls.timing = False
+                if args.child.startswith("dynamo"):
+                    result["first_graph_calls_ms"] = graph_calls.ms
+                    first_counters = counters()
+                    result["first_backend_ms"] = first_counters.get("backend_ms", 0.0)
+                    result["unicache_import_ms"] = graph_calls.import_ms
                 if engine is not None:
                     stats = engine.build_stats()
                     built_before = (stats.built, stats.loaded)
@@ -387,6 +429,14 @@ def main() -> int:
             print(f"{mode:14s} median over {r['rounds']} rounds, against eager's process of the same round: " +
                   "  ".join(f"{key.replace('_ms', '')} {r[key]['median']:.2f}x ({r[key]['min']:.2f}-{r[key]['max']:.2f})"
                             for key in RATIO_KEYS), flush=True)
+    report["own_first_result"] = own_first_result(report["modes"])
+    for mode, r in report["own_first_result"].items():
+        print(f"{mode:14s} unicache's own part of the first result (import, backend call, graphs' first run "
+              f"beyond dynamo alone's), median over {r['own_ms']['rounds']} rounds: {r['own_ms']['median']:.1f} ms "
+              f"({r['own_ms']['min']:.1f} to {r['own_ms']['max']:.1f}); first request minus dynamo alone's: "
+              f"{r['first_request_minus_dynamo_alone_ms']['median']:.0f} ms "
+              f"({r['first_request_minus_dynamo_alone_ms']['min']:.0f} to "
+              f"{r['first_request_minus_dynamo_alone_ms']['max']:.0f})", flush=True)
     for kind in INTERLEAVED:
         together = [m for m in report["modes"] if m["mode"] == kind and "failed" not in m]
         if not together:
@@ -425,6 +475,29 @@ def ratios_to_eager(results: list) -> dict:
     return summary
 
 
+def own_first_result(results: list) -> dict:
+    """Per unicache dynamo mode, unicache's own part of its first result, against
+    dynamo alone's process of the same round: importing unicache, the backend
+    call, and its graphs' first run beyond dynamo alone's. dynamo's capture and
+    torch.compile's own setup (importing dynamo), the same work in both, are
+    left out, and with them most of the spread of the processes' speed that the
+    whole first result carries. Also the plain difference of the two first
+    results. Medians and ranges over the rounds."""
+    alone = {m["round"]: m for m in results if m["mode"] == "dynamo_eager" and "first_graph_calls_ms" in m}
+    parts: dict = {}
+    for m in results:
+        base = alone.get(m["round"])
+        if not m["mode"].startswith("dynamo_unicache") or base is None or "first_graph_calls_ms" not in m:
+            continue
+        own = (m["unicache_import_ms"] + m["first_backend_ms"] +
+               m["first_graph_calls_ms"] - base["first_graph_calls_ms"])
+        entry = parts.setdefault(m["mode"], {"own_ms": [], "first_request_minus_dynamo_alone_ms": []})
+        entry["own_ms"].append(own)
+        entry["first_request_minus_dynamo_alone_ms"].append(m["first_request_ms"] - base["first_request_ms"])
+    return {mode: {key: {"median": statistics.median(v), "min": min(v), "max": max(v), "rounds": len(v)}
+                   for key, v in by_key.items()} for mode, by_key in parts.items()}
+
+
 def run_round(args, modes: list, report: dict, round_: int) -> None:
     """Every mode once, in order, the warm modes over the caches their cold modes filled."""
     with tempfile.TemporaryDirectory() as inductor, tempfile.TemporaryDirectory() as store, \
@@ -451,6 +524,9 @@ def run_round(args, modes: list, report: dict, round_: int) -> None:
                       f"{result['after_import_to_first_result_ms']:8.1f} ms)  p50 {result['p50_ms']:8.2f} ms  "
                       f"p99 {result['p99_ms']:8.2f} ms" +
                       (f"  builds later {result['later_builds']}" if "later_builds" in result else "") +
+                      (f"  first request: setup {result['setup_ms']:.1f} ms, backend {result['first_backend_ms']:.1f} ms, "
+                       f"graphs' first run {result['first_graph_calls_ms']:.1f} ms"
+                       if "first_graph_calls_ms" in result else "") +
                       (f"  captures {result['counters']['captures']} ({result.get('captures_after_20', 0)} after "
                        "request 20)" if "captures" in result.get("counters", {}) else "") +
                       (f"  backend {result['counters']['backend_ms']:.0f} ms, partition compiles "
