@@ -9,7 +9,7 @@
 #include <set>
 #include <utility>
 
-#include "unicache/kernel_generator.hpp"
+#include "unicache/op_geometry.hpp"
 
 namespace unicache {
 namespace {
@@ -489,7 +489,7 @@ TEST(GraphAttention, ShapesThatDoNotAgreeAndBadAttributesNameTheOp) {
 // that read one run of input merged.
 TEST(GraphTranspose, ThePlanMergesRunsAndDropsAxesOfOne) {
   auto plan = [](std::vector<std::int64_t> shape, std::vector<std::int64_t> permutation) {
-    const kernels::transpose_plan p = kernels::plan_transpose(shape, permutation);
+    const transpose_plan p = plan_transpose(shape, permutation);
     return std::pair{p.dims, p.strides};
   };
   using v = std::vector<std::int64_t>;

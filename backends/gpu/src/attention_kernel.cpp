@@ -11,7 +11,7 @@ namespace unicache::gpu::detail {
 attention_kernel::attention_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                    const engine& e, const std::vector<kernel_binary>& preloaded)
     : device_kernel(d), problem_(p.ops().front(), in) {
-  const kernels::attention_problem& a = problem_;
+  const attention_problem& a = problem_;
   constexpr std::int64_t int_max = std::numeric_limits<std::int32_t>::max();
   if (a.head_size > kernels::kAttentionMaxHeadSize || a.value_size > kernels::kAttentionMaxHeadSize) {
     throw compile_error(std::string(d.name()) + ": Attention with head sizes " + std::to_string(a.head_size) + " and " +
@@ -49,7 +49,7 @@ attention_kernel::attention_kernel(const device& d, const partition& p, const st
 
 void attention_kernel::execute(stream& s, const std::vector<tensor>& inputs,
                                const std::vector<tensor>& outputs) const {
-  const kernels::attention_problem& a = problem_;
+  const attention_problem& a = problem_;
   execution run(*this, s);
   kernel_args args;
   // Without a mask the kernel does not read its mask argument: Q stands in.

@@ -19,7 +19,7 @@ class attention_kernel final : public device_kernel {
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
 
  private:
-  kernels::attention_problem problem_;
+  attention_problem problem_;
   std::int32_t blocks_ = 1;  // query blocks per batch and head
   launch_dims launch_;
   const kernel* program_ = nullptr;

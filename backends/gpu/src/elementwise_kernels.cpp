@@ -98,7 +98,7 @@ void layer_norm_kernel::execute(stream& s, const std::vector<tensor>& inputs,
 transpose_kernel::transpose_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in,
                                    const engine& e, const std::vector<kernel_binary>& preloaded)
     : device_kernel(d), elements_(kernels::elements(in[0].shape)) {
-  const kernels::transpose_plan plan = kernels::plan_transpose(in[0].shape, p.ops().front().permutation);
+  const transpose_plan plan = plan_transpose(in[0].shape, p.ops().front().permutation);
   dims_.fill(1);
   const std::size_t pad = kDims - plan.dims.size();
   for (std::size_t k = 0; k < plan.dims.size(); ++k) {

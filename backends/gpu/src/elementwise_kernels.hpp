@@ -57,7 +57,7 @@ class layer_norm_kernel final : public device_kernel {
 };
 
 // Transpose: one work-item per output element, reading the input along
-// kernels::plan_transpose's strides.
+// plan_transpose's strides.
 class transpose_kernel final : public device_kernel {
  public:
   transpose_kernel(const device& d, const partition& p, const std::vector<logical_tensor>& in, const engine& e,

@@ -23,7 +23,7 @@ struct operands {
 // in one pass (online softmax: the output row accumulates the values,
 // rescaled when the running maximum grows), so no scores are kept and
 // nothing is allocated on the pool's threads.
-void attention_rows(const kernels::attention_problem& a, const operands& t, std::int64_t first, std::int64_t last) {
+void attention_rows(const attention_problem& a, const operands& t, std::int64_t first, std::int64_t last) {
   const float minus_inf = -std::numeric_limits<float>::infinity();
   for (std::int64_t row = first; row < last; ++row) {
     const std::int64_t i = row % a.length, bh = row / a.length, h = bh % a.heads, b = bh / a.heads;
@@ -65,7 +65,7 @@ attention_kernel::attention_kernel(const partition& p, const std::vector<logical
 
 void attention_kernel::execute(stream& /*s: done on return*/, const std::vector<tensor>& inputs,
                                const std::vector<tensor>& outputs) const {
-  const kernels::attention_problem& a = problem_;
+  const attention_problem& a = problem_;
   const operands t{static_cast<const float*>(inputs[0].data), static_cast<const float*>(inputs[1].data),
                    static_cast<const float*>(inputs[2].data),
                    a.has_mask ? static_cast<const float*>(inputs[3].data) : nullptr,

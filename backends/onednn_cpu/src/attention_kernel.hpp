@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "primitives.hpp"
-#include "unicache/kernel_generator.hpp"
+#include "unicache/op_geometry.hpp"
 
 namespace unicache::onednn_cpu::detail {
 
@@ -21,7 +21,7 @@ class attention_kernel final : public compiled_kernel {
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
 
  private:
-  kernels::attention_problem problem_;
+  attention_problem problem_;
 };
 
 }  // namespace unicache::onednn_cpu::detail

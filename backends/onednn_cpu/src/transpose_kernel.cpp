@@ -1,5 +1,5 @@
 // Transpose on the CPU: the permuted input's strides, simplified
-// (kernels::plan_transpose), then rows of the output copied in parallel.
+// (plan_transpose), then rows of the output copied in parallel.
 #include "transpose_kernel.hpp"
 
 #include <algorithm>
@@ -15,7 +15,7 @@ constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
 // A parallel copy splits its rows into ranges of about this many elements.
 constexpr std::int64_t kTaskElements = std::int64_t{1} << 14;
 
-void copy_along(const kernels::transpose_plan& plan, const float* in, float* out) {
+void copy_along(const transpose_plan& plan, const float* in, float* out) {
   const std::size_t rank = plan.dims.size();
   const std::int64_t cols = plan.dims.back(), col_stride = plan.strides.back();
   std::int64_t rows = 1;
@@ -46,7 +46,7 @@ void copy_along(const kernels::transpose_plan& plan, const float* in, float* out
 }  // namespace
 
 transpose_kernel::transpose_kernel(const partition& p, const std::vector<logical_tensor>& in)
-    : plan_(kernels::plan_transpose(in[0].shape, p.ops().front().permutation)) {}
+    : plan_(plan_transpose(in[0].shape, p.ops().front().permutation)) {}
 
 void transpose_kernel::execute(stream& /*s: the copy is done on return*/, const std::vector<tensor>& inputs,
                                const std::vector<tensor>& outputs) const {

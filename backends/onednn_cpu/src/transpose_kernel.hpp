@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "primitives.hpp"
-#include "unicache/kernel_generator.hpp"
+#include "unicache/op_geometry.hpp"
 
 namespace unicache::onednn_cpu::detail {
 
-// Writes the output dense from the input read along kernels::plan_transpose,
+// Writes the output dense from the input read along plan_transpose,
 // the output's last axis in runs (a memcpy where its input stride is 1), rows
 // split over oneDNN's threads (parallel.hpp) above 2^16 elements. Input and
 // output must not overlap. Thread-safe: it keeps no state but its plan.
@@ -20,7 +20,7 @@ class transpose_kernel final : public compiled_kernel {
   void execute(stream& s, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs) const override;
 
  private:
-  kernels::transpose_plan plan_;
+  transpose_plan plan_;
 };
 
 }  // namespace unicache::onednn_cpu::detail

@@ -31,6 +31,7 @@
 #include "unicache/config.hpp"
 #include "unicache/graph.hpp"
 #include "unicache/kernel_path.hpp"
+#include "unicache/op_geometry.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache::kernels {
@@ -158,22 +159,6 @@ kernel_source binary_source(dialect d, op_kind kind, int work_group);
 std::int64_t elements(const std::vector<std::int64_t>& shape);
 // The smallest multiple of `multiple` that is at least n.
 std::size_t round_up(std::int64_t n, std::int64_t multiple);
-// Row-major strides of `shape`, 0 where a dim is 1 (a broadcast operand repeats).
-std::vector<long> broadcast_strides(const std::vector<std::int64_t>& shape);
-
-// A Transpose as a copy: the output's dims and, for each, the input's stride
-// along it, in elements, with axes of size 1 dropped and neighbours that read
-// one run of the input merged: [B, S, h, d] by (0, 2, 1, 3) is dims
-// {B, h, S, d} with strides {S*h*d, d, h*d, 1}. Never empty (one element:
-// {1}, {1}); never more dims than the input. `permutation` must be valid for
-// `in_shape` (each axis once: graph::finalize checked it); it is not checked
-// here.
-struct transpose_plan {
-  std::vector<std::int64_t> dims;
-  std::vector<std::int64_t> strides;
-};
-transpose_plan plan_transpose(const std::vector<std::int64_t>& in_shape, const std::vector<std::int64_t>& permutation);
-
 // A MatMul's sizes from its inputs' shapes (rank 2 or 3) and transposes:
 // what gemm_problem and a backend's kernel_configuration derive them from.
 // nullopt for another rank.
@@ -361,19 +346,6 @@ gemm_tiles tune_gemm(std::string_view backend, const device_identity& device, co
 }
 
 // Add / Multiply with numpy broadcasting as the binary kernel runs it.
-// Attention's sizes and strides (elements) from its op and concrete inputs
-// {Q, K, V[, mask]}, in either layout: a rank-3 bhld tensor is one batch of
-// its first dim's heads. The mask's strides are 0 where it broadcasts.
-struct attention_problem {
-  std::int64_t batch = 1, heads = 1, length = 1, source = 1, head_size = 1, value_size = 1;
-  std::array<long, 3> q{}, k{}, v{}, out{};  // per batch, head, row
-  std::array<long, 4> mask{};                // per batch, head, row, column
-  bool has_mask = false;
-  float scale = 1.f;                         // the op's, or 1 / sqrt(head size)
-  bool causal = false;
-  attention_problem(const op& o, const std::vector<logical_tensor>& in);
-};
-
 struct binary_problem {
   std::vector<std::int64_t> out;  // the output's shape at rank 4
   std::vector<long> a_strides, b_strides;
