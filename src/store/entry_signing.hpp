@@ -2,8 +2,8 @@
 // HMAC-SHA256, under a secret, of a scope (what the value is bound to: a
 // Redis tier's key prefix), a zero byte and the entry. A value signed for
 // one scope is no value of another's, and one signed under another secret
-// (or none) is never accepted. Compared in constant time; an OpenSSL
-// failure signs nothing and accepts nothing.
+// (or none) is never accepted. Compared in constant time
+// (util/sha256.hpp: the core's own HMAC-SHA256).
 #pragma once
 
 #include <cstddef>
@@ -26,8 +26,7 @@ class entry_signer {
   // `secret` empty: values are neither signed nor checked.
   entry_signer(std::string secret, std::string scope) : secret_(std::move(secret)), scope_(std::move(scope)) {}
   bool signs() const { return !secret_.empty(); }
-  // `entry` followed by its MAC (the entry alone without a secret), or
-  // empty when OpenSSL fails.
+  // `entry` followed by its MAC (the entry alone without a secret).
   byte_vector sign(byte_vector entry) const;
   // The entry in `value` if its MAC is right (all of it without a secret).
   std::optional<byte_span> verify(byte_span value) const;
