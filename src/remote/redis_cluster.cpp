@@ -1,5 +1,7 @@
-// redis_cluster (remote/redis_cluster.hpp): key slots, the checks of what
-// cluster nodes answer (CLUSTER SLOTS, MOVED, ASK), and the router.
+// redis_cluster (remote/redis_cluster.hpp): the router, which sends each
+// key's command to the node that serves its slot, follows MOVED and ASK, and
+// reloads the slot map (the checks of what nodes answer, and key slots, are
+// redis_cluster_replies.cpp's).
 #include "remote/redis_cluster.hpp"
 
 #include <unistd.h>
@@ -34,8 +36,6 @@ redis_config config_of_node(const redis_config& cluster, const redis_node& addre
 std::vector<redis_node> seeds_of(const redis_config& c) {
   return c.seeds.empty() ? std::vector<redis_node>{{c.host, c.port}} : c.seeds;
 }
-
-bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 
 redis_result failed(redis_status status, std::string message) { return {status, {}, std::move(message)}; }
 
@@ -374,7 +374,7 @@ redis_result redis_cluster::routed(std::string_view key, Op op) {
     redis_result r = on_node(*to.target, asking, deadline, op, answer);
     asking = false;
     if (r.status != redis_status::error && r.status != redis_status::timeout) to.target->answered();
-    if (r.status == redis_status::refused && (starts_with(answer, "MOVED ") || starts_with(answer, "ASK "))) {
+    if (r.status == redis_status::refused && (answer.starts_with("MOVED ") || answer.starts_with("ASK "))) {
       const auto redirect = parse_redirect(answer, to.target->address.host);
       if (!redirect) return failed(redis_status::error, "a malformed redirection: " + r.message);
       if (++redirections > kMaxRedirections) {

@@ -21,8 +21,6 @@ std::optional<std::string> announced_host(std::string_view host, std::string_vie
   return std::string(host);
 }
 
-bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
-
 }  // namespace
 
 std::string node_name(const redis_node& n) {
@@ -50,9 +48,9 @@ std::uint16_t key_slot(std::string_view key) {
 
 std::optional<redis_redirect> parse_redirect(std::string_view error, std::string_view answering_host) {
   redis_redirect r;
-  if (starts_with(error, "MOVED ")) {
+  if (error.starts_with("MOVED ")) {
     error.remove_prefix(6);
-  } else if (starts_with(error, "ASK ")) {
+  } else if (error.starts_with("ASK ")) {
     r.ask = true;
     error.remove_prefix(4);
   } else {
