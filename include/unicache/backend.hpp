@@ -268,7 +268,6 @@ class engine {
 
   // The backend that made the engine (nullptr for a default engine).
   backend* get_backend() const { return backend_; }
-  [[deprecated("use get_backend()")]] backend* owner() const { return backend_; }
   engine_kind kind() const { return kind_; }
   int device_id() const { return device_id_; }
   std::uint64_t context_id() const { return context_id_; }

@@ -93,14 +93,6 @@ void register_owner(owner_id owner, std::string_view name);
 // The name given to `owner`, else its id in hex ("0x0d0e0001").
 std::string owner_name(owner_id owner);
 
-// The names these had before owner ids had a name of their own.
-using backend_id [[deprecated("use unicache::owner_id")]] = owner_id;
-[[deprecated("register_backend() names a backend's owner id; else use register_owner")]] inline void
-register_backend_id(owner_id owner, std::string_view name) {
-  register_owner(owner, name);
-}
-[[deprecated("use owner_name")]] inline std::string backend_name(owner_id owner) { return owner_name(owner); }
-
 // Where an entry lives. Entries are visible only to callers with the same
 // kind, device id and context id. The context id is an opaque value chosen by
 // the backend (a cl_context's address, a counter, 0 for the CPU).

@@ -119,8 +119,6 @@ stream make_stream(const engine& e);
 // The owner id of compiled partitions in the kernel cache (the compiler's,
 // whatever the backend: see owner_id in cache.hpp).
 inline constexpr owner_id compiled_partition_owner = 0xC0DE0001;
-[[deprecated("use compiled_partition_owner")]] inline constexpr owner_id compiled_partition_backend_id =
-    compiled_partition_owner;
 
 // --- Ahead of time ---------------------------------------------------------------
 //

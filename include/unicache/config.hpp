@@ -108,8 +108,6 @@ enum class kernel_shapes : std::uint8_t {
   // to repay its build gets one, built in the background and swapped in
   // (see specialize_settings). Executions never wait for a build.
   adaptive,
-  // The old name of adaptive (UNICACHE_KERNEL_SHAPES=tiered still parses).
-  tiered [[deprecated("use kernel_shapes::adaptive")]] = adaptive,
 };
 std::string_view to_string(kernel_shapes mode);
 // The mode backends use for kernels compiled from now on: set_kernel_shapes()
@@ -119,8 +117,8 @@ std::string_view to_string(kernel_shapes mode);
 // throws invalid_argument for a value outside the enum.
 kernel_shapes current_kernel_shapes();
 void set_kernel_shapes(kernel_shapes mode);
-// Parses "adaptive", "agnostic" or "specialized", case-insensitively, and
-// "tiered" (adaptive's old name) as adaptive. nullopt otherwise.
+// Parses "adaptive", "agnostic" or "specialized", case-insensitively;
+// nullopt otherwise.
 std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text);
 // Whether kernels compiled in `mode` take their sizes as arguments (one
 // generic kernel serves every shape): agnostic and adaptive.

@@ -124,12 +124,6 @@ struct remote_stats {
 // with other characters, a bad percent-escape, or a URL over 4096 bytes.
 redis_config parse_redis_url(std::string_view url);
 
-// The names these had when "remote" meant Redis.
-using remote_config [[deprecated("use redis_config")]] = redis_config;
-[[deprecated("use parse_redis_url")]] inline redis_config parse_remote_url(std::string_view url) {
-  return parse_redis_url(url);
-}
-
 // One value under the configuration's prefix, as the maintenance tool sees
 // it. Every string is printable ASCII (keys and values are untrusted).
 struct remote_entry_info {

@@ -63,10 +63,4 @@ specialization_stats specialization_statistics();
 // builds ahead with build_in_background (kernel_path.hpp) count too.
 void wait_for_specializations();
 
-// The names these had when adaptive kernels were called tiered kernels.
-using tier_stats [[deprecated("use specialization_stats")]] = specialization_stats;
-[[deprecated("use specialization_statistics()")]] inline specialization_stats tiered_kernel_stats() {
-  return specialization_statistics();
-}
-
 }  // namespace unicache

@@ -187,7 +187,6 @@ std::optional<kernel_shapes> parse_kernel_shapes(std::string_view text) {
   for (auto m : {kernel_shapes::adaptive, kernel_shapes::agnostic, kernel_shapes::specialized}) {
     if (iequals(text, to_string(m))) return m;
   }
-  if (iequals(text, "tiered")) return kernel_shapes::adaptive;  // the old name
   return std::nullopt;
 }
 

@@ -203,9 +203,9 @@ class AdaptiveKernels : public ::testing::Test {
   specialize_settings saved_;
 };
 
-TEST_F(AdaptiveKernels, AdaptiveIsTheModeAndTieredItsOldName) {
+TEST_F(AdaptiveKernels, AdaptiveIsTheModeByItsOneName) {
   EXPECT_EQ(parse_kernel_shapes("Adaptive"), kernel_shapes::adaptive);
-  EXPECT_EQ(parse_kernel_shapes("Tiered"), kernel_shapes::adaptive) << "the old spelling still parses";
+  EXPECT_EQ(parse_kernel_shapes("tiered"), std::nullopt) << "a name from before the release is not kept";
   EXPECT_EQ(to_string(kernel_shapes::adaptive), "adaptive");
   EXPECT_TRUE(shape_agnostic(kernel_shapes::adaptive));
   EXPECT_FALSE(shape_agnostic(kernel_shapes::specialized));

@@ -89,7 +89,6 @@ namespace unicache::cuda {
 // The owner id of this backend's cache entries (kernels, packed weights):
 // what its backend::cache_owner() returns.
 inline constexpr owner_id cache_owner_id = 0x0C0D0001;
-[[deprecated("use cache_owner_id")]] inline constexpr owner_id backend_id_value = cache_owner_id;
 
 // A CUDA or NVRTC call failed, or the backend is unavailable. `result()` is
 // the CUresult (0 when the error is not a driver result, e.g. NVRTC's).

@@ -30,7 +30,6 @@ namespace unicache::onednn_cpu {
 // The owner id of this backend's cache entries (primitives, packed weights):
 // what its backend::cache_owner() returns.
 inline constexpr owner_id cache_owner_id = 0x0D0E0001;
-[[deprecated("use cache_owner_id")]] inline constexpr owner_id backend_id_value = cache_owner_id;
 
 // The engine of CPU device `index` (oneDNN has one CPU device: 0). Every
 // call with one index returns the same underlying dnnl::engine, so that

@@ -86,7 +86,6 @@ class opencl_error : public gpu::api_error {
 // The owner id of this backend's cache entries (kernels, packed weights):
 // what its backend::cache_owner() returns.
 inline constexpr owner_id cache_owner_id = 0x0C1E0001;
-[[deprecated("use cache_owner_id")]] inline constexpr owner_id backend_id_value = cache_owner_id;
 
 // What engine creation learned about a device: queried facts, and what only
 // a compiled kernel can tell (the probe). This is what an engine cache blob
