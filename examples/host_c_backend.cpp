@@ -207,7 +207,7 @@ class host_c_backend final : public backend {
     }
     const engine_state& state = e.native<engine_state>();  // checked: throws for another backend's engine
     return std::make_shared<eltwise_kernel>(
-        get_kernel(kOwner, e.scope(), builder(state), eltwise_source(p.ops().front().kind), preloaded));
+        get_or_build_kernel(kOwner, e.scope(), builder(state), eltwise_source(p.ops().front().kind), preloaded));
   }
   // The kernels take their sizes as arguments: every shape of a partition
   // shares one compiled partition and one blob.

@@ -6,7 +6,8 @@
 // walks through one.
 //
 //   struct my_builder final : unicache::kernel_builder { ... };
-//   auto k = unicache::get_kernel(my_backend.cache_owner(), engine.scope(), my_builder{engine}, source, preloaded);
+//   auto k = unicache::get_or_build_kernel(my_backend.cache_owner(), engine.scope(), my_builder{engine}, source,
+//                                          preloaded);
 //   k->launch([&] { enqueue(k->program<my_program>(), stream, args); });
 //
 // The path, for one kernel_source on one engine:
@@ -212,28 +213,31 @@ class kernel {
 inline constexpr std::size_t kernel_bytes_estimate = 128 * 1024;
 
 // The kernel the kernel cache holds under `config` (a kernel_source's
-// config), or nullptr: what get_kernel looks for first, for a caller that
-// can then skip generating the source.
-std::shared_ptr<const kernel> cached_kernel(owner_id owner, const cache_scope& scope, const std::string& config);
+// config), or nullptr: the kernel cache alone, what get_or_build_kernel
+// looks for first, for a caller that can then skip generating the source.
+std::shared_ptr<const kernel> kernel_if_cached(owner_id owner, const cache_scope& scope, const std::string& config);
 
-// The kernel path (see the top of this file), for the backend whose cache
-// owner id is `owner` (its kernels are entries of kernel_cache() under it).
+// The whole kernel path (see the top of this file), a build from source
+// last, for the backend whose cache owner id is `owner` (its kernels are
+// entries of kernel_cache() under it).
 // Throws what the builder's build() throws when a kernel does not build.
-std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
-                                         const kernel_source& src, const std::vector<kernel_binary>& preloaded);
+std::shared_ptr<const kernel> get_or_build_kernel(owner_id owner, const cache_scope& scope,
+                                                  const kernel_builder& builder, const kernel_source& src,
+                                                  const std::vector<kernel_binary>& preloaded);
 
-// The kernel of `src` if the kernel cache has it or the store holds its
-// binary (then loaded, and cached, through get_kernel: the store is read
-// twice, and a binary the driver rejects is rebuilt in line there, as
-// always); nullptr when neither has it, building nothing. For a caller with
+// The kernel of `src` if it was built before: the kernel cache has it or
+// the store holds its binary (then loaded, and cached, through
+// get_or_build_kernel: the store is read twice, and a binary the driver
+// rejects is rebuilt in line there, as always); nullptr when neither has
+// it, building nothing. For a caller with
 // an alternative to a build in line (a build can wait; a load takes a
 // millisecond or two).
-std::shared_ptr<const kernel> find_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
-                                          const kernel_source& src);
+std::shared_ptr<const kernel> kernel_if_built(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
+                                              const kernel_source& src);
 
 // Runs `task` on the background threads that build specialized kernels
 // (specialize_settings::threads of them, at low priority): for a backend
-// that gets a kernel through get_kernel before an execution needs it, so
+// that gets a kernel through get_or_build_kernel before an execution needs it, so
 // that the kernel cache has it then. Returns false, running nothing, where
 // there are none (threads is 0), while the process exits, or in a child of
 // fork(); the caller then does without (builds in line, say). A task that

@@ -128,133 +128,182 @@ void kernel::after_first_launch(std::chrono::steady_clock::time_point start) con
   }
 }
 
-std::shared_ptr<const kernel> cached_kernel(owner_id owner, const cache_scope& scope, const std::string& config) {
+std::shared_ptr<const kernel> kernel_if_cached(owner_id owner, const cache_scope& scope, const std::string& config) {
   if (auto hit = kernel_cache().lookup<const kernel>(scope, owner, config)) return hit.shared_value();
   return nullptr;
 }
 
-std::shared_ptr<const kernel> get_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
-                                         const kernel_source& src, const std::vector<kernel_binary>& preloaded) {
-  if (auto hit = cached_kernel(owner, scope, src.config)) return hit;
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// One kernel's way from a kernel-cache miss to a kernel, run under the
+// cache's single flight, in the order the kernel path tries: the caller's
+// preloaded binaries, the store (with the fleet's build lease), a build from
+// source. Each step counts and traces what it did.
+class kernel_resolution {
+ public:
+  kernel_resolution(owner_id owner, const kernel_builder& builder, const kernel_source& src)
+      : owner_(owner),
+        builder_(builder),
+        src_(src),
+        key_(src.store_key()),
+        identity_(builder.identity()),
+        counters_(counters_of(owner)),
+        refusal_(builder.load_refusal()),
+        reads_(builder.reads_stored_binaries()) {}
+
+  std::shared_ptr<const kernel> run(const std::vector<kernel_binary>& preloaded) {
+    if (auto k = from_preloaded(preloaded)) return k;
+    if (auto k = from_store()) return k;
+    return from_source();
+  }
+
+ private:
+  // A blob's binary is the application's to trust, not every user's of a
+  // (possibly shared) store: a kernel loaded from it is not stored.
+  std::shared_ptr<const kernel> from_preloaded(const std::vector<kernel_binary>& preloaded) {
+    for (const kernel_binary& b : preloaded) {
+      if (!reads_ || b.key != key_) continue;
+      if (!refusal_.empty()) {
+        rejected(clock::now());
+        explain_refusal();
+        continue;
+      }
+      const auto start = clock::now();
+      if (auto p = builder_.load(src_, b.binary)) return loaded(std::move(p), start);
+      rejected(start);
+    }
+    return nullptr;
+  }
+
+  // On a miss everywhere, the store grants this process the fleet's lease
+  // on building the kernel (the others wait for its binary). A binary the
+  // driver refuses goes, and the rebuilt one takes its place; one this
+  // machine cannot run (load_refusal) stays for the machines that can.
+  std::shared_ptr<const kernel> from_store() {
+    if (!reads_) return nullptr;
+    kernel_store& store = kernel_store::instance();
+    const auto start = clock::now();
+    stored_ = store.get_or_lease(identity_, key_);
+    if (!stored_.binary) return nullptr;
+    if (!refusal_.empty()) {
+      rejected(start);
+      explain_refusal();
+      keep_stored_ = true;
+      return nullptr;
+    }
+    if (auto p = builder_.load(src_, *stored_.binary)) return loaded(std::move(p), start);
+    rejected(start);
+    store.remove(identity_, key_);
+    return nullptr;
+  }
+
+  // A builder that reads no binaries (an offline engine) builds every
+  // kernel: what it keeps is what its compiler made.
+  std::shared_ptr<const kernel> from_source() {
+    kernel_store& store = kernel_store::instance();
+    const bool explain = reads_ && !stored_.binary && explain_misses();
+    const auto start = clock::now();
+    std::unique_ptr<device_program> built;
+    try {
+      built = builder_.build(src_);
+    } catch (...) {
+      if (stored_.leased) store.release_lease(identity_, key_);
+      throw;
+    }
+    const std::uint64_t ns = ns_since(start);
+    counters_.build_ns.fetch_add(ns, std::memory_order_relaxed);
+    counters_.from_source.fetch_add(1, std::memory_order_relaxed);
+    trace("build", owner_, src_.kernel_name, key_, ns);
+    const bool published = stored_.leased && publish(*built);
+    if (explain) {
+      // After the lease is released: the walk keeps no other process
+      // waiting. (The entry just stored is not its own nearest.)
+      if (const auto e = store.explain_miss(identity_, key_)) {
+        print_explanation(*e);
+        store.record_miss(identity_, key_);  // for `unicache-store explain`
+      }
+    }
+    return std::make_shared<const kernel>(owner_, std::move(built), src_.kernel_name, key_, identity_,
+                                          !published && !keep_stored_ && reads_);
+  }
+
+  // Others wait for a leased kernel: its binary is stored now (which ends
+  // the lease), not after the first launch. One that could not be stored
+  // is tried again then, as any other.
+  bool publish(const device_program& built) {
+    kernel_store& store = kernel_store::instance();
+    bool published = false;
+    try {
+      const byte_vector bin = built.binary();
+      published = !bin.empty() && store.put(identity_, key_, bin);
+    } catch (...) {
+    }
+    store.release_lease(identity_, key_);  // if put did not
+    if (published) {
+      counters_.stored.fetch_add(1, std::memory_order_relaxed);
+      trace("store", owner_, src_.kernel_name, key_, 0);
+    }
+    return published;
+  }
+
+  std::shared_ptr<const kernel> loaded(std::unique_ptr<device_program> p, clock::time_point start) {
+    const std::uint64_t ns = ns_since(start);
+    counters_.load_ns.fetch_add(ns, std::memory_order_relaxed);
+    counters_.from_binary.fetch_add(1, std::memory_order_relaxed);
+    trace("load", owner_, src_.kernel_name, key_, ns);
+    return std::make_shared<const kernel>(owner_, std::move(p), src_.kernel_name, key_, identity_, false);
+  }
+
+  void rejected(clock::time_point start) {
+    const std::uint64_t ns = ns_since(start);
+    counters_.load_ns.fetch_add(ns, std::memory_order_relaxed);
+    counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+    trace("reject", owner_, src_.kernel_name, key_, ns);
+  }
+
+  void explain_refusal() const {
+    miss_explanation e;
+    e.what = src_.language + " " + src_.kernel_name;
+    e.blob_id = blob_id(identity_, key_);
+    e.refusal = refusal_;
+    print_explanation(e);
+  }
+
+  const owner_id owner_;
+  const kernel_builder& builder_;
+  const kernel_source& src_;
+  const std::string key_;
+  const device_identity identity_;
+  counters& counters_;
+  // Refused before a load is tried: binaries for this identity that this
+  // machine cannot run (a driver too old for them).
+  const std::string refusal_;
+  const bool reads_;
+  kernel_store::lookup stored_;
+  bool keep_stored_ = false;  // a stored binary this machine cannot run: the built one is not stored
+};
+
+}  // namespace
+
+std::shared_ptr<const kernel> get_or_build_kernel(owner_id owner, const cache_scope& scope,
+                                                  const kernel_builder& builder, const kernel_source& src,
+                                                  const std::vector<kernel_binary>& preloaded) {
+  if (auto hit = kernel_if_cached(owner, scope, src.config)) return hit;
   return kernel_cache()
-      .get_or_build<const kernel>(
-          scope, owner, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()
-          [&]() -> std::shared_ptr<const kernel> {
-            const std::string key = src.store_key();
-            const device_identity identity = builder.identity();
-            counters& c = counters_of(owner);
-            auto loaded = [&](std::unique_ptr<device_program> p, std::chrono::steady_clock::time_point start,
-                              bool store_after_launch) {
-              const std::uint64_t ns = ns_since(start);
-              c.load_ns.fetch_add(ns, std::memory_order_relaxed);
-              c.from_binary.fetch_add(1, std::memory_order_relaxed);
-              trace("load", owner, src.kernel_name, key, ns);
-              return std::make_shared<const kernel>(owner, std::move(p), src.kernel_name, key, identity,
-                                                    store_after_launch);
-            };
-            auto rejected = [&](std::chrono::steady_clock::time_point start) {
-              const std::uint64_t ns = ns_since(start);
-              c.load_ns.fetch_add(ns, std::memory_order_relaxed);
-              c.rejected.fetch_add(1, std::memory_order_relaxed);
-              trace("reject", owner, src.kernel_name, key, ns);
-            };
-            // Refused before a load is tried: binaries for this identity
-            // that this machine cannot run (a driver too old for them).
-            const std::string refusal = builder.load_refusal();
-            auto explain_refusal = [&] {
-              miss_explanation e;
-              e.what = src.language + " " + src.kernel_name;
-              e.blob_id = blob_id(identity, key);
-              e.refusal = refusal;
-              print_explanation(e);
-            };
-            // A builder that reads no binaries (an offline engine) builds
-            // every kernel: what it keeps is what its compiler made.
-            const bool reads = builder.reads_stored_binaries();
-            for (const kernel_binary& b : preloaded) {
-              if (!reads || b.key != key) continue;
-              if (!refusal.empty()) {
-                rejected(std::chrono::steady_clock::now());
-                explain_refusal();
-                continue;
-              }
-              const auto start = std::chrono::steady_clock::now();
-              // Not stored: a blob is the application's to trust, not every
-              // user's of a (possibly shared) store.
-              if (auto p = builder.load(src, b.binary)) return loaded(std::move(p), start, false);
-              rejected(start);
-            }
-            kernel_store& store = kernel_store::instance();
-            const auto load_start = std::chrono::steady_clock::now();
-            // On a miss everywhere, the fleet's lease on building it: one
-            // process builds, the others wait for its binary.
-            kernel_store::lookup stored = reads ? store.get_or_lease(identity, key) : kernel_store::lookup{};
-            // A binary this machine cannot run stays where it is (machines
-            // that can run it use it); the one built here is not stored.
-            bool keep_stored = false;
-            if (stored.binary) {
-              if (refusal.empty()) {
-                if (auto p = builder.load(src, *stored.binary)) return loaded(std::move(p), load_start, false);
-                // The driver refused the image itself: it goes, and the
-                // rebuilt binary takes its place.
-                rejected(load_start);
-                store.remove(identity, key);
-              } else {
-                rejected(load_start);
-                explain_refusal();
-                keep_stored = true;
-              }
-            }
-            const bool explain = reads && !stored.binary && explain_misses();
-            const auto build_start = std::chrono::steady_clock::now();
-            std::unique_ptr<device_program> built;
-            try {
-              built = builder.build(src);
-            } catch (...) {
-              if (stored.leased) store.release_lease(identity, key);
-              throw;
-            }
-            const std::uint64_t ns = ns_since(build_start);
-            c.build_ns.fetch_add(ns, std::memory_order_relaxed);
-            c.from_source.fetch_add(1, std::memory_order_relaxed);
-            trace("build", owner, src.kernel_name, key, ns);
-            bool published = false;
-            if (stored.leased) {
-              // Others wait for it: stored now (which ends the lease), not
-              // after the first launch. A binary that could not be stored
-              // is tried again then, as any other.
-              try {
-                const byte_vector bin = built->binary();
-                published = !bin.empty() && store.put(identity, key, bin);
-              } catch (...) {
-              }
-              store.release_lease(identity, key);  // if put did not
-              if (published) {
-                c.stored.fetch_add(1, std::memory_order_relaxed);
-                trace("store", owner, src.kernel_name, key, 0);
-              }
-            }
-            if (explain) {
-              // After the lease is released: the walk keeps no other
-              // process waiting. (The entry just stored is not its own nearest.)
-              if (const auto e = store.explain_miss(identity, key)) {
-                print_explanation(*e);
-                store.record_miss(identity, key);  // for `unicache-store explain`
-              }
-            }
-            return std::make_shared<const kernel>(owner, std::move(built), src.kernel_name, key, identity,
-                                                  !published && !keep_stored && reads);
-          })
+      .get_or_build<const kernel>(scope, owner, src.config, kernel_bytes_estimate,  // then kernel::cached_bytes()
+                                  [&] { return kernel_resolution(owner, builder, src).run(preloaded); })
       .value();
 }
 
-std::shared_ptr<const kernel> find_kernel(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
-                                          const kernel_source& src) {
-  if (auto hit = cached_kernel(owner, scope, src.config)) return hit;
-  // Looked up once more by get_kernel, under the cache's single flight: a
-  // binary removed in between is built there, as any missing one.
+std::shared_ptr<const kernel> kernel_if_built(owner_id owner, const cache_scope& scope, const kernel_builder& builder,
+                                              const kernel_source& src) {
+  if (auto hit = kernel_if_cached(owner, scope, src.config)) return hit;
+  // Looked up once more by get_or_build_kernel, under the cache's single
+  // flight: a binary removed in between is built there, as any missing one.
   if (!kernel_store::instance().get(builder.identity(), src.store_key())) return nullptr;
-  return get_kernel(owner, scope, builder, src, {});
+  return get_or_build_kernel(owner, scope, builder, src, {});
 }
 
 std::vector<kernel_binary> binaries_of(std::initializer_list<const kernel*> kernels) {

@@ -354,8 +354,8 @@ class failing_builder final : public kernel_builder {
 
 TEST(ErrorContract, KernelPathPassesTheBackendsErrorOn) {
   kernel_source src{"contract-config", "contract-c", "int main;", "", "k", ""};
-  expect_library_error("get_kernel(a build that fails)",
-                       [&] { get_kernel(0x7E57C002, cache_scope{}, failing_builder(), src, {}); });
+  expect_library_error("get_or_build_kernel(a build that fails)",
+                       [&] { get_or_build_kernel(0x7E57C002, cache_scope{}, failing_builder(), src, {}); });
 }
 
 #ifdef UNICACHE_TEST_WITH_ONEDNN

@@ -34,7 +34,7 @@ class device_kernel : public compiled_kernel {
   template <class MakeSource>
   const kernel* add_program(const engine& e, const std::string& config, MakeSource&& make,
                             const std::vector<kernel_binary>& preloaded) {
-    if (auto hit = cached_kernel(device_.cache_owner(), e.scope(), config)) {
+    if (auto hit = kernel_if_cached(device_.cache_owner(), e.scope(), config)) {
       programs_.push_back(std::move(hit));
       return programs_.back().get();
     }

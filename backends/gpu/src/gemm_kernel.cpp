@@ -157,8 +157,8 @@ kernels::gemm_tiles generic_tiles(const device& d, const partition& p, const std
   want.tiles = t;
   alternative.tiles = other;
   const std::string want_key = kernels::gemm_kernel_config(dialect, want);
-  if (cached_kernel(d.cache_owner(), e.scope(), want_key)) return t;
-  if (!cached_kernel(d.cache_owner(), e.scope(), kernels::gemm_kernel_config(dialect, alternative))) return t;
+  if (kernel_if_cached(d.cache_owner(), e.scope(), want_key)) return t;
+  if (!kernel_if_cached(d.cache_owner(), e.scope(), kernels::gemm_kernel_config(dialect, alternative))) return t;
   background_variants& background = variants_in_background();
   // Queued already: no source to generate, no store to read again.
   // Otherwise a stored binary loads in a millisecond or two: in line, as

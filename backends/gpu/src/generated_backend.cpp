@@ -259,13 +259,13 @@ std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& 
                                           const std::vector<kernel_binary>& preloaded) {
   const device& d = device_of_engine(e, "a kernel");
   d.facts(e);  // an engine of the device's API
-  return get_kernel(d.cache_owner(), e.scope(), detail::device_builder(d, e), src, preloaded);
+  return get_or_build_kernel(d.cache_owner(), e.scope(), detail::device_builder(d, e), src, preloaded);
 }
 
 std::shared_ptr<const kernel> find_program(const engine& e, const kernel_source& src) {
   const device& d = device_of_engine(e, "a kernel");
   d.facts(e);
-  return find_kernel(d.cache_owner(), e.scope(), detail::device_builder(d, e), src);
+  return kernel_if_built(d.cache_owner(), e.scope(), detail::device_builder(d, e), src);
 }
 
 void finish_deferred_releases() { detail::deferred_release::instance().drain(0); }

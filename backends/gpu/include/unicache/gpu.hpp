@@ -288,7 +288,7 @@ void finish_deferred_releases();
 std::shared_ptr<const kernel> get_program(const engine& e, const kernel_source& src,
                                           const std::vector<kernel_binary>& preloaded);
 // The same without a build: nullptr unless the kernel cache or the store
-// has it (find_kernel).
+// has it (kernel_if_built).
 std::shared_ptr<const kernel> find_program(const engine& e, const kernel_source& src);
 // Device memory of `bytes` for `what` through the engine's device, retried
 // once after releasing the device's packed weights when it is out of
