@@ -13,17 +13,26 @@ from __future__ import annotations
 
 import ctypes as C
 import sys
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
 from . import _abi, _host, _lib
 from ._handle import NativeHandle, Resource
 from .engine import Backend, Engine, Stream
 from .errors import InvalidArgument
-from .graph import LogicalTensor
+from .logical_tensor import LogicalTensor
 from .tensors import Tensor, bind
 
-if TYPE_CHECKING:
-    from .graph import Partition
+
+class Partition(Protocol):
+    """What compiling reads of a graph's partition (unicache.graph.Partition):
+    declared here so that this module does not import the graph's, which
+    imports this one."""
+
+    index: int
+    inputs: List[LogicalTensor]
+    outputs: List[LogicalTensor]
+
+    def _handle(self) -> NativeHandle: ...
 
 
 class CompiledPartition(Resource):
@@ -40,7 +49,7 @@ class CompiledPartition(Resource):
         self._output_structs = [t._to_struct() for t in self.outputs]
 
     @classmethod
-    def _compile(cls, partition: "Partition", shapes: List[Tuple[int, ...]], engine: Engine,
+    def _compile(cls, partition: Partition, shapes: List[Tuple[int, ...]], engine: Engine,
                  cache_blob: Optional[bytes]) -> "CompiledPartition":
         pointer = compile_handle(partition, shapes, engine, cache_blob)
         return cls(pointer, engine, concrete_inputs(partition, shapes), len(partition.outputs))
@@ -112,7 +121,7 @@ class CompiledPartition(Resource):
         return f"<unicache.CompiledPartition ({ins}) on {self.engine!r}{' closed' if self.closed else ''}>"
 
 
-def compile_handle(partition: "Partition", shapes: Sequence[Tuple[int, ...]], engine: Engine,
+def compile_handle(partition: Partition, shapes: Sequence[Tuple[int, ...]], engine: Engine,
                    cache_blob: Optional[bytes] = None) -> int:
     """unicache_compile (or unicache_compile_from_cache_blob): the raw C handle of
     the compiled partition. Its owner destroys it (unicache_compiled_partition_destroy)
@@ -130,7 +139,7 @@ def compile_handle(partition: "Partition", shapes: Sequence[Tuple[int, ...]], en
     return handle.value or 0
 
 
-def concrete_inputs(partition: "Partition", shapes: Sequence[Tuple[int, ...]]) -> List[LogicalTensor]:
+def concrete_inputs(partition: Partition, shapes: Sequence[Tuple[int, ...]]) -> List[LogicalTensor]:
     """The partition's input tensors with the shapes it was compiled for."""
     return [LogicalTensor(t.id, s, t.is_constant) for t, s in zip(partition.inputs, shapes)]
 

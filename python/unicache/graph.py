@@ -1,4 +1,4 @@
-"""Graphs: logical tensors, ops, finalize() and the partitions it makes.
+"""Graphs: tensors, ops, finalize() and the partitions it makes.
 
     g = unicache.Graph()
     x = g.add_tensor([-1, 64])                    # -1: known only when compiling
@@ -20,12 +20,12 @@ import collections.abc
 import ctypes as C
 import enum
 import operator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _abi, _lib
 from ._handle import NativeHandle, Resource
 from .errors import InvalidArgument
+from .logical_tensor import LogicalTensor
 
 if TYPE_CHECKING:
     from .compiled import CompiledPartition
@@ -71,34 +71,6 @@ class AttentionLayout(enum.IntEnum):
 
 
 UNKNOWN_DIM = _abi.UNKNOWN_DIM
-
-
-@dataclass(frozen=True)
-class LogicalTensor:
-    """A tensor of a graph (f32): its id, its shape (-1: known when compiling) and
-    whether it is a constant (a weight, packed once and reused)."""
-
-    id: int
-    shape: Tuple[int, ...]
-    is_constant: bool = False
-
-    @property
-    def ndims(self) -> int:
-        return len(self.shape)
-
-    @classmethod
-    def _from_struct(cls, s: _abi.LogicalTensorStruct) -> "LogicalTensor":
-        return cls(int(s.id), tuple(int(s.dims[i]) for i in range(s.ndims)), bool(s.is_constant))
-
-    def _to_struct(self, shape: Optional[Sequence[int]] = None) -> _abi.LogicalTensorStruct:
-        dims = self.shape if shape is None else shape
-        s = _abi.LogicalTensorStruct(self.id, len(dims), (C.c_int64 * _abi.MAX_NDIMS)(), int(self.is_constant))
-        for i, d in enumerate(dims):
-            s.dims[i] = d
-        return s
-
-    def __str__(self) -> str:
-        return f"tensor {self.id} {list(self.shape)}" + (" constant" if self.is_constant else "")
 
 
 def check_shape(shape: Sequence[int], what: str, allow_unknown: bool) -> Tuple[int, ...]:

@@ -29,7 +29,7 @@ from . import _host
 from .buffers import DeviceBuffer
 from .engine import Backend
 from .errors import InvalidArgument, InvalidTensorType
-from .graph import LogicalTensor
+from .logical_tensor import LogicalTensor
 
 
 class Tensor:
