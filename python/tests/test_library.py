@@ -44,7 +44,7 @@ class Library(unittest.TestCase):
             result = run_python("import unicache; unicache.Graph()", UNICACHE_BUILD_DIR=empty)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("LibraryError", result.stderr)
-        self.assertIn(os.path.join(empty, "src", "c_api", "libunicache_c.so"), result.stderr)
+        self.assertIn(os.path.join(empty, "c_api", "libunicache_c.so"), result.stderr)
 
     def test_a_file_that_is_not_a_library_is_refused(self):
         with tempfile.NamedTemporaryFile(suffix=".so") as bogus:

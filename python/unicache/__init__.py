@@ -24,7 +24,7 @@ Finding the library. It is loaded on first use (`import unicache` works
 without it), from the first of:
 
 1. `UNICACHE_LIBRARY`: the path of libunicache_c.so itself;
-2. `UNICACHE_BUILD_DIR`: a build tree (its `src/c_api/libunicache_c.so`);
+2. `UNICACHE_BUILD_DIR`: a build tree (its `c_api/libunicache_c.so`);
 3. the build tree of the checkout this package is in (`<checkout>/build`);
 4. the system's loader (`libunicache_c.so.0`, then `find_library("unicache_c")`).
 

@@ -7,7 +7,7 @@ works on a machine without it; the first call that needs it raises
 setting is reported, not silently replaced by another library):
 
 1. `UNICACHE_LIBRARY`: the path of the shared library itself;
-2. `UNICACHE_BUILD_DIR`: a build tree, holding `src/c_api/libunicache_c.so`;
+2. `UNICACHE_BUILD_DIR`: a build tree, holding `c_api/libunicache_c.so`;
 3. the build tree of the checkout this package lies in
    (`python/unicache/../../build`), when there is one;
 4. the system's loader: `libunicache_c.so.0` (LD_LIBRARY_PATH, the linker's
@@ -195,7 +195,7 @@ def _find_and_load() -> _Library:
         named: Optional[Path] = Path(by_env)
         where = "UNICACHE_LIBRARY"
     elif build_dir:
-        named, where = Path(build_dir) / "src" / "c_api" / LIBRARY_FILE, "UNICACHE_BUILD_DIR"
+        named, where = Path(build_dir) / "c_api" / LIBRARY_FILE, "UNICACHE_BUILD_DIR"
     else:
         named = None
     if named is not None:  # the only place tried
@@ -205,7 +205,7 @@ def _find_and_load() -> _Library:
         return lib
     python_dir = Path(__file__).resolve().parents[1]
     if (python_dir / "pyproject.toml").is_file():  # running from a checkout, not an installed copy
-        checkout = python_dir.parent / "build" / "src" / "c_api" / LIBRARY_FILE
+        checkout = python_dir.parent / "build" / "c_api" / LIBRARY_FILE
         lib = _load_file(checkout, "the checkout's build tree", tried)
         if lib is not None:
             return lib
