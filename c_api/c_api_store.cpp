@@ -3,9 +3,30 @@
 #include "unicache/unicache.h"
 
 #include "c_api_internal.hpp"
+#if UNICACHE_C_WITH_REMOTE
+#include "unicache/remote.hpp"
+#endif
 
 using namespace unicache;
 using namespace unicache::c_api;
+
+#if UNICACHE_C_WITH_REMOTE
+namespace {
+// The remote component's redis:// scheme, registered as the shared library
+// is loaded: before any C call can open the store, which reads
+// UNICACHE_REMOTE_CACHE. A static registrar is safe here, unlike in a
+// static library: this object file is the shared library's own, never an
+// archive member the linker could leave out.
+const bool remote_tiers_registered = [] {
+  try {
+    register_redis_tiers();
+    return true;
+  } catch (...) {
+    return false;  // no redis:// tiers: the store says so when a URL names one
+  }
+}();
+}  // namespace
+#endif
 
 extern "C" {
 

@@ -7,6 +7,8 @@
 
 namespace unicache_store {
 
+#if UNICACHE_STORE_WITH_REMOTE
+
 // The remote tier's commands (--remote), one function each (run_remote makes
 // the remote_maintenance).
 
@@ -91,5 +93,14 @@ int clear_remote(unicache::remote_maintenance& remote, const options&) {
   std::printf("%llu remote entries removed\n", static_cast<unsigned long long>(removed));
   return kOk;
 }
+
+#else  // a build without the remote component: run_remote refuses before any of these
+
+int stats_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
+int list_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
+int verify_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
+int clear_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
+
+#endif
 
 }  // namespace unicache_store

@@ -341,6 +341,12 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
 // several of UNICACHE_REMOTE_CACHE, in order, each under a heading).
 int run_remote(const command& c, options& o) {
   if (o.dir) return usage_error("--dir and --remote name different stores: give one");
+#if !UNICACHE_STORE_WITH_REMOTE
+  (void)c;
+  std::fprintf(stderr, "unicache-store: --remote: this unicache-store was built without the remote component "
+                       "(UNICACHE_WITH_REMOTE=OFF)\n");
+  return kFailure;
+#else
   if (!c.remote) {
     std::fprintf(stderr, "unicache-store: %s is not a remote command (the server's maxmemory bounds its size)\n",
                  c.name);
@@ -378,6 +384,7 @@ int run_remote(const command& c, options& o) {
     }
   }
   return status;
+#endif
 }
 
 int run_local(const command& c, const options& o) {
@@ -404,6 +411,9 @@ int run_local(const command& c, const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if UNICACHE_STORE_WITH_REMOTE
+  unicache::register_redis_tiers();  // the store's redis:// tiers (UNICACHE_REMOTE_CACHE)
+#endif
   std::vector<std::string_view> args(argv + 1, argv + argc);
   options o;
   if (const auto exit_code = parse_global_options(args, o)) return *exit_code;

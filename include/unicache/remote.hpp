@@ -159,6 +159,17 @@ struct remote_summary {
   std::uint64_t keyspace_misses = 0;
 };
 
+// Registers the redis:// scheme (one server, or a Redis Cluster) with the
+// kernel store's tiers, so that UNICACHE_REMOTE_CACHE and
+// kernel_store::set_remote take redis:// URLs. It is the remote component's
+// (link unicache::remote, which brings hiredis): the core names no tier.
+// libunicache_c (and with it the Python package) and unicache-store call it
+// themselves; a C++ program calls it once, before the store's first use (a
+// store that reads UNICACHE_REMOTE_CACHE before then warns once that the
+// scheme is unknown and runs with the local store only). Idempotent;
+// thread-safe.
+void register_redis_tiers();
+
 // Maintenance of the values under one prefix (unicache-store --remote).
 // Each call walks the prefix with SCAN; throws remote_error when the server
 // fails or times out, invalid_argument for bad settings (as

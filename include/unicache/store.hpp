@@ -316,8 +316,10 @@ class kernel_store {
   // unsigned values). get then asks the remote tiers in order on a local
   // miss and writes a hit to the tiers before the one that had it; put and
   // remove also go to every remote tier, in the background (never in
-  // read-only mode); the nearest grants build leases (get_or_lease). Throws
-  // invalid_argument for a malformed URL or an unusable secret file, and
+  // read-only mode); the nearest grants build leases (get_or_lease). A
+  // URL's scheme must be registered (redis://: register_redis_tiers, the
+  // remote component's). Throws invalid_argument for a malformed URL, an
+  // unregistered scheme or an unusable secret file, and
   // remote_error when a tier's writer thread cannot start, changing
   // nothing; the message never quotes a password or the secret.
   void set_remote(const std::string& url, const std::string& secret_file = "");

@@ -1,10 +1,12 @@
-// remote/remote_settings.hpp.
+// The remote tier of a redis:// URL (remote/remote_settings.hpp), and the
+// registration of that scheme (unicache/remote.hpp).
 #include "remote/remote_settings.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <stdexcept>
 
 #include "store/tier_registry.hpp"
@@ -24,11 +26,18 @@ std::shared_ptr<remote_tier> make_remote_tier(const std::string& url, const std:
 }
 
 namespace {
-std::shared_ptr<storage_tier> make_redis_tier(std::string_view url, const std::string& secret_file) {
+std::shared_ptr<storage_tier> redis_tier_factory(std::string_view url, const std::string& secret_file) {
   return make_remote_tier(std::string(url), secret_file);
 }
 }  // namespace
 
-void register_builtin_tiers() { register_tier_scheme("redis", &make_redis_tier); }
-
 }  // namespace unicache::detail
+
+namespace unicache {
+
+void register_redis_tiers() {
+  static std::once_flag once;
+  std::call_once(once, [] { detail::register_tier_scheme("redis", &detail::redis_tier_factory); });
+}
+
+}  // namespace unicache

@@ -30,12 +30,6 @@ registry& raw_registry() {
   return *r;
 }
 
-// The library's own schemes, registered at the first lookup.
-void ensure_builtin_tiers() {
-  static std::once_flag once;
-  std::call_once(once, [] { register_builtin_tiers(); });
-}
-
 }  // namespace
 
 void register_tier_scheme(const std::string& scheme, tier_factory factory) {
@@ -50,7 +44,6 @@ void register_tier_scheme(const std::string& scheme, tier_factory factory) {
 }
 
 std::vector<std::string> tier_schemes() {
-  ensure_builtin_tiers();
   registry& r = raw_registry();
   std::lock_guard lock(r.mu);
   std::vector<std::string> out;
@@ -59,7 +52,6 @@ std::vector<std::string> tier_schemes() {
 }
 
 std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string& secret_file) {
-  ensure_builtin_tiers();
   const std::size_t colon = url.find("://");
   const std::string scheme(url.substr(0, colon == std::string_view::npos ? 0 : colon));
   tier_factory factory = nullptr;
@@ -71,6 +63,10 @@ std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string&
   if (!factory) {
     std::string known;
     for (const std::string& s : tier_schemes()) known += (known.empty() ? "" : ", ") + s + "://";
+    if (known.empty()) {
+      throw invalid_argument("no remote tier scheme is registered in this program: the remote component "
+                             "registers redis:// (link unicache::remote and call unicache::register_redis_tiers())");
+    }
     throw invalid_argument("a remote tier URL starts with one of " + known +
                            (valid_scheme(scheme) ? ", not " + scheme + "://" : ""));
   }

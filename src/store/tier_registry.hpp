@@ -6,8 +6,8 @@
 //   std::shared_ptr<storage_tier> make_my_tier(std::string_view url, const std::string& secret_file);
 //   register_tier_scheme("mine", &make_my_tier);   // before the first URL of that scheme
 //
-// The schemes the library brings (redis) are registered on the table's
-// first use (register_builtin_tiers).
+// The core registers none: the remote component registers redis://
+// (unicache::register_redis_tiers, unicache/remote.hpp).
 #pragma once
 
 #include <memory>
@@ -49,8 +49,5 @@ tier_list make_tiers(std::string_view urls, const std::string& secret_file);
 // their secret), or none: not set, or unusable (one warning, not quoting
 // the value, and the process runs with the local store only).
 tier_list tiers_from_environment() noexcept;
-
-// Registers the library's own schemes (defined beside their tiers).
-void register_builtin_tiers();
 
 }  // namespace unicache::detail

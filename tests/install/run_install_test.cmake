@@ -2,19 +2,20 @@
 # runs an outside project (consumer/) that uses find_package(unicache):
 #   core                 no component, with oneDNN and OpenCL hidden from
 #                        find_package: the core needs neither;
-#   components           COMPONENTS <every backend this build has>: links
-#                        unicache::onednn_cpu / unicache::opencl (the build
-#                        tree's names) and runs;
+#   components           COMPONENTS <every component this build has>: links
+#                        unicache::onednn_cpu / unicache::opencl /
+#                        unicache::remote (the build tree's names) and runs;
 #   <backend>_no_dep     that backend with its dependency hidden: REQUIRED
 #                        fails find_package, OPTIONAL leaves the core usable;
 #   unknown_*            a component that does not exist: REQUIRED fails
 #                        find_package and says why, OPTIONAL gives
 #                        unicache_<component>_FOUND FALSE;
-#   <backend>_not_built  each backend this build lacks: the same;
+#   <backend>_not_built  each backend (or the remote component) this build
+#                        lacks: the same;
 #   c_interface          a C program (consumer_c/) with COMPONENTS c.
 # Every case runs; the failures are listed at the end.
 #   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCOMPONENTS=onednn_cpu,opencl,cuda -P run_install_test.cmake
-# COMPONENTS: the backends the build has, comma-separated.
+# COMPONENTS: the backends and the remote component the build has, comma-separated.
 cmake_minimum_required(VERSION 3.25)  # policies of a script: IN_LIST and the rest
 file(REMOVE_RECURSE ${WORK_DIR})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix
@@ -112,7 +113,7 @@ consumer(unknown_required ARGS -DCONSUMER_COMPONENTS=no_such_component
 consumer(unknown_optional ARGS -DCONSUMER_OPTIONAL_COMPONENTS=no_such_component
          -DCONSUMER_EXPECT_MISSING=no_such_component RUN consumer)
 
-foreach(backend IN ITEMS onednn_cpu opencl cuda)
+foreach(backend IN ITEMS onednn_cpu opencl cuda remote)
   if(NOT backend IN_LIST built)
     consumer(${backend}_not_built_required ARGS -DCONSUMER_COMPONENTS=${backend}
              FAIL_MATCHING "Reason given by package" "${backend}: this installation was built without it")

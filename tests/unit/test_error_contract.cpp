@@ -289,6 +289,7 @@ TEST(ErrorContract, Store) {
                        [&] { deserialize_blob(device, byte_span(blob.data(), blob.size() - 1)); });
 }
 
+#if UNICACHE_TEST_WITH_REMOTE
 TEST(ErrorContract, Remote) {
   for (const char* url : {"", "redis://", "redis://h:0", "redis://h:70000", "redis://h/x", "redis://h?nope=1",
                           "redis://h?prefix=a%zz", "memcached://h"}) {
@@ -302,6 +303,7 @@ TEST(ErrorContract, Remote) {
   expect_library_error("remote_maintenance::verify, no server", [&] { absent.verify(true); });
   expect_library_error("remote_maintenance::clear, no server", [&] { absent.clear(); });
 }
+#endif
 
 // A backend that claims another owner's id.
 class claiming_backend final : public backend {

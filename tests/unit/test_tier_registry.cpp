@@ -146,20 +146,32 @@ TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
 }
 
 TEST(TierRegistry, UnknownSchemesAreRefusedNamingTheKnownOnes) {
+  detail::register_tier_scheme("memory", &make_memory_tier);
   kernel_store store(store_config{false, ""});
   try {
     store.set_remote("ftp://somewhere");
     FAIL() << "ftp:// accepted";
   } catch (const invalid_argument& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("redis://"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory://"), std::string::npos) << what;
     EXPECT_NE(what.find("ftp://"), std::string::npos) << what;
   }
   EXPECT_THROW(store.set_remote("no scheme at all"), invalid_argument);
   EXPECT_THROW(detail::register_tier_scheme("Bad Scheme", &make_memory_tier), invalid_argument);
-  EXPECT_THROW(detail::register_tier_scheme("redis", &make_memory_tier), invalid_argument) << "taken";
+  const detail::tier_factory another = [](std::string_view url, const std::string& secret_file) {
+    return make_memory_tier(url, secret_file);
+  };
+  EXPECT_THROW(detail::register_tier_scheme("memory", another), invalid_argument) << "taken";
+  EXPECT_NO_THROW(detail::register_tier_scheme("memory", &make_memory_tier)) << "the same registration again";
+}
+
+// The core names no tier: redis:// is the remote component's to register
+// (this program links the core alone).
+TEST(TierRegistry, TheCoreRegistersNoSchemeOfItsOwn) {
   const std::vector<std::string> schemes = detail::tier_schemes();
-  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "redis"), schemes.end());
+  EXPECT_EQ(std::find(schemes.begin(), schemes.end(), "redis"), schemes.end());
+  kernel_store store(store_config{false, ""});
+  EXPECT_THROW(store.set_remote("redis://127.0.0.1:1"), invalid_argument);
 }
 
 }  // namespace
