@@ -133,23 +133,9 @@ int select_device() {
   api();  // without a driver, its reason
   const int n = device_count();
   if (n == 0) throw cuda_error("cuda: no CUDA device", CUDA_ERROR_NO_DEVICE);
-  const auto value = support::environment_variable("UNICACHE_CUDA_DEVICE");
-  if (!value) return 0;
-  const std::string& v = *value;
-  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
-  const bool ordinal = !v.empty() && v.size() < 6 && std::all_of(v.begin(), v.end(), digit);
-  if (ordinal && std::stoi(v) < n) return std::stoi(v);
-  std::string names;
-  for (int o = 0; o < n; ++o) {
-    const std::string name = device_name(device_of(o));
-    if (!v.empty() && !ordinal && lower(name).find(lower(v)) != std::string::npos) {
-      return o;
-    }
-    names += (names.empty() ? "" : "; ") + std::to_string(o) + " " + name;
-  }
-  support::warn_once("UNICACHE_CUDA_DEVICE", "UNICACHE_CUDA_DEVICE=" + support::quoted(v) +
-                                                 " names no CUDA device (devices: " + names + "); using device 0");
-  return 0;
+  std::vector<gpu::listed_device> devices;
+  for (int o = 0; o < n; ++o) devices.push_back({std::to_string(o), device_name(device_of(o))});
+  return static_cast<int>(gpu::select_device("CUDA", "UNICACHE_CUDA_DEVICE", devices));
 }
 
 }  // namespace
@@ -391,34 +377,25 @@ std::string get_engine_cache_blob_id(int ordinal) {
 
 byte_vector get_engine_cache_blob(const engine& e) {
   const engine_state& s = state_of(e);
-  const std::string payload = encode_info(s.info);
-  return serialize_blob(machine_identity(s.info), kEngineBlobKey,
-                        byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
+  return gpu::make_engine_blob(machine_identity(s.info), kEngineBlobKey, encode_info(s.info));
 }
 
 engine make_engine_from_cache_blob(int ordinal, byte_span blob) {
   const device_info queried = query_device(device_of(ordinal));
-  blob_contents contents;
   try {
-    contents = deserialize_blob(machine_identity(queried), blob);
-  } catch (const store_error& err) {
-    throw cuda_error(std::string("cuda: engine cache blob rejected: ") + err.what(), 0);
-  }
-  if (contents.key != kEngineBlobKey) {
-    throw cuda_error("cuda: engine cache blob rejected: it holds " + support::quoted(contents.key, 40) +
-                         ", not this unicache's engine info (" + kEngineBlobKey + ")",
-                     0);
-  }
-  device_info stored;
-  try {
-    stored = decode_info(std::string_view(reinterpret_cast<const char*>(contents.binary.data()), contents.binary.size()));
+    const std::string payload = gpu::read_engine_blob(machine_identity(queried), kEngineBlobKey, blob);
+    device_info stored;
+    try {
+      stored = decode_info(payload);
+    } catch (const invalid_argument& err) {
+      throw invalid_argument(std::string("malformed engine info (") + err.what() + ")");
+    }
+    if (stored != queried) {
+      throw invalid_argument("it describes " + stored.device_name + " at " + support::quoted(stored.pci_bus_id) +
+                             ", not this device");
+    }
   } catch (const invalid_argument& err) {
-    throw cuda_error(std::string("cuda: engine cache blob rejected: malformed engine info (") + err.what() + ")", 0);
-  }
-  if (stored != queried) {
-    throw cuda_error("cuda: engine cache blob rejected: it describes " + stored.device_name + " at " +
-                         support::quoted(stored.pci_bus_id) + ", not this device",
-                     0);
+    throw cuda_error(std::string("cuda: engine cache blob rejected: ") + err.what(), 0);
   }
   return make_engine(ordinal);
 }

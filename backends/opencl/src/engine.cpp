@@ -83,42 +83,14 @@ std::vector<device_entry> all_devices() {
   return out;
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
-std::string describe_all(const std::vector<device_entry>& devices) {
-  std::string out;
-  for (const auto& d : devices) {
-    out += (out.empty() ? "" : "; ") + std::to_string(d.platform_index) + ":" + std::to_string(d.device_index) +
-           " " + d.description;
-  }
-  return out;
-}
-
 // UNICACHE_OPENCL_DEVICE ("P:D" or a name substring), else the first GPU,
 // else the first device.
 const device_entry& select_device(const std::vector<device_entry>& devices) {
-  if (auto value = support::environment_variable("UNICACHE_OPENCL_DEVICE")) {
-    const std::string& v = *value;
-    const auto colon = v.find(':');
-    const bool indices = colon != std::string::npos && colon > 0 && colon + 1 < v.size() &&
-                         std::all_of(v.begin(), v.begin() + colon, ::isdigit) &&
-                         std::all_of(v.begin() + colon + 1, v.end(), ::isdigit) && v.size() < 12;
-    for (const auto& d : devices) {
-      if (indices ? (std::to_string(d.platform_index) + ":" + std::to_string(d.device_index)) == v
-                  : !v.empty() && lower(d.description).find(lower(v)) != std::string::npos) {
-        return d;
-      }
-    }
-    support::warn("UNICACHE_OPENCL_DEVICE=" + support::quoted(v) + " names no OpenCL device (devices: " +
-                           describe_all(devices) + "); using the default device");
-  }
+  std::vector<gpu::listed_device> listed;
   for (const auto& d : devices) {
-    if (d.is_gpu) return d;
+    listed.push_back({std::to_string(d.platform_index) + ":" + std::to_string(d.device_index), d.description, d.is_gpu});
   }
-  return devices.front();
+  return devices[gpu::select_device("OpenCL", "UNICACHE_OPENCL_DEVICE", listed)];
 }
 
 // cl_khr_pci_bus_info and NVIDIA's cl_nv_device_attribute_query.
@@ -415,30 +387,23 @@ std::string get_engine_cache_blob_id(cl_device_id device) {
 
 byte_vector get_engine_cache_blob(const engine& e) {
   const engine_state& s = state_of(e);
-  const std::string payload = encode_info(s.info);
-  return serialize_blob(s.facts.identity, kEngineBlobKey,
-                        byte_span(reinterpret_cast<const unsigned char*>(payload.data()), payload.size()));
+  return gpu::make_engine_blob(s.facts.identity, kEngineBlobKey, encode_info(s.info));
 }
 
 engine make_engine_from_cache_blob(cl_device_id device, cl_context context, byte_span blob) {
   const device_info queried = query_device(device);
-  blob_contents contents;
+  device_info merged;
   try {
-    contents = deserialize_blob(identity_of(queried), blob);
-  } catch (const store_error& err) {
+    const std::string payload = gpu::read_engine_blob(identity_of(queried), kEngineBlobKey, blob);
+    try {
+      merged = with_probe_results(queried, byte_vector(payload.begin(), payload.end()));
+    } catch (const invalid_argument& err) {
+      throw invalid_argument(std::string("malformed engine info (") + err.what() + ")");
+    }
+  } catch (const invalid_argument& err) {
     throw opencl_error(std::string("opencl: engine cache blob rejected: ") + err.what(), CL_INVALID_VALUE);
   }
-  if (contents.key != kEngineBlobKey) {
-    throw opencl_error("opencl: engine cache blob rejected: it holds " + support::quoted(contents.key, 40) +
-                           ", not this unicache's engine info (" + kEngineBlobKey + ")",
-                       CL_INVALID_VALUE);
-  }
-  try {
-    return wrap(device, context, with_probe_results(queried, contents.binary));
-  } catch (const invalid_argument& err) {
-    throw opencl_error(std::string("opencl: engine cache blob rejected: malformed engine info (") + err.what() + ")",
-                       CL_INVALID_VALUE);
-  }
+  return wrap(device, context, merged);
 }
 
 cl_command_queue native_queue(const stream& s) {

@@ -310,6 +310,35 @@ engine engine_per_device(const Key& key, Make&& make) {
   return engines->emplace(key, make()).first->second;
 }
 
+// --- What every API's engine shares -------------------------------------------
+// An API lists its devices, selects one, and saves its engine info as a
+// blob alike; only the calls that query a device differ.
+
+// One device as an API lists it: the label a user selects it by ("0",
+// "1:0") and its description (its name, or "platform / device").
+struct listed_device {
+  std::string label;
+  std::string description;
+  bool preferred = false;  // chosen when nothing else is (OpenCL: a GPU)
+};
+// The index in `devices` (not empty) that the environment variable
+// `variable` selects: the device whose label equals its value, else the
+// first whose description contains it (case-insensitive; a value of digits
+// and colons only matches labels). Unset: the first
+// preferred device, else the first. A value that selects nothing warns once,
+// naming every device, and falls back the same way. Never throws for the
+// value. `api` names the API in the warning ("CUDA").
+std::size_t select_device(const char* api, const char* variable, const std::vector<listed_device>& devices);
+
+// An engine cache blob for the device `identity` holding `payload` (the
+// API's encoded engine info) under `format` ("cuda-engine-info/1").
+byte_vector make_engine_blob(const device_identity& identity, const char* format, std::string_view payload);
+// The payload of a blob made by make_engine_blob for `identity` and
+// `format`. Throws invalid_argument with the reason (another device, a
+// failed checksum, truncation, another format); the API prefixes it and
+// throws its own error.
+std::string read_engine_blob(const device_identity& identity, const char* format, byte_span blob);
+
 // Process-wide counters of one GPU backend, for tests, benchmarks and the demo.
 struct backend_stats {
   std::uint64_t probe_builds = 0;          // probe kernels built at engine creation (OpenCL)
