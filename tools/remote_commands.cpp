@@ -7,19 +7,20 @@
 
 namespace unicache_store {
 
-#if UNICACHE_STORE_WITH_REMOTE
-
 // The remote tier's commands (--remote), one function each (run_remote makes
-// the remote_maintenance).
+// the remote_maintenance, through the URL's registered scheme).
 
 int stats_remote(unicache::remote_maintenance& remote, const options&) {
   const unicache::remote_summary s = remote.stats();
   std::printf("tier:             %s\n", s.url.c_str());
   std::printf("entries:          %llu\n", static_cast<unsigned long long>(s.entries));
   std::printf("bytes:            %llu\n", static_cast<unsigned long long>(s.bytes));
-  std::printf("server:           redis %s, used memory %llu, maxmemory %llu (%s)\n", s.server_version.c_str(),
-              static_cast<unsigned long long>(s.used_memory), static_cast<unsigned long long>(s.maxmemory),
-              s.maxmemory_policy.c_str());
+  if (!s.server_version.empty()) {
+    const std::string scheme = s.url.substr(0, s.url.find("://"));
+    std::printf("server:           %s %s, used memory %llu, maxmemory %llu (%s)\n", scheme.c_str(),
+                s.server_version.c_str(), static_cast<unsigned long long>(s.used_memory),
+                static_cast<unsigned long long>(s.maxmemory), s.maxmemory_policy.c_str());
+  }
   const unicache::remote_stats& f = s.fleet;
   std::printf("fleet counters:   (added up by the processes that write to this prefix)\n");
   std::printf("  hits:           %llu\n", static_cast<unsigned long long>(f.hits));
@@ -93,14 +94,5 @@ int clear_remote(unicache::remote_maintenance& remote, const options&) {
   std::printf("%llu remote entries removed\n", static_cast<unsigned long long>(removed));
   return kOk;
 }
-
-#else  // a build without the remote component: run_remote refuses before any of these
-
-int stats_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
-int list_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
-int verify_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
-int clear_remote(unicache::remote_maintenance&, const options&) { return kFailure; }
-
-#endif
 
 }  // namespace unicache_store

@@ -1,4 +1,4 @@
-// What the parts of unicache-store share: its exit codes, the options of a
+// What the parts of unicache-store share: run(), its exit codes, the options of a
 // command line, the output helpers, and the commands (each runs one
 // subcommand on the local store, local_commands.cpp and bundle_commands.cpp,
 // or on the remote tier, remote_commands.cpp); unicache_store.cpp
@@ -12,10 +12,15 @@
 #include <string_view>
 #include <vector>
 
-#include "unicache/remote.hpp"
+#include "unicache/storage_tier.hpp"
 #include "unicache/store.hpp"
 
 namespace unicache_store {
+
+// The tool on a command line (argv[0] the program's name): what main
+// returns. Remote tiers are those of the schemes registered before
+// (unicache/storage_tier.hpp). Prints to stdout and stderr.
+int run(int argc, const char* const* argv);
 
 constexpr int kOk = 0;
 constexpr int kFailure = 1;

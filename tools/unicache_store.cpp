@@ -1,7 +1,8 @@
-// unicache-store: inspect and maintain a store (the local one, or the
-// remote tier with --remote). This file: the table of commands, the command
-// line and main; the commands are in local_commands.cpp,
-// bundle_commands.cpp and remote_commands.cpp.
+// unicache-store: inspect and maintain a store (the local one, or a remote
+// tier with --remote, of any registered scheme). This file: the table of
+// commands, the command line and run(); the commands are in
+// local_commands.cpp, bundle_commands.cpp and remote_commands.cpp, and main
+// (main.cpp) registers the schemes this build has.
 //
 // Exit codes: 0 success; 1 the store is unusable, an operation failed,
 // `verify` found bad entries (without --fix), or `export` or `import`
@@ -341,12 +342,6 @@ std::optional<int> parse_command_options(const command& c, const std::vector<std
 // several of UNICACHE_REMOTE_CACHE, in order, each under a heading).
 int run_remote(const command& c, options& o) {
   if (o.dir) return usage_error("--dir and --remote name different stores: give one");
-#if !UNICACHE_STORE_WITH_REMOTE
-  (void)c;
-  std::fprintf(stderr, "unicache-store: --remote: this unicache-store was built without the remote component "
-                       "(UNICACHE_WITH_REMOTE=OFF)\n");
-  return kFailure;
-#else
   if (!c.remote) {
     std::fprintf(stderr, "unicache-store: %s is not a remote command (the server's maxmemory bounds its size)\n",
                  c.name);
@@ -384,7 +379,6 @@ int run_remote(const command& c, options& o) {
     }
   }
   return status;
-#endif
 }
 
 int run_local(const command& c, const options& o) {
@@ -410,10 +404,9 @@ int run_local(const command& c, const options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-#if UNICACHE_STORE_WITH_REMOTE
-  unicache::register_redis_tiers();  // the store's redis:// tiers (UNICACHE_REMOTE_CACHE)
-#endif
+namespace unicache_store {
+
+int run(int argc, const char* const* argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
   options o;
   if (const auto exit_code = parse_global_options(args, o)) return *exit_code;
@@ -432,3 +425,5 @@ int main(int argc, char** argv) {
   if (const auto exit_code = parse_command_options(*c, args, o)) return *exit_code;
   return o.remote ? run_remote(*c, o) : run_local(*c, o);
 }
+
+}  // namespace unicache_store

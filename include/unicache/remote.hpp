@@ -47,15 +47,9 @@
 #include <vector>
 
 #include "unicache/error.hpp"
+#include "unicache/storage_tier.hpp"
 
 namespace unicache {
-
-// The remote server could not be used (maintenance API only: the kernel
-// store's own remote calls never throw).
-class remote_error : public error {
- public:
-  using error::error;
-};
 
 // A Redis server's address.
 struct redis_node {
@@ -93,71 +87,11 @@ struct redis_config {
   std::string to_string() const;
 };
 
-// What the remote tier did in this process (kernel_store::remote_statistics).
-struct remote_stats {
-  bool enabled = false;
-  std::string tier;  // its kind: the URL's scheme ("redis")
-  std::string url;   // as it prints: no password
-  std::uint64_t hits = 0;           // values found and verified
-  std::uint64_t misses = 0;         // no value
-  std::uint64_t rejected = 0;       // values that failed a check (corrupt, foreign, unsigned, too large): never served
-  std::uint64_t errors = 0;         // refused, closed, protocol or server errors
-  std::uint64_t timeouts = 0;       // connect or operation timeouts
-  std::uint64_t skipped = 0;        // reads not tried while the breaker was open
-  std::uint64_t puts = 0;           // values written
-  std::uint64_t dropped = 0;        // writes dropped (queue full, breaker open)
-  std::uint64_t bytes_read = 0;
-  std::uint64_t bytes_written = 0;
-  // Build leases (kernel_store::get_or_lease): misses this process was
-  // granted the lease on (and built for the fleet), misses it waited on
-  // while another process built, how many of those waits ended with that
-  // process's value, and the milliseconds spent waiting.
-  std::uint64_t leases = 0;
-  std::uint64_t lease_waits = 0;
-  std::uint64_t lease_hits = 0;
-  std::uint64_t lease_wait_ms = 0;
-};
-
 // Parses a redis:// URL. Throws invalid_argument naming what is wrong
 // (never quoting the password): another scheme, an empty or malformed host,
 // a port, database or option value out of range, an unknown option, a prefix
 // with other characters, a bad percent-escape, or a URL over 4096 bytes.
 redis_config parse_redis_url(std::string_view url);
-
-// One value under the configuration's prefix, as the maintenance tool sees
-// it. Every string is printable ASCII (keys and values are untrusted).
-struct remote_entry_info {
-  std::string server_key;  // where the value is on the server (a Redis key), quoted
-  std::string device_hash;  // 32 hex digits, from the entry
-  std::string kind;         // what the entry's key says it is, or ""
-  std::string name;
-  std::string key_preview;  // a key that does not describe itself
-  std::uint64_t value_bytes = 0;
-  std::uint64_t binary_bytes = 0;
-  std::int64_t created_unix = 0;
-  bool valid = false;
-  std::string problem;  // why it is not valid
-  // A signed value read without the secret: its entry is well formed but
-  // its signature was not checked (verify leaves it alone).
-  bool signature_unchecked = false;
-};
-
-struct remote_summary {
-  std::string url;  // no password
-  std::uint64_t entries = 0;  // values under the prefix
-  std::uint64_t bytes = 0;    // their sizes
-  // What the processes using the prefix counted, added up on the server
-  // (each reports its counters every few seconds and at flush or exit;
-  // read-only processes write nothing, so they report nothing).
-  remote_stats fleet;
-  // The server's own (INFO): every client and prefix together.
-  std::string server_version;
-  std::uint64_t used_memory = 0;
-  std::uint64_t maxmemory = 0;  // 0: no limit
-  std::string maxmemory_policy;
-  std::uint64_t keyspace_hits = 0;
-  std::uint64_t keyspace_misses = 0;
-};
 
 // Registers the redis:// scheme (one server, or a Redis Cluster) with the
 // kernel store's tiers, so that UNICACHE_REMOTE_CACHE and
@@ -169,31 +103,5 @@ struct remote_summary {
 // scheme is unknown and runs with the local store only). Idempotent;
 // thread-safe.
 void register_redis_tiers();
-
-// Maintenance of the values under one prefix (unicache-store --remote).
-// Each call walks the prefix with SCAN; throws remote_error when the server
-// fails or times out, invalid_argument for bad settings (as
-// kernel_store::set_remote).
-class remote_maintenance {
- public:
-  explicit remote_maintenance(const std::string& url, const std::string& secret_file = "");
-  ~remote_maintenance();
-  remote_maintenance(const remote_maintenance&) = delete;
-  remote_maintenance& operator=(const remote_maintenance&) = delete;
-
-  remote_summary stats();
-  std::vector<remote_entry_info> list();
-  // The values that fail a check (format, checksum, the key they are stored
-  // under, the signature when there is a secret); `fix` deletes them
-  // (never in read-only mode: remote_error).
-  std::vector<remote_entry_info> verify(bool fix);
-  // Deletes every value under the prefix; returns how many (read-only:
-  // remote_error).
-  std::uint64_t clear();
-
- private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
-};
 
 }  // namespace unicache

@@ -92,7 +92,7 @@
 #include "unicache/bytes.hpp"
 #include "unicache/device_identity.hpp"
 #include "unicache/error.hpp"
-#include "unicache/remote.hpp"
+#include "unicache/storage_tier.hpp"
 
 namespace unicache {
 

@@ -1,5 +1,6 @@
-// remote_maintenance (unicache/remote.hpp): the prefix's values walked with
-// SCAN, read with a bound, checked as the tier checks them.
+// The maintenance of a redis:// tier (tier_maintenance, unicache/
+// storage_tier.hpp): the prefix's values walked with SCAN, read with a
+// bound, checked as the tier checks them.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,21 +14,28 @@
 #include "util/parse.hpp"
 #include "util/stable_hash.hpp"
 
-namespace unicache {
+namespace unicache::detail {
+namespace {
 
-using namespace detail;
+class redis_maintenance final : public tier_maintenance {
+ public:
+  redis_maintenance(const redis_config& config, std::string secret)
+      : read_only(config.read_only),
+        has_secret(!secret.empty()),
+        tier(make_redis_tier(read_only_copy(config), std::move(secret))),
+        server(config) {}
 
-struct remote_maintenance::impl {
+  remote_summary stats() override;
+  std::vector<remote_entry_info> list() override;
+  std::vector<remote_entry_info> verify(bool fix) override;
+  std::uint64_t clear() override;
+
+ private:
   bool read_only;
   bool has_secret;
   std::unique_ptr<remote_tier> tier;  // read-only: its checks, no writer thread
   redis_backend server;               // the keys, and commands on the server (or a cluster's masters)
 
-  impl(const redis_config& config, std::string secret)
-      : read_only(config.read_only),
-        has_secret(!secret.empty()),
-        tier(make_redis_tier(read_only_copy(config), std::move(secret))),
-        server(config) {}
   static redis_config read_only_copy(redis_config c) {
     c.read_only = true;
     return c;
@@ -123,25 +131,21 @@ struct remote_maintenance::impl {
   }
 };
 
-remote_maintenance::remote_maintenance(const std::string& url, const std::string& secret_file)
-    : impl_(std::make_unique<impl>(parse_redis_url(url),
-                                   secret_file.empty() ? std::string() : read_secret_file(secret_file, "the remote tier's secret file"))) {}
+}  // namespace
 
-remote_maintenance::~remote_maintenance() = default;
-
-remote_summary remote_maintenance::stats() {
+remote_summary redis_maintenance::stats() {
   remote_summary s;
-  s.url = impl_->server.url();
-  for (const std::string& key : impl_->keys()) {
-    redis_result r = impl_->server.command(key, {"STRLEN", key});
-    if (r.status != redis_status::refused) r = impl_->checked(std::move(r), "sizing a remote value");  // WRONGTYPE: 0
+  s.url = server.url();
+  for (const std::string& key : keys()) {
+    redis_result r = server.command(key, {"STRLEN", key});
+    if (r.status != redis_status::refused) r = checked(std::move(r), "sizing a remote value");  // WRONGTYPE: 0
     ++s.entries;
     const std::string n(r.value.begin(), r.value.end());
     s.bytes += parse_decimal(n, UINT64_MAX).value_or(0);
   }
   std::vector<std::string> pairs;
-  redis_result counted = impl_->server.hgetall(impl_->server.stats_key(), pairs);
-  if (counted.status != redis_status::refused) impl_->checked(std::move(counted), "reading the fleet's counters");
+  redis_result counted = server.hgetall(server.stats_key(), pairs);
+  if (counted.status != redis_status::refused) checked(std::move(counted), "reading the fleet's counters");
   for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
     const std::optional<std::uint64_t> counted_value = parse_decimal(pairs[i + 1], UINT64_MAX);
     if (!counted_value) continue;
@@ -165,9 +169,9 @@ remote_summary remote_maintenance::stats() {
   // The servers' own figures: a cluster's added up over its masters (the
   // version and policy are the first one's).
   bool first = true;
-  for (const redis_config& node : impl_->server.servers()) {
+  for (const redis_config& node : server.servers()) {
     redis_connection connection(node);
-    const redis_result info = impl_->checked(connection.command({"INFO"}), "reading the server's INFO");
+    const redis_result info = checked(connection.command({"INFO"}), "reading the server's INFO");
     const std::string text(info.value.begin(), info.value.end());
     auto field = [&](const std::string& name) -> std::string {
       const auto at = text.find("\n" + name + ":");
@@ -192,32 +196,37 @@ remote_summary remote_maintenance::stats() {
   return s;
 }
 
-std::vector<remote_entry_info> remote_maintenance::list() {
+std::vector<remote_entry_info> redis_maintenance::list() {
   std::vector<remote_entry_info> out;
-  for (const std::string& key : impl_->keys()) out.push_back(impl_->inspect(key));
+  for (const std::string& key : keys()) out.push_back(inspect(key));
   return out;
 }
 
-std::vector<remote_entry_info> remote_maintenance::verify(bool fix) {
-  if (fix) impl_->require_writable();
+std::vector<remote_entry_info> redis_maintenance::verify(bool fix) {
+  if (fix) require_writable();
   std::vector<remote_entry_info> bad;
-  for (const std::string& key : impl_->keys()) {
-    remote_entry_info info = impl_->inspect(key);
+  for (const std::string& key : keys()) {
+    remote_entry_info info = inspect(key);
     if (info.valid) continue;
-    if (fix) impl_->checked(impl_->server.delete_value(key), "deleting a bad remote value");
+    if (fix) checked(server.delete_value(key), "deleting a bad remote value");
     bad.push_back(std::move(info));
   }
   return bad;
 }
 
-std::uint64_t remote_maintenance::clear() {
-  impl_->require_writable();
+std::uint64_t redis_maintenance::clear() {
+  require_writable();
   std::uint64_t removed = 0;
-  for (const std::string& key : impl_->keys()) {
-    const redis_result r = impl_->checked(impl_->server.delete_value(key), "deleting a remote value");
+  for (const std::string& key : keys()) {
+    const redis_result r = checked(server.delete_value(key), "deleting a remote value");
     removed += r.value == byte_vector{'1'} ? 1 : 0;
   }
   return removed;
 }
 
-}  // namespace unicache
+std::unique_ptr<tier_maintenance> make_redis_maintenance(std::string_view url, const std::string& secret_file) {
+  const redis_config config = parse_redis_url(url);
+  return std::make_unique<redis_maintenance>(config, tier_secret(secret_file));
+}
+
+}  // namespace unicache::detail

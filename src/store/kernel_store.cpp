@@ -242,8 +242,8 @@ bool kernel_store::impl::remove_local(const device_identity& device, std::string
 std::optional<byte_vector> kernel_store::get(const device_identity& device, std::string_view key) noexcept {
   const impl::chain c = impl_->tiers();
   for (std::size_t i = 0; i < c.size(); ++i) {
-    detail::tier_result r = c[i]->get(device, key);
-    if (r.status != detail::tier_status::hit) continue;
+    tier_result r = c[i]->get(device, key);
+    if (r.status != tier_status::hit) continue;
     for (std::size_t earlier = 0; earlier < i; ++earlier) c[earlier]->put(device, key, *r.binary);
     return std::move(r.binary);
   }
@@ -265,22 +265,22 @@ kernel_store::lookup kernel_store::get_or_lease(const device_identity& device, s
   const impl::chain c = impl_->tiers();
   bool clean_misses = true;  // a tier that failed or was skipped: nobody waits
   for (std::size_t i = 0; i < c.size(); ++i) {
-    detail::tier_result r = c[i]->get(device, key);
-    if (r.status == detail::tier_status::hit) {
+    tier_result r = c[i]->get(device, key);
+    if (r.status == tier_status::hit) {
       for (std::size_t earlier = 0; earlier < i; ++earlier) c[earlier]->put(device, key, *r.binary);
       return {std::move(r.binary), false};
     }
-    if (i > 0 && r.status != detail::tier_status::miss) clean_misses = false;
+    if (i > 0 && r.status != tier_status::miss) clean_misses = false;
   }
-  detail::storage_tier* const leasing = c.leases();
+  storage_tier* const leasing = c.leases();
   if (!leasing || !clean_misses) return {};
   try {
-    detail::lease_result l = leasing->lease(device, key);
-    if (l.status == detail::lease_status::hit) {
+    lease_result l = leasing->lease(device, key);
+    if (l.status == lease_status::hit) {
       c[0]->put(device, key, *l.binary);
       return {std::move(l.binary), false};
     }
-    if (l.status != detail::lease_status::granted) return {};
+    if (l.status != lease_status::granted) return {};
     impl_->hold_lease(lease_id(device, key), {c.remotes->front(), std::move(l.token)});
     return {std::nullopt, true};
   } catch (...) {
@@ -300,8 +300,8 @@ bool kernel_store::put(const device_identity& device, std::string_view key, byte
   const impl::chain c = impl_->tiers();
   bool stored = false;
   for (std::size_t i = 0; i < c.size(); ++i) {
-    const detail::tier_result r = c[i]->put(device, key, binary);
-    if (i == 0) stored = r.status == detail::tier_status::done;
+    const tier_result r = c[i]->put(device, key, binary);
+    if (i == 0) stored = r.status == tier_status::done;
   }
   release_lease(device, key);  // after the value it waited for is queued
   return stored;
@@ -311,8 +311,8 @@ bool kernel_store::remove(const device_identity& device, std::string_view key) n
   const impl::chain c = impl_->tiers();
   bool removed = false;
   for (std::size_t i = 0; i < c.size(); ++i) {
-    const detail::tier_result r = c[i]->remove(device, key);
-    if (i == 0) removed = r.status == detail::tier_status::done;
+    const tier_result r = c[i]->remove(device, key);
+    if (i == 0) removed = r.status == tier_status::done;
   }
   return removed;
 }

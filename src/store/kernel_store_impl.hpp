@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "store/storage_tier.hpp"
+#include "unicache/storage_tier.hpp"
 #include "store/tier_registry.hpp"
 #include "store/store_directory.hpp"
 #include "store/store_testing.hpp"
@@ -57,19 +57,19 @@ struct kernel_store::impl {
   bool remove_local(const device_identity& device, std::string_view key) noexcept;
 
   // The local store as a storage tier.
-  class local_tier final : public detail::storage_tier {
+  class local_tier final : public storage_tier {
    public:
     explicit local_tier(impl& store) : store_(store) {}
     const char* name() const override { return "local"; }
-    detail::tier_result get(const device_identity& device, std::string_view key) noexcept override {
+    tier_result get(const device_identity& device, std::string_view key) noexcept override {
       std::optional<byte_vector> b = store_.get_local(device, key);
-      return {b ? detail::tier_status::hit : detail::tier_status::miss, std::move(b)};
+      return {b ? tier_status::hit : tier_status::miss, std::move(b)};
     }
-    detail::tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept override {
-      return {store_.put_local(device, key, binary) ? detail::tier_status::done : detail::tier_status::skipped, {}};
+    tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept override {
+      return {store_.put_local(device, key, binary) ? tier_status::done : tier_status::skipped, {}};
     }
-    detail::tier_result remove(const device_identity& device, std::string_view key) noexcept override {
-      return {store_.remove_local(device, key) ? detail::tier_status::done : detail::tier_status::skipped, {}};
+    tier_result remove(const device_identity& device, std::string_view key) noexcept override {
+      return {store_.remove_local(device, key) ? tier_status::done : tier_status::skipped, {}};
     }
 
    private:
@@ -80,18 +80,18 @@ struct kernel_store::impl {
   // The chain for one operation: the local tier, then the remote ones.
   struct chain {
     std::shared_ptr<const detail::tier_list> remotes;  // keeps the remote tiers alive meanwhile
-    detail::storage_tier* local = nullptr;
+    storage_tier* local = nullptr;
     std::size_t size() const { return 1 + (remotes ? remotes->size() : 0); }
-    detail::storage_tier* operator[](std::size_t i) const { return i == 0 ? local : (*remotes)[i - 1].get(); }
+    storage_tier* operator[](std::size_t i) const { return i == 0 ? local : (*remotes)[i - 1].get(); }
     // The tier that grants build leases: the nearest remote one.
-    detail::storage_tier* leases() const { return remotes && !remotes->empty() ? remotes->front().get() : nullptr; }
+    storage_tier* leases() const { return remotes && !remotes->empty() ? remotes->front().get() : nullptr; }
   };
   chain tiers() { return {remote(), &local}; }
 
   // Build leases this process holds (get_or_lease), by device hash and
   // key: put and release_lease end them through the tier that granted them.
   struct held_lease {
-    std::shared_ptr<detail::storage_tier> tier;
+    std::shared_ptr<storage_tier> tier;
     std::string token;
   };
   void hold_lease(std::string id, held_lease lease) {

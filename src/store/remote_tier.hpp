@@ -45,7 +45,7 @@
 
 #include "store/entry_signing.hpp"
 #include "store/remote_backend.hpp"
-#include "store/storage_tier.hpp"
+#include "unicache/storage_tier.hpp"
 #include "unicache/remote.hpp"
 #include "unicache/store.hpp"
 #include "util/mutex.hpp"

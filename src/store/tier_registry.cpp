@@ -1,4 +1,5 @@
-// store/tier_registry.hpp.
+// The scheme registry (store/tier_registry.hpp, unicache/storage_tier.hpp),
+// and remote_maintenance over it.
 #include "store/tier_registry.hpp"
 
 #include <algorithm>
@@ -11,9 +12,15 @@
 namespace unicache::detail {
 namespace {
 
+struct scheme_factories {
+  tier_factory make = nullptr;
+  maintenance_factory maintain = nullptr;
+  bool operator==(const scheme_factories&) const = default;
+};
+
 struct registry {
   std::mutex mu;
-  std::map<std::string, tier_factory> factories;
+  std::map<std::string, scheme_factories> schemes;
 };
 
 bool valid_scheme(const std::string& s) {
@@ -30,47 +37,75 @@ registry& raw_registry() {
   return *r;
 }
 
-}  // namespace
-
-void register_tier_scheme(const std::string& scheme, tier_factory factory) {
-  if (!valid_scheme(scheme)) {
-    throw invalid_argument("a tier scheme of [a-z][a-z0-9+.-]*, up to 32 characters, got " + quoted(scheme, 40));
-  }
-  if (!factory) throw invalid_argument("tier scheme " + scheme + ": no factory");
-  registry& r = raw_registry();
-  std::lock_guard lock(r.mu);
-  const auto [it, inserted] = r.factories.emplace(scheme, factory);
-  if (!inserted && it->second != factory) throw invalid_argument("tier scheme " + scheme + " is registered already");
-}
-
-std::vector<std::string> tier_schemes() {
-  registry& r = raw_registry();
-  std::lock_guard lock(r.mu);
-  std::vector<std::string> out;
-  for (const auto& [scheme, factory] : r.factories) out.push_back(scheme);
-  return out;
-}
-
-std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string& secret_file) {
+// The factories of `url`'s scheme. Throws invalid_argument for a URL of
+// no registered scheme, naming the registered ones.
+scheme_factories factories_of(std::string_view url) {
   const std::size_t colon = url.find("://");
   const std::string scheme(url.substr(0, colon == std::string_view::npos ? 0 : colon));
-  tier_factory factory = nullptr;
   {
     registry& r = raw_registry();
     std::lock_guard lock(r.mu);
-    if (const auto it = r.factories.find(scheme); it != r.factories.end()) factory = it->second;
+    if (const auto it = r.schemes.find(scheme); it != r.schemes.end()) return it->second;
   }
-  if (!factory) {
-    std::string known;
-    for (const std::string& s : tier_schemes()) known += (known.empty() ? "" : ", ") + s + "://";
-    if (known.empty()) {
-      throw invalid_argument("no remote tier scheme is registered in this program: the remote component "
-                             "registers redis:// (link unicache::remote and call unicache::register_redis_tiers())");
-    }
-    throw invalid_argument("a remote tier URL starts with one of " + known +
-                           (valid_scheme(scheme) ? ", not " + scheme + "://" : ""));
+  std::string known;
+  for (const std::string& s : tier_schemes()) known += (known.empty() ? "" : ", ") + s + "://";
+  if (known.empty()) {
+    throw invalid_argument("no remote tier scheme is registered in this program: the remote component "
+                           "registers redis:// (link unicache::remote and call unicache::register_redis_tiers())");
   }
-  return factory(url, secret_file);
+  throw invalid_argument("a remote tier URL starts with one of " + known +
+                         (valid_scheme(scheme) ? ", not " + scheme + "://" : ""));
+}
+
+}  // namespace
+}  // namespace unicache::detail
+
+namespace unicache {
+
+void register_tier_scheme(const std::string& scheme, tier_factory make, maintenance_factory maintain) {
+  if (!detail::valid_scheme(scheme)) {
+    throw invalid_argument("a tier scheme of [a-z][a-z0-9+.-]*, up to 32 characters, got " +
+                           detail::quoted(scheme, 40));
+  }
+  if (!make) throw invalid_argument("tier scheme " + scheme + ": no factory");
+  detail::registry& r = detail::raw_registry();
+  std::lock_guard lock(r.mu);
+  const detail::scheme_factories factories{make, maintain};
+  const auto [it, inserted] = r.schemes.emplace(scheme, factories);
+  if (!inserted && it->second != factories) throw invalid_argument("tier scheme " + scheme + " is registered already");
+}
+
+std::vector<std::string> tier_schemes() {
+  detail::registry& r = detail::raw_registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [scheme, factories] : r.schemes) out.push_back(scheme);
+  return out;
+}
+
+remote_maintenance::remote_maintenance(const std::string& url, const std::string& secret_file)
+    : impl_(detail::make_tier_maintenance(url, secret_file)) {}
+remote_maintenance::~remote_maintenance() = default;
+remote_summary remote_maintenance::stats() { return impl_->stats(); }
+std::vector<remote_entry_info> remote_maintenance::list() { return impl_->list(); }
+std::vector<remote_entry_info> remote_maintenance::verify(bool fix) { return impl_->verify(fix); }
+std::uint64_t remote_maintenance::clear() { return impl_->clear(); }
+
+}  // namespace unicache
+
+namespace unicache::detail {
+
+std::shared_ptr<storage_tier> make_tier(std::string_view url, const std::string& secret_file) {
+  return factories_of(url).make(url, secret_file);
+}
+
+std::unique_ptr<tier_maintenance> make_tier_maintenance(std::string_view url, const std::string& secret_file) {
+  const scheme_factories factories = factories_of(url);
+  if (!factories.maintain) {
+    throw invalid_argument("the " + std::string(url.substr(0, url.find("://"))) +
+                           ":// tier offers no maintenance (stats, list, verify, clear)");
+  }
+  return factories.maintain(url, secret_file);
 }
 
 tier_list make_tiers(std::string_view urls, const std::string& secret_file) {

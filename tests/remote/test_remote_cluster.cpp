@@ -47,7 +47,7 @@ TEST_F(RemoteCluster, EntriesSpreadOverEveryMasterAndReadBackWithTheirCountersAn
     redis_tier writer(config(), "a secret for the cluster, long enough");
     for (int i = 0; i < 60; ++i) {
       const std::string key = "cuda k" + std::to_string(i);
-      ASSERT_EQ(writer.put(device, key, testing::binary_for(key, 2000)).status, detail::tier_status::done);
+      ASSERT_EQ(writer.put(device, key, testing::binary_for(key, 2000)).status, tier_status::done);
     }
     writer.flush();
     EXPECT_EQ(writer.counters().puts.load(), 60u);
@@ -65,13 +65,13 @@ TEST_F(RemoteCluster, EntriesSpreadOverEveryMasterAndReadBackWithTheirCountersAn
   redis_tier other(config(), "a secret for the cluster, long enough");
   for (int i = 0; i < 6; ++i) {
     const std::string key = "cuda new" + std::to_string(i);
-    const detail::lease_result granted = reader.lease(device, key);
-    ASSERT_EQ(granted.status, detail::lease_status::granted) << key;
+    const lease_result granted = reader.lease(device, key);
+    ASSERT_EQ(granted.status, lease_status::granted) << key;
     reader.put(device, key, testing::binary_for(key, 100));
     reader.release_lease(device, key, granted.token);
   }
   reader.flush();
-  EXPECT_EQ(other.lease(device, "cuda new3").status, detail::lease_status::hit) << "the holder's value";
+  EXPECT_EQ(other.lease(device, "cuda new3").status, lease_status::hit) << "the holder's value";
   // The counters' script touches two keys of one slot.
   detail::redis_cluster router(config());
   const detail::redis_result hits = router.command(reader.redis().stats_key(), {"HGET", reader.redis().stats_key(), "hits"});
@@ -111,8 +111,8 @@ TEST_F(RemoteCluster, AKilledMasterCostsItsOwnKeysAndTheTierGoesOnWithTheOthers)
   std::uint64_t hits = 0;
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < 60; ++i) {
-      const detail::tier_result r = reader.get(device, "cuda k" + std::to_string(i));
-      if (r.status == detail::tier_status::hit) {
+      const tier_result r = reader.get(device, "cuda k" + std::to_string(i));
+      if (r.status == tier_status::hit) {
         EXPECT_EQ(r.binary, testing::binary_for("k", 700));
         ++hits;
       }
@@ -124,7 +124,7 @@ TEST_F(RemoteCluster, AKilledMasterCostsItsOwnKeysAndTheTierGoesOnWithTheOthers)
   EXPECT_EQ(reader.counters().errors.load() + reader.counters().timeouts.load(), 2 * (60 - elsewhere));
   EXPECT_NE(err.find("remote kernel cache:"), std::string::npos) << "one warning";
   int granted = 0;
-  for (int i = 0; i < 12; ++i) granted += reader.lease(device, "cuda new" + std::to_string(i)).status == detail::lease_status::granted;
+  for (int i = 0; i < 12; ++i) granted += reader.lease(device, "cuda new" + std::to_string(i)).status == lease_status::granted;
   EXPECT_GT(granted, 0) << "leases on the other masters";
 }
 

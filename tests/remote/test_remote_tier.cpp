@@ -65,7 +65,7 @@ TEST_F(RemoteTier, AnotherProcessGetsWhatOneWrote) {
   redis_tier reader(config(), "");
   EXPECT_EQ(reader.get(kDevice, "opencl-c gemm").binary, b);
   EXPECT_EQ(reader.get(kDevice, "opencl-c other").binary, std::nullopt);
-  EXPECT_EQ(reader.get(kOtherDevice, "opencl-c gemm").status, detail::tier_status::miss) << "another device's key";
+  EXPECT_EQ(reader.get(kOtherDevice, "opencl-c gemm").status, tier_status::miss) << "another device's key";
   EXPECT_EQ(reader.counters().hits.load(), 1u);
   EXPECT_EQ(reader.counters().misses.load(), 2u);
 }
@@ -124,8 +124,8 @@ TEST_F(RemoteTier, AServerThatDiesOpensTheBreakerAndNothingThrows) {
   server_.kill();
   ::testing::internal::CaptureStderr();
   const auto failed = tier.get(kDevice, "k").status;
-  EXPECT_TRUE(failed == detail::tier_status::error || failed == detail::tier_status::timeout);
-  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped) << "the breaker is open";
+  EXPECT_TRUE(failed == tier_status::error || failed == tier_status::timeout);
+  EXPECT_EQ(tier.get(kDevice, "k").status, tier_status::skipped) << "the breaker is open";
   tier.put(kDevice, "k2", binary(100, 6));
   tier.flush();
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -144,8 +144,8 @@ TEST_F(RemoteTier, AStalledServerIsATimeoutThenTheBreakerSkipsIt) {
   redis_connection admin(config());
   ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "1500", "ALL"}).status, redis_status::ok);
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::timeout);
-  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped);
+  EXPECT_EQ(tier.get(kDevice, "k").status, tier_status::timeout);
+  EXPECT_EQ(tier.get(kDevice, "k").status, tier_status::skipped);
   ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(tier.counters().timeouts.load(), 1u);
   EXPECT_EQ(tier.counters().skipped.load(), 1u);
@@ -158,7 +158,7 @@ TEST_F(RemoteTier, AfterTheBackOffOneProbeGoesOutAndTheOtherCallsAreSkipped) {
   redis_connection admin(config());
   ASSERT_EQ(admin.command({"CLIENT", "PAUSE", "3000", "ALL"}).status, redis_status::ok);
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::timeout) << "the breaker opens for 1 s";
+  EXPECT_EQ(tier.get(kDevice, "k").status, tier_status::timeout) << "the breaker opens for 1 s";
   std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // its back-off is over; the server still stalls
   constexpr int kThreads = 8;
   std::atomic<int> timeouts{0}, skipped{0};
@@ -169,14 +169,14 @@ TEST_F(RemoteTier, AfterTheBackOffOneProbeGoesOutAndTheOtherCallsAreSkipped) {
       ready.fetch_add(1);
       while (ready.load() < kThreads) std::this_thread::yield();
       const auto s = tier.get(kDevice, "k").status;
-      if (s == detail::tier_status::timeout) timeouts.fetch_add(1);
-      if (s == detail::tier_status::skipped) skipped.fetch_add(1);
+      if (s == tier_status::timeout) timeouts.fetch_add(1);
+      if (s == tier_status::skipped) skipped.fetch_add(1);
     });
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(timeouts.load(), 1) << "one probe pays the timeout";
   EXPECT_EQ(skipped.load(), kThreads - 1) << "the others wait for its answer";
-  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::skipped) << "the probe failed: open again, for 2 s";
+  EXPECT_EQ(tier.get(kDevice, "k").status, tier_status::skipped) << "the probe failed: open again, for 2 s";
   std::this_thread::sleep_for(std::chrono::milliseconds(2400));  // the pause and the back-off are over
   EXPECT_EQ(tier.get(kDevice, "k").binary, binary(100, 5)) << "a probe that succeeds closes the breaker";
   EXPECT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));
@@ -238,9 +238,9 @@ TEST_F(RemoteTier, AValueOfAnotherTypeUnderAKeyIsRejectedNotAServerFailure) {
   redis_tier tier(config(), "");
   redis_connection c(config());
   ASSERT_EQ(c.command({"HSET", tier.redis().entry_key(kDevice, "k"), "f", "v"}).status, redis_status::ok);
-  EXPECT_EQ(tier.get(kDevice, "k").status, detail::tier_status::miss);
+  EXPECT_EQ(tier.get(kDevice, "k").status, tier_status::miss);
   EXPECT_EQ(tier.counters().rejected.load(), 1u);
-  EXPECT_EQ(tier.get(kDevice, "other").status, detail::tier_status::miss) << "the breaker stays closed";
+  EXPECT_EQ(tier.get(kDevice, "other").status, tier_status::miss) << "the breaker stays closed";
   EXPECT_EQ(tier.counters().errors.load() + tier.counters().skipped.load(), 0u);
 }
 
@@ -284,8 +284,8 @@ TEST_F(RemoteTier, AChildOfForkLeavesItsParentsTierAlone) {
   ASSERT_EQ(tier.get(kDevice, "k").binary, binary(100, 5));  // a pooled connection the child inherits
   const testing::child_result child = testing::run_in_child(
       [&] {
-        const bool skipped = tier.get(kDevice, "k").status == detail::tier_status::skipped;
-        const bool not_written = tier.put(kDevice, "k3", binary(10, 1)).status == detail::tier_status::skipped;
+        const bool skipped = tier.get(kDevice, "k").status == tier_status::skipped;
+        const bool not_written = tier.put(kDevice, "k3", binary(10, 1)).status == tier_status::skipped;
         const bool flushed = tier.flush();  // no writer thread here: returns at once
         return skipped && not_written && flushed ? 0 : 1;
       },
@@ -333,10 +333,10 @@ TEST_F(RemoteTier, ManyThreadsShareOneTierWithZeroCorruptReads) {
 TEST_F(RemoteTier, ALeaseGoesToOneAndTheOtherGetsTheHoldersValue) {
   redis_tier holder(config(), ""), waiter(config(), "");
   const std::string key = "cuda gemm";
-  const detail::lease_result granted = holder.lease(kDevice, key);
-  ASSERT_EQ(granted.status, detail::lease_status::granted);
+  const lease_result granted = holder.lease(kDevice, key);
+  ASSERT_EQ(granted.status, lease_status::granted);
   EXPECT_FALSE(granted.token.empty());
-  detail::lease_result waited;
+  lease_result waited;
   std::thread other([&] { waited = waiter.lease(kDevice, key); });
   ASSERT_TRUE(waits_within(waiter, std::chrono::seconds(10))) << "the waiter waits";
   // The holder builds, then puts and releases, in that order.
@@ -344,7 +344,7 @@ TEST_F(RemoteTier, ALeaseGoesToOneAndTheOtherGetsTheHoldersValue) {
   holder.release_lease(kDevice, key, granted.token);
   holder.flush();
   other.join();
-  ASSERT_EQ(waited.status, detail::lease_status::hit);
+  ASSERT_EQ(waited.status, lease_status::hit);
   EXPECT_EQ(waited.binary, binary(5000, 8));
   EXPECT_EQ(holder.counters().leases.load(), 1u);
   EXPECT_EQ(waiter.counters().leases.load(), 0u);
@@ -356,18 +356,18 @@ TEST_F(RemoteTier, ALeaseGoesToOneAndTheOtherGetsTheHoldersValue) {
 
 TEST_F(RemoteTier, LeasesAreHeldPerKey) {
   redis_tier a(config(), ""), b(config(), "");
-  EXPECT_EQ(a.lease(kDevice, "cuda k1").status, detail::lease_status::granted);
-  EXPECT_EQ(b.lease(kDevice, "cuda k2").status, detail::lease_status::granted) << "another kernel builds at once";
-  EXPECT_EQ(b.lease(kOtherDevice, "cuda k1").status, detail::lease_status::granted) << "another device's";
+  EXPECT_EQ(a.lease(kDevice, "cuda k1").status, lease_status::granted);
+  EXPECT_EQ(b.lease(kDevice, "cuda k2").status, lease_status::granted) << "another kernel builds at once";
+  EXPECT_EQ(b.lease(kOtherDevice, "cuda k1").status, lease_status::granted) << "another device's";
 }
 
 TEST_F(RemoteTier, AHolderThatGoesWithoutReleasingLosesTheLeaseAtItsTtl) {
   redis_tier holder(config("lease_ms=300"), ""), waiter(config("lease_ms=300"), "");
-  ASSERT_EQ(holder.lease(kDevice, "cuda k").status, detail::lease_status::granted);
+  ASSERT_EQ(holder.lease(kDevice, "cuda k").status, lease_status::granted);
   // The holder never puts (it died mid-build): the waiter's wait ends with
   // the lease, or at its own ttl, and it builds.
-  const detail::lease_result after = waiter.lease(kDevice, "cuda k");
-  EXPECT_EQ(after.status, detail::lease_status::granted) << "the dead holder's lease expired: the waiter builds";
+  const lease_result after = waiter.lease(kDevice, "cuda k");
+  EXPECT_EQ(after.status, lease_status::granted) << "the dead holder's lease expired: the waiter builds";
   EXPECT_EQ(waiter.counters().lease_waits.load(), 1u);
   EXPECT_EQ(waiter.counters().lease_hits.load(), 0u);
   EXPECT_GE(waiter.counters().lease_wait_ms.load(), 200u) << "it waited for the lease to run out";
@@ -375,27 +375,27 @@ TEST_F(RemoteTier, AHolderThatGoesWithoutReleasingLosesTheLeaseAtItsTtl) {
 
 TEST_F(RemoteTier, AHolderWhoseBuildFailedHandsTheLeaseOn) {
   redis_tier holder(config(), ""), waiter(config(), "");
-  const detail::lease_result granted = holder.lease(kDevice, "cuda k");
-  ASSERT_EQ(granted.status, detail::lease_status::granted);
-  detail::lease_result next;
+  const lease_result granted = holder.lease(kDevice, "cuda k");
+  ASSERT_EQ(granted.status, lease_status::granted);
+  lease_result next;
   std::thread other([&] { next = waiter.lease(kDevice, "cuda k"); });
   ASSERT_TRUE(waits_within(waiter, std::chrono::seconds(10))) << "the waiter waits";
   holder.release_lease(kDevice, "cuda k", granted.token);  // no value
   holder.flush();
   other.join();
-  EXPECT_EQ(next.status, detail::lease_status::granted) << "the waiter builds";
+  EXPECT_EQ(next.status, lease_status::granted) << "the waiter builds";
 }
 
 TEST_F(RemoteTier, ALeaseGrantedAfterTheHolderPutItsValueServesThatValue) {
   redis_tier first(config(), ""), second(config(), "");
-  const detail::lease_result granted = first.lease(kDevice, "cuda k");
-  ASSERT_EQ(granted.status, detail::lease_status::granted);
+  const lease_result granted = first.lease(kDevice, "cuda k");
+  ASSERT_EQ(granted.status, lease_status::granted);
   // Between the second's miss and its lease, the first puts and releases.
   first.put(kDevice, "cuda k", binary(700, 2));
   first.release_lease(kDevice, "cuda k", granted.token);
   first.flush();
-  const detail::lease_result late = second.lease(kDevice, "cuda k");
-  EXPECT_EQ(late.status, detail::lease_status::hit) << "not built twice";
+  const lease_result late = second.lease(kDevice, "cuda k");
+  EXPECT_EQ(late.status, lease_status::hit) << "not built twice";
   EXPECT_EQ(late.binary, binary(700, 2));
   second.flush();
   redis_connection c(config());
@@ -404,13 +404,13 @@ TEST_F(RemoteTier, ALeaseGrantedAfterTheHolderPutItsValueServesThatValue) {
 
 TEST_F(RemoteTier, AReleaseEndsOnlyTheLeaseItsTokenHolds) {
   redis_tier late(config("lease_ms=100"), ""), next(config("lease_ms=5000"), "");
-  const detail::lease_result expired = late.lease(kDevice, "cuda k");
-  ASSERT_EQ(expired.status, detail::lease_status::granted);
+  const lease_result expired = late.lease(kDevice, "cuda k");
+  ASSERT_EQ(expired.status, lease_status::granted);
   redis_connection c(config());
   const std::string where = late.redis().lease_key(kDevice, "cuda k");
   ASSERT_EQ(c.command({"PEXPIRE", where, "1"}).status, redis_status::ok);  // its ttl is over
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(next.lease(kDevice, "cuda k").status, detail::lease_status::granted);
+  ASSERT_EQ(next.lease(kDevice, "cuda k").status, lease_status::granted);
   late.release_lease(kDevice, "cuda k", expired.token);  // a slow holder, done at last
   late.flush();
   EXPECT_EQ(c.command({"EXISTS", where}).value, byte_vector{'1'}) << "the new holder's lease stays";
@@ -418,16 +418,16 @@ TEST_F(RemoteTier, AReleaseEndsOnlyTheLeaseItsTokenHolds) {
 
 TEST_F(RemoteTier, NobodyWaitsWithLeasesOffOrTheServerGone) {
   redis_tier off(config("lease=0"), "");
-  EXPECT_EQ(off.lease(kDevice, "cuda k").status, detail::lease_status::none);
+  EXPECT_EQ(off.lease(kDevice, "cuda k").status, lease_status::none);
   redis_tier read_only(config("read_only=1"), "");
-  EXPECT_EQ(read_only.lease(kDevice, "cuda k").status, detail::lease_status::none) << "it could not publish";
+  EXPECT_EQ(read_only.lease(kDevice, "cuda k").status, lease_status::none) << "it could not publish";
   redis_connection c(config());
   EXPECT_EQ(c.command({"DBSIZE"}).value, byte_vector{'0'}) << "no lease asked for";
   redis_tier tier(config("connect_timeout_ms=100&timeout_ms=200"), "");
   server_.kill();
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(tier.lease(kDevice, "cuda k").status, detail::lease_status::none);
-  EXPECT_EQ(tier.lease(kDevice, "cuda k").status, detail::lease_status::none) << "the breaker is open";
+  EXPECT_EQ(tier.lease(kDevice, "cuda k").status, lease_status::none);
+  EXPECT_EQ(tier.lease(kDevice, "cuda k").status, lease_status::none) << "the breaker is open";
   ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(tier.counters().errors.load() + tier.counters().timeouts.load(), 1u);
 }
@@ -435,13 +435,13 @@ TEST_F(RemoteTier, NobodyWaitsWithLeasesOffOrTheServerGone) {
 TEST_F(RemoteTier, AWaiterRefusesAForgedValueAndBuildsItself) {
   redis_tier holder(config(), "a secret for this test, long enough"), waiter(config(), "a secret for this test, long enough");
   redis_tier forger(config(), "");  // no secret: its values are unsigned
-  ASSERT_EQ(holder.lease(kDevice, "cuda k").status, detail::lease_status::granted);
-  detail::lease_result waited;
+  ASSERT_EQ(holder.lease(kDevice, "cuda k").status, lease_status::granted);
+  lease_result waited;
   std::thread other([&] { waited = waiter.lease(kDevice, "cuda k"); });
   ASSERT_TRUE(waits_within(waiter, std::chrono::seconds(10))) << "the waiter waits";
   plant(holder.redis().entry_key(kDevice, "cuda k"), forger.encode(kDevice, "cuda k", binary(100, 1)));
   other.join();
-  EXPECT_EQ(waited.status, detail::lease_status::none);
+  EXPECT_EQ(waited.status, lease_status::none);
   EXPECT_EQ(waited.binary, std::nullopt) << "never served";
   EXPECT_EQ(waiter.counters().rejected.load(), 1u);
 }

@@ -18,10 +18,6 @@
 namespace unicache {
 namespace {
 
-using detail::storage_tier;
-using detail::tier_result;
-using detail::tier_status;
-
 // A tier in this process's memory: what a test, or a new kind of server,
 // needs to implement.
 class memory_tier final : public storage_tier {
@@ -87,7 +83,7 @@ std::shared_ptr<storage_tier> make_memory_tier(std::string_view url, const std::
 const device_identity kDevice{"Test Platform", "test device", "1.0", "driver 1"};
 
 TEST(TierRegistry, ATierRegisteredHereJoinsTheStoresChain) {
-  detail::register_tier_scheme("memory", &make_memory_tier);
+  register_tier_scheme("memory", &make_memory_tier);
   const testing::temp_dir dir("unicache-tier-registry");
   kernel_store store(store_config{true, dir.path()});
   store.set_remote("memory://fleet");
@@ -117,7 +113,7 @@ TEST(TierRegistry, ATierRegisteredHereJoinsTheStoresChain) {
 }
 
 TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
-  detail::register_tier_scheme("memory", &make_memory_tier);
+  register_tier_scheme("memory", &make_memory_tier);
   const testing::temp_dir dir("unicache-tier-registry");
   {
     kernel_store filler(store_config{false, ""});  // the local tier off: puts go to the remote ones only
@@ -146,7 +142,7 @@ TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
 }
 
 TEST(TierRegistry, UnknownSchemesAreRefusedNamingTheKnownOnes) {
-  detail::register_tier_scheme("memory", &make_memory_tier);
+  register_tier_scheme("memory", &make_memory_tier);
   kernel_store store(store_config{false, ""});
   try {
     store.set_remote("ftp://somewhere");
@@ -157,18 +153,18 @@ TEST(TierRegistry, UnknownSchemesAreRefusedNamingTheKnownOnes) {
     EXPECT_NE(what.find("ftp://"), std::string::npos) << what;
   }
   EXPECT_THROW(store.set_remote("no scheme at all"), invalid_argument);
-  EXPECT_THROW(detail::register_tier_scheme("Bad Scheme", &make_memory_tier), invalid_argument);
-  const detail::tier_factory another = [](std::string_view url, const std::string& secret_file) {
+  EXPECT_THROW(register_tier_scheme("Bad Scheme", &make_memory_tier), invalid_argument);
+  const tier_factory another = [](std::string_view url, const std::string& secret_file) {
     return make_memory_tier(url, secret_file);
   };
-  EXPECT_THROW(detail::register_tier_scheme("memory", another), invalid_argument) << "taken";
-  EXPECT_NO_THROW(detail::register_tier_scheme("memory", &make_memory_tier)) << "the same registration again";
+  EXPECT_THROW(register_tier_scheme("memory", another), invalid_argument) << "taken";
+  EXPECT_NO_THROW(register_tier_scheme("memory", &make_memory_tier)) << "the same registration again";
 }
 
 // The core names no tier: redis:// is the remote component's to register
 // (this program links the core alone).
 TEST(TierRegistry, TheCoreRegistersNoSchemeOfItsOwn) {
-  const std::vector<std::string> schemes = detail::tier_schemes();
+  const std::vector<std::string> schemes = tier_schemes();
   EXPECT_EQ(std::find(schemes.begin(), schemes.end(), "redis"), schemes.end());
   kernel_store store(store_config{false, ""});
   EXPECT_THROW(store.set_remote("redis://127.0.0.1:1"), invalid_argument);
