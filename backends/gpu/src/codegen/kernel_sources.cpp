@@ -21,7 +21,7 @@ constexpr const char* kCudaOptions = "--fmad=true";
 constexpr const char* kOpenclPrelude = R"CLC(
 #define KERNEL(X, Y) __attribute__((reqd_work_group_size(X, Y, 1))) __kernel void
 #define KERNEL_BLOCKS(X, Y, B) KERNEL(X, Y)
-#define DEVICE_FN inline
+#define DEVICE_FN static inline
 #define GLOBAL __global
 #define SHARED __local
 #define SHARED_PTR __local
