@@ -1,5 +1,7 @@
-// compile() and compiled partitions: the compiled-partition cache, cache
-// blobs, and the errors a backend raises reported as the core's types.
+// compile() and compiled partitions: the compiled-partition cache,
+// execution (adaptive dispatch's first executions included), and the
+// errors a backend raises reported as the core's types. Cache blobs are
+// cache_blob.cpp's.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,111 +16,9 @@
 #include "unicache/cache_key.hpp"
 #include "unicache/compiler.hpp"
 #include "unicache/store.hpp"
-#include "compiler/adaptive_dispatch.hpp"
+#include "compiler/compiled_partition_state.hpp"
 
 namespace unicache {
-
-namespace {
-
-// Runs the generic kernel `k` with `took.device` (a started device timer,
-// stopped after it) or, where `host_clock`, the host's clock around it
-// (read only then) filling took.host_ns.
-void run_timed(const compiled_kernel& k, stream& s, const std::vector<tensor>& in, const std::vector<tensor>& out,
-               detail::execution_time& took, bool host_clock) {
-  const auto start = host_clock ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  k.execute(s, in, out);
-  if (took.device) {
-    took.device->stop(s);
-  } else if (host_clock) {
-    took.host_ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-  }
-}
-
-}  // namespace
-
-struct compiled_partition::state {
-  std::vector<logical_tensor> inputs;
-  std::vector<logical_tensor> outputs;
-  std::shared_ptr<const compiled_kernel> kernel;
-  device_identity identity;  // of the engine it was compiled on
-  std::string blob_key;
-  // The engine it was compiled on: a stream of another engine's backend or
-  // scope would run its kernels in a context they do not belong to.
-  const backend* made_by = nullptr;
-  cache_scope scope;
-  // Adaptive mode: the partition's table of shape classes, and this shape's
-  // class in it, found at the shape's first execution (resolve_class):
-  // nullptr until then, no_class() where there is none (or not adaptive).
-  std::shared_ptr<detail::class_table> family;
-  mutable std::atomic<const detail::class_ref*> shape_class{nullptr};
-  // The "no class" mark: never freed, so that an execution during exit
-  // still reads a live object.
-  static const detail::class_ref* no_class() {
-    static const detail::class_ref* const none = new detail::class_ref();
-    return none;
-  }
-
-  state() = default;
-  state(const state&) = delete;
-  state& operator=(const state&) = delete;
-  ~state() {
-    const detail::class_ref* c = shape_class.load(std::memory_order_relaxed);
-    if (c != no_class()) delete c;
-  }
-
-  // This shape's class, found once; concurrent first executions may each
-  // look it up, and one result is kept. A backend that throws naming it
-  // gives the shape no class (warned once per table): adaptive dispatch
-  // never fails an execution. Out of memory: no class for this execution,
-  // and the next one looks again.
-  const detail::class_ref& resolve_class(const engine& e) const {
-    const detail::class_ref* found = no_class();
-    std::unique_ptr<detail::class_ref> made;
-    try {
-      made = std::make_unique<detail::class_ref>(detail::class_in(family, e, inputs, outputs));
-      if (*made) found = made.get();
-    } catch (const std::bad_alloc&) {
-      return *no_class();
-    } catch (const std::exception& err) {
-      detail::report_class_lookup_failure(*family, e, err.what());
-    } catch (...) {
-      detail::report_class_lookup_failure(*family, e, "an unknown exception");
-    }
-    const detail::class_ref* expected = nullptr;
-    if (!shape_class.compare_exchange_strong(expected, found, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      return *expected;
-    }
-    if (found != no_class()) made.release();  // now owned by shape_class
-    return *found;
-  }
-
-  // The shape's first execution while no class of the process is queued:
-  // the generic kernel runs (timed as the family's backend times), then the
-  // class is found, and the execution counted for it.
-  void execute_before_class(stream& s, const std::vector<tensor>& in, const std::vector<tensor>& out) const {
-    detail::execution_time took;
-    took.deferred = true;
-    bool host_clock = false;
-    took.device = detail::start_deferred_timer(*family, s, &host_clock);
-    run_timed(*kernel, s, in, out, took, host_clock);
-    const detail::class_ref& c = resolve_class(s.get_engine());
-    if (c) detail::record_generic(c, std::move(took), s, inputs, outputs);
-  }
-
-  // What the kernel cache counts for it: this object, its tensors' shapes
-  // and its blob key. Its kernel counts in entries of its own.
-  std::size_t cached_bytes() const {
-    std::size_t bytes = sizeof(state) + blob_key.size() + (family ? sizeof(detail::class_ref) : 0);
-    for (const auto* list : {&inputs, &outputs}) {
-      for (const logical_tensor& t : *list) bytes += sizeof(t) + t.shape.size() * sizeof(std::int64_t);
-    }
-    return bytes;
-  }
-};
-
-compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
-                                const engine& e, const std::vector<kernel_binary>& preloaded);
 
 namespace {
 
@@ -147,47 +47,6 @@ std::string compiled_partition_key(const std::string& configuration,
   key.add(configuration);
   key.add(shape_mode_configuration(kernel_shapes::specialized, input_shapes));  // the shapes in full
   return std::string(key.bytes());
-}
-
-// What a compiled partition's cache blob is for: structure, backend and
-// kernel configuration (the device identity is the blob's own field). Not
-// the shapes: one blob serves every shape whose kernels are the same.
-std::string blob_key(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
-                     const engine& e) {
-  cache_key key;
-  key.add("compiled-partition/2").add(p.fingerprint()).add(e.get_backend()->name());
-  key.add(e.get_backend()->kernel_configuration(p, input_shapes, e));
-  return std::string(key.bytes());
-}
-
-// A blob's payload: the kernels' binaries, each length-prefixed.
-byte_vector encode_binaries(const std::vector<kernel_binary>& binaries) {
-  cache_key out;
-  out.add(static_cast<std::uint64_t>(binaries.size()));
-  for (const kernel_binary& b : binaries) {
-    out.add(b.key).add(std::string_view(reinterpret_cast<const char*>(b.binary.data()), b.binary.size()));
-  }
-  return byte_vector(out.bytes().begin(), out.bytes().end());
-}
-
-// The inverse of encode_binaries.
-std::vector<kernel_binary> decode_binaries(const byte_vector& payload) {
-  try {
-    cache_key_reader in(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
-    const auto count = in.read<std::uint64_t>();
-    std::vector<kernel_binary> out;
-    for (std::uint64_t i = 0; i < count; ++i) {
-      kernel_binary b;
-      b.key = in.read_text();
-      const std::string_view binary = in.read_text();
-      b.binary.assign(binary.begin(), binary.end());
-      out.push_back(std::move(b));
-    }
-    if (!in.done()) throw invalid_argument("trailing bytes");
-    return out;
-  } catch (const invalid_argument& err) {
-    throw compile_error(std::string("compile_from_cache_blob: malformed blob payload (") + err.what() + ")");
-  }
 }
 
 // Whether an output's bytes may overlap an input's. The addresses are
@@ -221,37 +80,9 @@ const std::vector<logical_tensor>& compiled_partition::outputs() const {
   return state_->outputs;
 }
 
-namespace {
-
-// Runs `f`, which calls into a backend: an exception that is not the
-// library's (a foreign type from below the backend, such as dnnl::error)
-// reaches the caller as compile_error, with it nested. The library's own
-// errors and std::bad_alloc pass as they are.
-template <typename F>
-auto reporting_foreign(const char* what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const error&) {
-    throw;
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::exception& err) {
-    std::throw_with_nested(compile_error(std::string(what) + ": " + err.what()));
-  }
-}
-
-// A partition compile() can take: one from a finalized graph (a default
-// partition has no ops), on an engine with a backend.
-void check_compilable(const char* what, const partition& p, const engine& e) {
-  if (!e.get_backend()) throw compile_error(std::string(what) + ": the engine has no backend");
-  if (p.ops().empty()) throw compile_error(std::string(what) + ": an empty partition (take one from graph::partitions())");
-}
-
-}  // namespace
-
 compiled_partition compile_with(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                                 const engine& e, const std::vector<kernel_binary>& preloaded) {
-  check_compilable("compile", p, e);
+  detail::check_compilable("compile", p, e);
   if (input_shapes.size() != p.inputs().size()) {
     throw compile_error("compile: partition " + p.fingerprint() + " has " + std::to_string(p.inputs().size()) +
                         " inputs, got " + std::to_string(input_shapes.size()) + " shapes");
@@ -354,7 +185,7 @@ compiled_partition compile_with(const partition& p, const std::vector<std::vecto
         s->family = detail::family_for(p, configuration, e, *s->kernel, build_ns);
         if (!s->family) s->shape_class.store(compiled_partition::state::no_class(), std::memory_order_relaxed);
         s->identity = e.get_backend()->identity(e);
-        s->blob_key = blob_key(p, input_shapes, e);
+        s->blob_key = detail::blob_key(p, input_shapes, e);
         return std::shared_ptr<const compiled_partition::state>(std::move(s));
       });
   out.state_ = cached.value();
@@ -445,56 +276,14 @@ void compiled_partition::execute(stream& s, const std::vector<tensor>& inputs,
   }
 }
 
-std::string compiled_partition::get_cache_blob_id() const {
-  if (!state_) throw compile_error("get_cache_blob_id() of an empty compiled_partition");
-  return blob_id(state_->identity, state_->blob_key);
-}
-
-std::vector<kernel_binary> compiled_partition::kernel_binaries() const {
-  if (!state_) throw compile_error("kernel_binaries() of an empty compiled_partition");
-  return state_->kernel->binaries();
-}
-
-byte_vector compiled_partition::get_cache_blob() const {
-  if (!state_) throw compile_error("get_cache_blob() of an empty compiled_partition");
-  return serialize_blob(state_->identity, state_->blob_key, encode_binaries(state_->kernel->binaries()));
-}
-
-std::string get_cache_blob_id(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
-                              const engine& e) {
-  check_compilable("get_cache_blob_id", p, e);
-  return reporting_foreign("get_cache_blob_id",
-                           [&] { return blob_id(e.get_backend()->identity(e), blob_key(p, input_shapes, e)); });
-}
-
-compiled_partition compile_from_cache_blob(const partition& p,
-                                           const std::vector<std::vector<std::int64_t>>& input_shapes,
-                                           const engine& e, byte_span blob) {
-  check_compilable("compile_from_cache_blob", p, e);
-  return reporting_foreign("compile_from_cache_blob", [&] {
-    blob_contents contents;
-    try {
-      contents = deserialize_blob(e.get_backend()->identity(e), blob);
-    } catch (const store_error& err) {
-      throw compile_error(std::string("compile_from_cache_blob: ") + err.what());
-    }
-    if (contents.key != blob_key(p, input_shapes, e)) {
-      throw compile_error(
-          "compile_from_cache_blob: the blob belongs to another partition, backend or kernel configuration "
-          "(partition " + p.fingerprint() + ")");
-    }
-    return compile_with(p, input_shapes, e, decode_binaries(contents.binary));
-  });
-}
-
 compiled_partition compile(const partition& p, const std::vector<std::vector<std::int64_t>>& input_shapes,
                            const engine& e) {
-  return reporting_foreign("compile", [&] { return compile_with(p, input_shapes, e, {}); });
+  return detail::reporting_foreign("compile", [&] { return compile_with(p, input_shapes, e, {}); });
 }
 
 stream make_stream(const engine& e) {
   if (!e.get_backend()) throw compile_error("make_stream: the engine has no backend");
-  return reporting_foreign("make_stream", [&] { return e.get_backend()->make_stream(e); });
+  return detail::reporting_foreign("make_stream", [&] { return e.get_backend()->make_stream(e); });
 }
 
 }  // namespace unicache

@@ -1,4 +1,7 @@
-// remote_tier (store/remote_tier.hpp).
+// remote_tier (store/remote_tier.hpp): its construction, the value
+// format it stores, the breaker, get, put and remove, and its statistics.
+// Build leases: remote_tier_leases.cpp; the background writer and flush:
+// remote_tier_writer.cpp.
 #include "store/remote_tier.hpp"
 
 #include <unistd.h>
@@ -221,90 +224,6 @@ tier_result remote_tier::remove(const device_identity& device, std::string_view 
   }
 }
 
-lease_result remote_tier::lease(const device_identity& device, std::string_view key) noexcept {
-  using std::chrono::milliseconds;
-  try {
-    const milliseconds ttl = backend_->lease_ttl();
-    // A read-only process could not publish what it builds.
-    // A key the tier does not store (over kMaxKeyBytes) could never be
-    // published: nobody waits for it.
-    if (read_only_ || !in_owner() || ttl.count() <= 0 || key.size() > kMaxKeyBytes ||
-        leases_refused_.load(std::memory_order_relaxed)) {
-      return {};
-    }
-    const std::string token = token_ + "." + std::to_string(lease_number_.fetch_add(1, std::memory_order_relaxed));
-    const auto start = std::chrono::steady_clock::now();
-    // The lease this caller found ends within a ttl; the next holder's
-    // build, if that one goes too, within another.
-    const auto deadline = start + 2 * ttl;
-    milliseconds pause(5);
-    bool waiting = false;
-    auto waited = [&] {
-      const auto ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
-      counters_.lease_wait_ms.fetch_add(static_cast<std::uint64_t>(ms), std::memory_order_relaxed);
-    };
-    for (;;) {
-      if (!admit()) return {};
-      remote_reply r;
-      try {
-        r = backend_->acquire_lease(device, key, token);
-      } catch (...) {
-        abandon_probe();
-        throw;
-      }
-      if (record(r)) return {};
-      if (r.status == remote_status::ok) {
-        // The holder before may have put its value and released between
-        // the caller's miss and this lease: looked up once more.
-        if (std::optional<byte_vector> binary = fetch(device, key)) {
-          enqueue(write{write::kind::release, device, std::string(key), {}, token});
-          counters_.lease_hits.fetch_add(1, std::memory_order_relaxed);
-          if (waiting) waited();
-          return {lease_status::hit, std::move(binary), {}};
-        }
-        counters_.leases.fetch_add(1, std::memory_order_relaxed);
-        if (waiting) waited();
-        return {lease_status::granted, std::nullopt, token};
-      }
-      if (r.status != remote_status::miss) {
-        // No leases here (an ACL without the commands, scripts off, a
-        // server without them): builds go on as without, from now on.
-        // Anything else refused (OOM, LOADING, a failover, a spoiled lease
-        // key): without a lease this time.
-        if (r.message.find("NOPERM") != std::string::npos || r.message.find("unknown command") != std::string::npos ||
-            r.message.find("has no leases") != std::string::npos) {
-          leases_refused_.store(true, std::memory_order_relaxed);
-        }
-        if (waiting) waited();
-        return {};
-      }
-      // Another process builds it: its value, once there, or the lease
-      // again if that process goes without putting one.
-      if (!waiting) counters_.lease_waits.fetch_add(1, std::memory_order_relaxed);
-      waiting = true;
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) {
-        waited();
-        return {};
-      }
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-      pause = std::min(pause * 2, milliseconds(50));
-      bool failed = false;
-      if (std::optional<byte_vector> binary = fetch(device, key, &failed)) {
-        counters_.lease_hits.fetch_add(1, std::memory_order_relaxed);
-        waited();
-        return {lease_status::hit, std::move(binary), {}};
-      }
-      if (failed) {  // the server failing, or a value that fails the checks: built here
-        waited();
-        return {};
-      }
-    }
-  } catch (...) {
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    return {};
-  }
-}
 
 std::optional<byte_vector> remote_tier::fetch(const device_identity& device, std::string_view key, bool* failed) {
   if (failed) *failed = true;
@@ -333,15 +252,6 @@ std::optional<byte_vector> remote_tier::fetch(const device_identity& device, std
   return binary;
 }
 
-void remote_tier::release_lease(const device_identity& device, std::string_view key,
-                                const std::string& token) noexcept {
-  if (token.empty() || read_only_ || !in_owner()) return;
-  try {
-    // Not queued (full, stopping): the lease ends at its ttl.
-    enqueue(write{write::kind::release, device, std::string(key), {}, token});
-  } catch (...) {
-  }
-}
 
 remote_stats remote_tier::statistics() const {
   remote_stats out;
@@ -364,137 +274,6 @@ remote_stats remote_tier::statistics() const {
   out.lease_hits = n.lease_hits.load();
   out.lease_wait_ms = n.lease_wait_ms.load();
   return out;
-}
-
-bool remote_tier::flush(std::chrono::milliseconds limit) {
-  if (read_only_ || !in_owner()) return true;  // no writer here
-  scoped_lock l(&queue_mu_);
-  if (!stopping_) {
-    queue_.push_back(write{});  // a report of the counters, then the queue is done
-    queue_cv_.notify_all();
-  }
-  auto done = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return queue_.empty() && !writing_; };
-  if (limit == std::chrono::milliseconds::max()) {
-    queue_mu_.wait(queue_cv_, done);
-    return true;
-  }
-  return queue_mu_.wait_for(queue_cv_, limit, done);
-}
-
-void remote_tier::report() {
-  static constexpr std::array<const char*, kReported> kFields{
-      "hits",    "misses",     "rejected",      "errors", "timeouts",    "skipped",    "puts",
-      "dropped", "bytes_read", "bytes_written", "leases", "lease_waits", "lease_hits", "lease_wait_ms"};
-  const std::array<const std::atomic<std::uint64_t>*, kReported> counts{
-      &counters_.hits,       &counters_.misses,        &counters_.rejected, &counters_.errors,
-      &counters_.timeouts,   &counters_.skipped,       &counters_.puts,     &counters_.dropped,
-      &counters_.bytes_read, &counters_.bytes_written, &counters_.leases,   &counters_.lease_waits,
-      &counters_.lease_hits, &counters_.lease_wait_ms};
-  // A report left from a failure goes first, then one of what came since.
-  for (int round = 0; round < 2 && reporting_; ++round) {
-    if (!pending_) {
-      pending_report p;
-      bool any = false;
-      for (std::size_t i = 0; i < counts.size(); ++i) {
-        const std::uint64_t now = counts[i]->load(std::memory_order_relaxed);
-        p.deltas[i] = now - reported_[i];
-        reported_[i] = now;
-        any = any || p.deltas[i] != 0;
-      }
-      if (!any) return;
-      p.seq = ++report_seq_;
-      pending_ = p;
-    }
-    std::vector<counter_delta> deltas;  // before admit(): an allocation that fails holds no probe
-    for (std::size_t i = 0; i < kFields.size(); ++i) {
-      if (pending_->deltas[i] != 0) deltas.emplace_back(kFields[i], pending_->deltas[i]);
-    }
-    if (!admit()) return;  // with something to send: a probe gets an answer
-    remote_reply r;
-    try {
-      r = backend_->report(token_, pending_->seq, deltas);
-    } catch (...) {
-      abandon_probe();
-      throw;
-    }
-    if (record(r)) return;  // sent again, with its number, at the next report
-    if (r.status != remote_status::ok) {
-      // Not allowed (an ACL without EVAL or HINCRBY, scripts off) or kept
-      // by no such server: counters are a convenience, never a reason to
-      // stop using the server.
-      reporting_ = false;
-    }
-    pending_.reset();
-  }
-}
-
-void remote_tier::writer_loop() {
-  try {
-    for (;;) {
-      write w;
-      {
-        scoped_lock l(&queue_mu_);
-        // Idle for a while: the counts go out anyway.
-        const bool woke = queue_mu_.wait_for(queue_cv_, std::chrono::seconds(5), [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return stopping_ || !queue_.empty();
-        });
-        if (stopping_ && (queue_.empty() || std::chrono::steady_clock::now() > stop_deadline_)) return;
-        if (woke) {
-          w = std::move(queue_.front());
-          queue_.pop_front();
-          queued_bytes_ -= w.value.size();
-        }
-        writing_ = true;
-      }
-      write_one(w);
-      scoped_lock l(&queue_mu_);
-      writing_ = false;
-      queue_cv_.notify_all();
-    }
-  } catch (...) {
-    // Out of memory: the tier stops writing; reads go on.
-    scoped_lock l(&queue_mu_);
-    stopping_ = true;
-    writing_ = false;
-    queue_.clear();
-    queued_bytes_ = 0;
-    queue_cv_.notify_all();
-  }
-}
-
-void remote_tier::write_one(const write& w) {
-  if (w.what == write::kind::report) {
-    report();  // idle, or flush() asked
-    return;
-  }
-  if (!admit()) {
-    if (w.what == write::kind::value) counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  remote_reply r;
-  try {
-    switch (w.what) {
-      case write::kind::value: r = backend_->set(w.device, w.key, w.value); break;
-      case write::kind::removal: r = backend_->remove(w.device, w.key); break;
-      default: r = backend_->release_lease(w.device, w.key, w.token); break;
-    }
-  } catch (...) {
-    abandon_probe();
-    throw;
-  }
-  if (record(r)) return;
-  if (r.status == remote_status::ok) {
-    if (w.what == write::kind::value) {
-      counters_.puts.fetch_add(1, std::memory_order_relaxed);
-      counters_.bytes_written.fetch_add(w.value.size(), std::memory_order_relaxed);
-    }
-  } else if (w.what != write::kind::release) {
-    // The server refuses this write (OOM under noeviction, NOPERM for a
-    // read-only ACL user, READONLY on a replica): dropped and said once;
-    // reads go on.
-    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-    if (!warned_.exchange(true)) warn("remote kernel cache: " + r.message + "; writes are dropped, reads go on");
-  }
 }
 
 }  // namespace unicache::detail
