@@ -121,7 +121,7 @@ int run(const options& o) {
     }
     wait_for_specializations();
   }
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   std::vector<double> agnostic, adaptive, ratio;
   for (int round = 0; round < o.rounds; ++round) {
     for (std::size_t r = 0; r < trace.size(); ++r) {
@@ -137,7 +137,7 @@ int run(const options& o) {
       ratio.push_back(ms[1] / ms[0]);
     }
   }
-  const specialization_stats after = specialization_statistics();
+  const specialization_stats after = specialization::stats();
   // p50 as bench_dynamic_shapes reports it (nearest rank).
   const double p50_agnostic = percentile(agnostic, 50), p50_adaptive = percentile(adaptive, 50);
   std::printf("DEVICE %s; %d requests (seed %u) x %d rounds, after %d warm-up passes, threshold %g\n",

@@ -287,7 +287,7 @@ int child_unicache(const options& o) {
       std::snprintf(row, sizeof row, "%zu,%.3f,%lld,%.4f,%.4f,%.4f,%.4f,%.0f,%.0f,%llu\n", r,
                     std::chrono::duration<double, std::milli>(t_request - t_start).count(), static_cast<long long>(m),
                     latency.back(), enqueued.back(), request_compile_ms, longest_execute_ms, now.compiles, now.loads,
-                    static_cast<unsigned long long>(specialization_statistics().ready));
+                    static_cast<unsigned long long>(specialization::stats().ready));
       requests_csv << row;
     }
     if (r == 0) first_overhead_ms = (dev->counters() - before).total_ms();
@@ -298,7 +298,7 @@ int child_unicache(const options& o) {
   // for its builds, so that the store holds them).
   if (current_kernel_shapes() == kernel_shapes::adaptive) {
     wait_for_specializations();
-    const specialization_stats t = specialization_statistics();
+    const specialization_stats t = specialization::stats();
     std::printf("RESULT specialize_classes=%llu specialize_ready=%llu specialize_failed=%llu "
                 "specialize_generic_executions=%llu specialize_specialized_executions=%llu specialize_slower=%llu "
                 "specialize_build_ms=%.3f specialize_saved_ms=%.3f\n",
@@ -307,12 +307,12 @@ int child_unicache(const options& o) {
                 static_cast<unsigned long long>(t.specialized_executions), static_cast<unsigned long long>(t.slower),
                 t.build_ns / 1e6, t.saved_ns / 1e6);
   }
-  const cache_stats cs = constant_tensor_cache().total_stats();
+  const cache_stats cs = constant_tensor_cache().stats();
   std::printf("RESULT constant_cache_entries=%llu constant_cache_bytes=%llu constant_cache_inserts=%llu\n",
               static_cast<unsigned long long>(cs.entries), static_cast<unsigned long long>(cs.bytes),
               static_cast<unsigned long long>(cs.inserts));
   const work w = dev->counters() - start_work;
-  const cache_stats ks = kernel_cache().total_stats();
+  const cache_stats ks = kernel_cache().stats();
   report_latencies(latency, wall_ms, static_cast<int>(trace.size()));
   // Where the host's part ends: on a GPU, execute() returns before the
   // device is done, so a p50 close to p50_ms says the host is the limit.

@@ -319,7 +319,7 @@ int run_child(int start_fd) {
   for (std::size_t i = 0; i < bert_y.size(); ++i) add_up(bert_y[i], rows * bert.steps[i].n);
   kernel_store::instance().flush_remote();
   const gpu_backends::kernel_counts after = gpu.counts();
-  const remote_stats remote = kernel_store::instance().remote_statistics();
+  const remote_stats remote = kernel_store::instance().remote_tier_stats();
 
   char line[2048];
   std::snprintf(line, sizeof line,

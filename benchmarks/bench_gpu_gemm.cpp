@@ -181,7 +181,7 @@ void BM_enqueue(benchmark::State& state) {
   settings.threads = path == 2 ? std::max(1u, saved_settings.threads) : 0;
   settings.threshold = 0;
   set_specialize_settings(settings);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   try {
     constexpr std::int64_t k = 768, n = 768;
     constexpr std::int64_t ms[] = {3, 6, 12, 24, 40, 72, 130, 250};
@@ -228,7 +228,7 @@ void BM_enqueue(benchmark::State& state) {
     // The classes these shapes have (a backend may build the first shape
     // of a configuration for its own shapes: it has none), and those that
     // run a specialized kernel (path 2: each one, unless it was slower).
-    const specialization_stats t = specialization_statistics();
+    const specialization_stats t = specialization::stats();
     const auto running = static_cast<double>((t.ready - before.ready) - (t.slower - before.slower) -
                                              (t.failed - before.failed) - (t.evicted - before.evicted));
     state.counters["classes"] = static_cast<double>(t.classes - before.classes);

@@ -49,7 +49,7 @@ unicache_status_t unicache_get_kernel_cache_capacity(size_t* capacity_mb) {
 unicache_status_t unicache_get_cache_stats(unicache_cache_t cache, unicache_cache_stats_t* stats) {
   return guarded([&] {
     need(stats, "stats");
-    const cache_stats s = cache_of(cache).total_stats();
+    const cache_stats s = cache_of(cache).stats();
     *stats = {s.hits,         s.waits,        s.misses,           s.inserts,           s.evictions, s.failures,
               s.refused_full, s.refused_oversize, s.refused_admission, s.bytes, s.entries};
   });

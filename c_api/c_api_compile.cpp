@@ -48,7 +48,7 @@ unicache_status_t unicache_engine_get_build_stats(unicache_engine_t engine, unic
       out.build_ns = s.create_ns;
 #endif
     } else if (b) {
-      const kernel_path_stats s = kernel_stats(b->cache_owner());
+      const kernel_path_stats s = kernel_path::stats(b->cache_owner());
       out.built = s.from_source;
       out.loaded = s.from_binary;
       out.build_ns = s.build_ns;

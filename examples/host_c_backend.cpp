@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
     const bool first = run_model(e);
     kernel_cache().clear();  // the next compile finds the kernel in the store, not in memory
     const bool second = run_model(e);
-    const kernel_path_stats k = kernel_stats(host_c::kOwner);
+    const kernel_path_stats k = kernel_path::stats(host_c::kOwner);
     std::printf("host_c: results %s; kernels built from source %llu, loaded from the store %llu, stored %llu\n",
                 first && second ? "correct" : "WRONG", static_cast<unsigned long long>(k.from_source),
                 static_cast<unsigned long long>(k.from_binary), static_cast<unsigned long long>(k.stored));

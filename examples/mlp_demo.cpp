@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
               std::string(to_string(current_kernel_shapes())).c_str());
   if (current_kernel_shapes() == kernel_shapes::adaptive) {
     wait_for_specializations();
-    const specialization_stats specialized = specialization_statistics();
+    const specialization_stats specialized = specialization::stats();
     std::printf("adaptive kernels: %llu shape classes, %llu specialized in the background, %llu runs on them\n",
                 static_cast<unsigned long long>(specialized.classes), static_cast<unsigned long long>(specialized.ready),
                 static_cast<unsigned long long>(specialized.specialized_executions));

@@ -104,7 +104,7 @@ struct cache_scope {
   friend bool operator==(const cache_scope&, const cache_scope&) = default;
 };
 
-// Counters of one scope (or, from `total_stats`, of the whole cache). Every
+// Counters of one scope (or, from `stats`, of the whole cache). Every
 // get_or_add is exactly one of hit, wait or miss (a lookup that finds a
 // value, one hit); refused_full, refused_oversize and the refused_admission
 // of new entries are misses whose value was not cached. Misses, inserts, evictions, failures, refusals, bytes and
@@ -383,8 +383,9 @@ class unified_cache {
   // is allowed). Returns false if the subscription was already removed.
   bool remove_eviction_callback(const eviction_subscription& subscription);
 
+  // The counters of one scope's entries, and of the whole cache.
   cache_stats stats(const cache_scope& scope) const;
-  cache_stats total_stats() const;
+  cache_stats stats() const;
 
  private:
   struct impl;

@@ -129,7 +129,10 @@ struct kernel_path_stats {
   std::uint64_t load_ns = 0;         // time loading binaries (the store read included)
   std::uint64_t first_launch_ns = 0; // each kernel's first launch: a driver's last compile step plus the enqueue
 };
-kernel_path_stats kernel_stats(owner_id owner);
+// The counters of the backend whose cache owner id is `owner`.
+namespace kernel_path {
+kernel_path_stats stats(owner_id owner);
+}  // namespace kernel_path
 
 // Time this thread spent in first launches, so that a timing that contains
 // one (packing a weight) can leave it out.

@@ -55,7 +55,12 @@ struct specialization_stats {
   // executions, the class's mean generic execution time minus its own.
   std::int64_t saved_ns = 0;
 };
-specialization_stats specialization_statistics();
+// The process's counters of adaptive kernels: specialization::stats(), as
+// every component's counters are read (stats(), on the object or in the
+// namespace that counts them).
+namespace specialization {
+specialization_stats stats();
+}  // namespace specialization
 
 // Waits until no specialization is queued or being built: for tests, and for
 // benchmarks before they measure a steady state. Thread-safe; an execution

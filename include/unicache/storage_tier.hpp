@@ -34,7 +34,7 @@ class remote_error : public error {
   using error::error;
 };
 
-// What the remote tier did in this process (kernel_store::remote_statistics).
+// What the remote tier did in this process (kernel_store::remote_tier_stats).
 struct remote_stats {
   bool enabled = false;
   std::string tier;  // its kind: the URL's scheme ("redis")
@@ -99,7 +99,7 @@ class storage_tier {
   virtual tier_result get(const device_identity& device, std::string_view key) noexcept = 0;
   virtual tier_result put(const device_identity& device, std::string_view key, byte_span binary) noexcept = 0;
   virtual tier_result remove(const device_identity& device, std::string_view key) noexcept = 0;
-  // What it did in this process, for kernel_store::remote_statistics (a
+  // What it did in this process, for kernel_store::remote_tier_stats (a
   // remote tier; the local one has its own statistics): `url` as it prints
   // (no password), and its counters.
   virtual remote_stats statistics() const { return {}; }

@@ -325,10 +325,10 @@ class kernel_store {
   void set_remote(const std::string& url, const std::string& secret_file = "");
   // What the remote tiers did in this process, one entry each, nearest
   // first (none when there is no remote tier).
-  std::vector<remote_stats> tier_statistics() const;
+  std::vector<remote_stats> tier_stats() const;
   // The same, added up: the counters summed, `tier` and `url` the tiers'
   // joined by spaces (all zero when there is none).
-  remote_stats remote_statistics() const;
+  remote_stats remote_tier_stats() const;
   // Waits until the remote tiers' queued writes are done.
   void flush_remote();
 

@@ -305,7 +305,7 @@ cache_stats unified_cache::stats(const cache_scope& scope) const {
   return out;
 }
 
-cache_stats unified_cache::total_stats() const {
+cache_stats unified_cache::stats() const {
   cache_stats total;
   std::vector<cache_scope> scopes;
   {

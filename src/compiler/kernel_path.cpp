@@ -94,7 +94,7 @@ std::string kernel_source::store_key() const {
   return std::string(k.bytes());
 }
 
-kernel_path_stats kernel_stats(owner_id owner) {
+kernel_path_stats kernel_path::stats(owner_id owner) {
   const counters& c = counters_of(owner);
   return {c.from_source.load(), c.from_binary.load(), c.rejected.load(),       c.stored.load(),
           c.build_ns.load(),    c.load_ns.load(),     c.first_launch_ns.load()};

@@ -118,7 +118,7 @@ inline std::uint64_t ns_since(clock_type::time_point start) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - start).count());
 }
 
-// What specialization_statistics() reports.
+// What specialization::stats() reports.
 struct counters {
   std::atomic<std::uint64_t> classes{0}, queued{0}, ready{0}, failed{0}, over_limit{0}, refused{0}, evicted{0}, slower{0};
   std::atomic<std::uint64_t> generic_executions{0}, specialized_executions{0}, build_ns{0};

@@ -264,7 +264,7 @@ void enqueue(std::shared_ptr<class_table> f, std::shared_ptr<class_state> c, eng
 
 namespace unicache {
 
-specialization_stats specialization_statistics() {
+specialization_stats specialization::stats() {
   const detail::counters& n = detail::stats_counters();
   specialization_stats s;
   s.classes = n.classes.load();

@@ -325,7 +325,7 @@ void kernel_store::set_remote(const std::string& url, const std::string& secret_
   impl_->set_remote(detail::make_tiers(url, secret_file));
 }
 
-std::vector<remote_stats> kernel_store::tier_statistics() const {
+std::vector<remote_stats> kernel_store::tier_stats() const {
   std::vector<remote_stats> out;
   if (const auto remotes = impl_->remote()) {
     for (const auto& r : *remotes) out.push_back(r->statistics());
@@ -333,9 +333,9 @@ std::vector<remote_stats> kernel_store::tier_statistics() const {
   return out;
 }
 
-remote_stats kernel_store::remote_statistics() const {
+remote_stats kernel_store::remote_tier_stats() const {
   remote_stats sum;
-  for (const remote_stats& t : tier_statistics()) {
+  for (const remote_stats& t : tier_stats()) {
     sum.enabled = true;
     for (auto [to, from] : {std::pair{&sum.tier, &t.tier}, std::pair{&sum.url, &t.url}}) {
       *to += (to->empty() ? "" : " ") + *from;

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(st.binaries_stored),
                 static_cast<unsigned long long>(st.binaries_rejected), max_error);
     if (adaptive) {
-      const specialization_stats t = specialization_statistics();
+      const specialization_stats t = specialization::stats();
       std::printf("specialized ready=%llu specialized_executions=%llu failed=%llu\n", static_cast<unsigned long long>(t.ready),
                   static_cast<unsigned long long>(t.specialized_executions), static_cast<unsigned long long>(t.failed));
     }

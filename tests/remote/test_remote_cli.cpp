@@ -93,13 +93,13 @@ TEST_F(RemoteTool, EnvWithSeveralTiersWorksOnEachInTurn) {
     testing::temp_dir dir;
     kernel_store store(testing::store_in(dir.path()));
     store.set_remote(near + " " + far);
-    ASSERT_EQ(store.tier_statistics().size(), 2u);
+    ASSERT_EQ(store.tier_stats().size(), 2u);
     store.put(testing::gpu_a(), "opencl-c k", testing::binary_for("k", 1000));
     store.flush_remote();
-    EXPECT_EQ(store.tier_statistics()[0].puts, 1u);
-    EXPECT_EQ(store.tier_statistics()[1].puts, 1u) << "a put reaches every tier";
-    EXPECT_EQ(store.remote_statistics().puts, 2u);
-    EXPECT_EQ(store.remote_statistics().tier, "redis redis");
+    EXPECT_EQ(store.tier_stats()[0].puts, 1u);
+    EXPECT_EQ(store.tier_stats()[1].puts, 1u) << "a put reaches every tier";
+    EXPECT_EQ(store.remote_tier_stats().puts, 2u);
+    EXPECT_EQ(store.remote_tier_stats().tier, "redis redis");
   }
   const run_result r = testing::run_command("UNICACHE_REMOTE_CACHE='" + near + " " + far + "' " +
                                            std::string(UNICACHE_STORE_TOOL) + " --remote=env stats 2>&1");

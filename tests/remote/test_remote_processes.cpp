@@ -70,7 +70,7 @@ TEST_F(RemoteProcesses, ASecondProcessWithAnEmptyLocalStoreHits) {
     store.set_remote(url);
     store.put(testing::gpu_a(), "opencl-c gemm", testing::binary_for("gemm", 200000));
     store.flush_remote();
-    return store.remote_statistics().puts == 1 ? 0 : 1;
+    return store.remote_tier_stats().puts == 1 ? 0 : 1;
   });
   ASSERT_EQ(writer[0], 0);
   const auto reader = run_children(1, [&](int) {
@@ -203,20 +203,20 @@ TEST_F(RemoteProcesses, AServerThatDiesMidRunFailsNothingAndIsUsedAgainWhenBack)
   }
   store.flush_remote();
   ::testing::internal::GetCapturedStderr();
-  const remote_stats down = store.remote_statistics();
+  const remote_stats down = store.remote_tier_stats();
   EXPECT_GE(down.errors + down.timeouts, 1u);
   EXPECT_GT(down.skipped, 0u) << "the breaker opened";
   ASSERT_TRUE(server_.start());
-  if (server_.port() != parse_redis_url(store.remote_statistics().url).port) GTEST_SKIP() << "the port was taken";
+  if (server_.port() != parse_redis_url(store.remote_tier_stats().url).port) GTEST_SKIP() << "the port was taken";
   // Once the back-off is over (1 s, or 2 or 4 if a failure came after it
   // opened), writes go out again.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (store.remote_statistics().puts == down.puts && std::chrono::steady_clock::now() < deadline) {
+  while (store.remote_tier_stats().puts == down.puts && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     store.put(device, "opencl-c after", testing::binary_for("after", 500));
     store.flush_remote();
   }
-  EXPECT_GT(store.remote_statistics().puts, down.puts) << "writes go out again";
+  EXPECT_GT(store.remote_tier_stats().puts, down.puts) << "writes go out again";
   testing::temp_dir other;
   kernel_store fresh(testing::store_in(other.path()));
   fresh.set_remote(server_.url());

@@ -36,18 +36,18 @@ TEST_F(RemoteStore, AnEmptyLocalStoreGetsAnotherMachinesBinaryAndKeepsIt) {
     a.set_remote(server_.url());
     ASSERT_TRUE(a.put(device, "opencl-c gemm", b));
     a.flush_remote();
-    EXPECT_EQ(a.remote_statistics().puts, 1u);
+    EXPECT_EQ(a.remote_tier_stats().puts, 1u);
   }
   kernel_store machine_b(testing::store_in(dir_b.path()));
   machine_b.set_remote(server_.url());
   EXPECT_EQ(machine_b.get(device, "opencl-c gemm"), b);
-  const remote_stats st = machine_b.remote_statistics();
+  const remote_stats st = machine_b.remote_tier_stats();
   EXPECT_TRUE(st.enabled);
   EXPECT_EQ(st.hits, 1u);
   EXPECT_GT(st.bytes_read, b.size());
   machine_b.set_remote("");
   EXPECT_EQ(machine_b.get(device, "opencl-c gemm"), b) << "the remote hit was written to the local store";
-  EXPECT_FALSE(machine_b.remote_statistics().enabled);
+  EXPECT_FALSE(machine_b.remote_tier_stats().enabled);
 }
 
 TEST_F(RemoteStore, ARemoteThatIsDownNeverFailsAGetOrAPut) {
@@ -63,7 +63,7 @@ TEST_F(RemoteStore, ARemoteThatIsDownNeverFailsAGetOrAPut) {
   }
   store.flush_remote();
   ::testing::internal::GetCapturedStderr();
-  const remote_stats st = store.remote_statistics();
+  const remote_stats st = store.remote_tier_stats();
   EXPECT_EQ(st.errors + st.timeouts, 1u) << "one failure, then the breaker";
   EXPECT_EQ(st.skipped, 4u);
   EXPECT_EQ(store.get(device, "k3"), binary(100, 2));
@@ -81,7 +81,7 @@ TEST_F(RemoteStore, ALeaseGoesWithAPutOrAFailedBuildsReleaseAndTheNextAskerBuild
   kernel_store::lookup second;
   std::thread waiter([&] { second = b.get_or_lease(device, "cuda k"); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (b.remote_statistics().lease_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+  while (b.remote_tier_stats().lease_waits == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   a.release_lease(device, "cuda k");
@@ -96,8 +96,8 @@ TEST_F(RemoteStore, ALeaseGoesWithAPutOrAFailedBuildsReleaseAndTheNextAskerBuild
   const kernel_store::lookup third = c.get_or_lease(device, "cuda k");
   EXPECT_EQ(third.binary, testing::binary_for("k", 900));
   EXPECT_FALSE(third.leased);
-  EXPECT_EQ(c.remote_statistics().lease_waits, 0u);
-  EXPECT_EQ(a.remote_statistics().leases + b.remote_statistics().leases, 2u);
+  EXPECT_EQ(c.remote_tier_stats().lease_waits, 0u);
+  EXPECT_EQ(a.remote_tier_stats().leases + b.remote_tier_stats().leases, 2u);
 }
 
 TEST_F(RemoteStore, BadSettingsAreRefusedWithoutQuotingSecrets) {
@@ -127,7 +127,7 @@ TEST_F(RemoteStore, BadSettingsAreRefusedWithoutQuotingSecrets) {
   const std::string fifo = dir.path() + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_THROW(store.set_remote(server_.url(), fifo), unicache::invalid_argument) << "a FIFO, without hanging";
-  EXPECT_TRUE(store.remote_statistics().enabled) << "a refused setting changes nothing";
+  EXPECT_TRUE(store.remote_tier_stats().enabled) << "a refused setting changes nothing";
 }
 
 }  // namespace

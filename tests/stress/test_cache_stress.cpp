@@ -70,7 +70,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
       switch (rng() % 4) {
         case 0: cache.set_capacity(kind, rng() % 3, policies[rng() % 4]); break;
         case 1: cache.set_capacity(kind, static_cast<int>(rng() % 3), 1 + rng() % 2); break;
-        case 2: (void)cache.total_stats(); break;
+        case 2: (void)cache.stats(); break;
         default: if (rng() % 50 == 0) cache.clear(); break;
       }
       std::this_thread::yield();
@@ -149,7 +149,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
   EXPECT_EQ(wrong_values.load(), 0u) << "a caller received another key's value";
   EXPECT_EQ(wrong_errors.load(), 0u) << "a caller received another key's error";
 
-  const cache_stats total = cache.total_stats();
+  const cache_stats total = cache.stats();
   EXPECT_EQ(total.misses, builds.load()) << "every miss, and only a miss, builds";
   // Hits and waits of hot entries are sampled: their sum estimates the
   // requests that did not miss.
@@ -169,7 +169,7 @@ TEST(CacheStress, RandomOperationsFromManyThreadsKeepEveryInvariant) {
   // Sizes changed after insertion (real sizes) kept the byte counts exact:
   // an empty cache counts nothing.
   cache.clear();
-  const cache_stats empty = cache.total_stats();
+  const cache_stats empty = cache.stats();
   EXPECT_EQ(empty.entries, 0u);
   EXPECT_EQ(empty.bytes, 0u);
 }

@@ -55,7 +55,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
       const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " tiles " + kernels::to_string(t);
       ASSERT_TRUE(kernel_store::instance().put(identity, tuning_key, kernels::encode_tiles(t))) << what;
       kernel_cache().clear();  // the class's variant of the previous candidate goes
-      const specialization_stats before = specialization_statistics();
+      const specialization_stats before = specialization::stats();
       // The first run queues the class (a load: its choice is stored), the
       // second runs the candidate.
       for (int round = 0; round < 2; ++round) {
@@ -63,7 +63,7 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
                      what + " round " + std::to_string(round));
         wait_for_specializations();
       }
-      const specialization_stats after = specialization_statistics();
+      const specialization_stats after = specialization::stats();
       EXPECT_EQ(after.ready - before.ready, 1u) << what;
       EXPECT_EQ(after.specialized_executions - before.specialized_executions, 1u) << what;
       EXPECT_EQ(after.failed, before.failed) << what;

@@ -219,19 +219,19 @@ TEST_F(AdaptiveKernels, AShapesClassIsFoundAtItsFirstExecutionNotByCompile) {
   specialize_settings never_hot = current_specialize_settings();
   never_hot.threshold = 1e6;
   set_specialize_settings(never_hot);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   (void)compile(part(true), {{5, 8}, {8, 4}, {4}}, eng);
-  EXPECT_EQ(specialization_statistics().classes, before.classes) << "compile() looked the class up";
+  EXPECT_EQ(specialization::stats().classes, before.classes) << "compile() looked the class up";
   EXPECT_EQ(backend_.ready_asks.load(), 0);
   auto r = run(5);  // the compiled shape, executed for the first time
   EXPECT_EQ(r.y, r.want);
-  specialization_stats after = specialization_statistics();
+  specialization_stats after = specialization::stats();
   EXPECT_EQ(after.classes - before.classes, 1u);
   EXPECT_EQ(after.generic_executions - before.generic_executions, 1u);
   EXPECT_EQ(backend_.ready_asks.load(), 1) << "a new class asks the backend once";
   r = run(6);  // a new shape of the same class
   EXPECT_EQ(r.y, r.want);
-  after = specialization_statistics();
+  after = specialization::stats();
   EXPECT_EQ(after.classes - before.classes, 1u);
   EXPECT_EQ(after.generic_executions - before.generic_executions, 2u);
   EXPECT_EQ(backend_.ready_asks.load(), 1);
@@ -248,14 +248,14 @@ TEST_F(AdaptiveKernels, AShapesClassIsFoundAtItsFirstExecutionNotByCompile) {
 // tell the two paths apart. Needs a process where nothing was queued yet
 // (this binary's tests in order; skipped under a shuffle that ran others first).
 TEST_F(AdaptiveKernels, FirstExecutionsOfNewShapesAreTimedByTheirTablesTurnBeforeAnythingIsQueued) {
-  if (specialization_statistics().queued != 0) GTEST_SKIP() << "a class was queued earlier in this process";
+  if (specialization::stats().queued != 0) GTEST_SKIP() << "a class was queued earlier in this process";
   specialize_settings never_hot = current_specialize_settings();
   never_hot.threshold = 1e6;
   set_specialize_settings(never_hot);
   backend_.device_timing = true;
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   for (int bits = 2; bits <= 17; ++bits) run(std::int64_t{1} << (bits - 1));  // 16 shapes of 16 classes
-  const specialization_stats after = specialization_statistics();
+  const specialization_stats after = specialization::stats();
   EXPECT_EQ(after.classes - before.classes, 16u);
   EXPECT_EQ(after.generic_executions - before.generic_executions, 16u);
   EXPECT_EQ(backend_.timers.load(), 3) << "learnt at the second shape, then turns 0 and 8 of the other 14";
@@ -265,7 +265,7 @@ TEST_F(AdaptiveKernels, FirstExecutionsOfNewShapesAreTimedByTheirTablesTurnBefor
 // A partition whose shapes have no class (M = 1 here) starts no timer at
 // its first executions: nothing would count the time.
 TEST_F(AdaptiveKernels, FirstExecutionsOfShapesWithoutAClassAreNotTimed) {
-  if (specialization_statistics().queued != 0) GTEST_SKIP() << "a class was queued earlier in this process";
+  if (specialization::stats().queued != 0) GTEST_SKIP() << "a class was queued earlier in this process";
   backend_.device_timing = true;
   for (int i = 0; i < 3; ++i) run(1);
   EXPECT_EQ(backend_.timers.load(), 0);
@@ -273,7 +273,7 @@ TEST_F(AdaptiveKernels, FirstExecutionsOfShapesWithoutAClassAreNotTimed) {
 }
 
 TEST_F(AdaptiveKernels, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShapes) {
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   auto r = run(5);  // generic: the class M 4..7 turns hot
   EXPECT_EQ(r.y, r.want);
   EXPECT_EQ(backend_.generic_runs.load(), 1);
@@ -287,7 +287,7 @@ TEST_F(AdaptiveKernels, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShape
   EXPECT_EQ(backend_.specialized_runs.load(), 2);
   EXPECT_EQ(backend_.generic_runs.load(), 1);
   EXPECT_EQ(backend_.builds.load(), 1);
-  const specialization_stats after = specialization_statistics();
+  const specialization_stats after = specialization::stats();
   EXPECT_EQ(after.ready - before.ready, 1u);
   EXPECT_EQ(after.queued - before.queued, 1u);
   EXPECT_EQ(after.specialized_executions - before.specialized_executions, 2u);
@@ -295,7 +295,7 @@ TEST_F(AdaptiveKernels, AHotClassIsSpecializedInTheBackgroundAndSharedByItsShape
 }
 
 TEST_F(AdaptiveKernels, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel) {
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   run(1);  // no class for M = 1
   {
     scoped_kernel_shapes agnostic(kernel_shapes::agnostic);
@@ -305,16 +305,16 @@ TEST_F(AdaptiveKernels, ShapesWithoutAClassAndOtherModesRunOnlyTheGenericKernel)
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 0);
   EXPECT_EQ(backend_.generic_runs.load(), 3);
-  EXPECT_EQ(specialization_statistics().classes, before.classes);
+  EXPECT_EQ(specialization::stats().classes, before.classes);
 }
 
 TEST_F(AdaptiveKernels, AKernelBuiltForItsOwnShapesIsLeftAlone) {
   backend_.own_first_shape = true;
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   for (int i = 0; i < 3; ++i) run(5);  // M 4..7, but its kernel is M = 5's own
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 0);
-  EXPECT_EQ(specialization_statistics().generic_executions, before.generic_executions);
+  EXPECT_EQ(specialization::stats().generic_executions, before.generic_executions);
   run(6);  // the same class, on the generic kernel: hot
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 1);
@@ -385,7 +385,7 @@ TEST_F(AdaptiveKernels, DeviceTimingOfAColdClassStopsOnceItsMeanIsKnown) {
 
 TEST_F(AdaptiveKernels, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
   backend_.fail = true;
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 4; ++i) {
     const auto r = run(40);
@@ -395,7 +395,7 @@ TEST_F(AdaptiveKernels, AFailedBuildLeavesTheGenericKernelAndIsReportedOnce) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(backend_.builds.load(), 1);
   EXPECT_EQ(backend_.generic_runs.load(), 4);
-  EXPECT_EQ(specialization_statistics().failed - before.failed, 1u);
+  EXPECT_EQ(specialization::stats().failed - before.failed, 1u);
   const auto first = err.find("this build fails on purpose");
   ASSERT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("this build fails on purpose", first + 1), std::string::npos) << err;
@@ -406,7 +406,7 @@ TEST_F(AdaptiveKernels, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAns
   run(30);
   wait_for_specializations();
   backend_.specialized_throws = true;
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 3; ++i) {
     const auto r = run(30);
@@ -415,7 +415,7 @@ TEST_F(AdaptiveKernels, ASpecializedKernelThatThrowsIsDroppedAndTheGenericOneAns
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(backend_.generic_runs.load(), 1 + 3);
   EXPECT_EQ(backend_.specialized_runs.load(), 0);
-  EXPECT_EQ(specialization_statistics().failed - before.failed, 1u);
+  EXPECT_EQ(specialization::stats().failed - before.failed, 1u);
   const auto first = err.find("this kernel fails on purpose");
   ASSERT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("this kernel fails on purpose", first + 1), std::string::npos) << err;
@@ -428,9 +428,9 @@ TEST_F(AdaptiveKernels, WhenTheGenericKernelFailsTooTheSpecializedOneIsNotBlamed
   wait_for_specializations();
   backend_.specialized_throws = true;
   backend_.generic_throws = true;  // say, a device error that outlives one launch
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   EXPECT_THROW(run(30), execute_error);
-  EXPECT_EQ(specialization_statistics().failed, before.failed);
+  EXPECT_EQ(specialization::stats().failed, before.failed);
   backend_.specialized_throws = false;
   backend_.generic_throws = false;
   const auto r = run(30);
@@ -446,13 +446,13 @@ TEST_F(AdaptiveKernels, AFailedSpecializedRunOverItsOwnInputsIsNotRunAgain) {
   std::vector<float> x(30 * 8, 1.f), w(32, 0.5f);
   tensor in_place{cp.outputs()[0], x.data()};  // y over x's first rows
   stream s = make_stream(eng);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   ::testing::internal::CaptureStderr();
   EXPECT_THROW(cp.execute(s, {{cp.inputs()[0], x.data()}, {cp.inputs()[1], w.data()}}, {in_place}), execute_error);
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("the outputs overlap the inputs"), std::string::npos) << err;
   EXPECT_EQ(backend_.generic_runs.load(), 1) << "the generic kernel would read what the failed run wrote";
-  EXPECT_EQ(specialization_statistics().failed - before.failed, 1u);
+  EXPECT_EQ(specialization::stats().failed - before.failed, 1u);
   backend_.specialized_throws = false;
   const auto r = run(30, /*bias=*/false);
   EXPECT_EQ(r.y, r.want);
@@ -464,7 +464,7 @@ TEST_F(AdaptiveKernels, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
   wait_for_specializations();
   run(100);
   EXPECT_EQ(backend_.specialized_runs.load(), 1);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   kernel_cache().clear();  // evicts the variant (the compiled partitions too; compile() makes them again)
   auto r = run(100);
   EXPECT_EQ(r.y, r.want);
@@ -474,7 +474,7 @@ TEST_F(AdaptiveKernels, AnEvictedSpecializedKernelFallsBackToTheGenericOne) {
   r = run(100);  // hot again: specialized again
   EXPECT_EQ(r.y, r.want);
   EXPECT_EQ(backend_.specialized_runs.load(), 2);
-  EXPECT_GE(specialization_statistics().evicted - before.evicted + (backend_.builds.load() == 2 ? 1 : 0), 1u);
+  EXPECT_GE(specialization::stats().evicted - before.evicted + (backend_.builds.load() == 2 ? 1 : 0), 1u);
 }
 
 TEST_F(AdaptiveKernels, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
@@ -482,7 +482,7 @@ TEST_F(AdaptiveKernels, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
   specialize_settings s = current_specialize_settings();
   s.threshold = 1e-9;  // hot at the first timed execution (the class's second)
   set_specialize_settings(s);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   run(50);
   run(50);
   wait_for_specializations();
@@ -496,14 +496,14 @@ TEST_F(AdaptiveKernels, ASpecializedKernelSlowerThanTheGenericOneIsDropped) {
   EXPECT_EQ(backend_.specialized_runs.load(), 9);
   EXPECT_EQ(backend_.generic_runs.load(), 2 + 3);
   EXPECT_EQ(backend_.builds.load(), 1) << "a class found slower is not built again";
-  EXPECT_EQ(specialization_statistics().slower - before.slower, 1u);
+  EXPECT_EQ(specialization::stats().slower - before.slower, 1u);
 }
 
 TEST_F(AdaptiveKernels, AtMostMaxVariantsPerPartition) {
   specialize_settings s = current_specialize_settings();
   s.max_variants = 1;
   set_specialize_settings(s);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   run(3);
   wait_for_specializations();
   run(17);  // another class of the same partition: over the limit
@@ -512,7 +512,7 @@ TEST_F(AdaptiveKernels, AtMostMaxVariantsPerPartition) {
   run(3, /*bias=*/false);  // another partition has a budget of its own
   wait_for_specializations();
   EXPECT_EQ(backend_.builds.load(), 2);
-  EXPECT_GE(specialization_statistics().over_limit - before.over_limit, 1u);
+  EXPECT_GE(specialization::stats().over_limit - before.over_limit, 1u);
 }
 
 // Eight threads run one compiled shape's first executions at once: each
@@ -525,7 +525,7 @@ TEST_F(AdaptiveKernels, ConcurrentFirstExecutionsOfAShapeAgreeOnItsClass) {
   constexpr int kThreads = 8;
   constexpr std::int64_t m = 20;
   const compiled_partition cp = compile(part(true), {{m, 8}, {8, 4}, {4}}, eng);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   std::vector<float> x(static_cast<std::size_t>(m * 8), 1.f), w(32, 0.5f), b(4, 2.f);
   std::atomic<int> arrived{0}, wrong{0};
   std::vector<std::thread> threads;
@@ -543,7 +543,7 @@ TEST_F(AdaptiveKernels, ConcurrentFirstExecutionsOfAShapeAgreeOnItsClass) {
     });
   }
   for (auto& th : threads) th.join();
-  const specialization_stats after = specialization_statistics();
+  const specialization_stats after = specialization::stats();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(after.classes - before.classes, 1u);
   EXPECT_EQ(after.generic_executions - before.generic_executions, static_cast<std::uint64_t>(kThreads));

@@ -72,7 +72,7 @@ TEST(EvictionCallback, RunsForClearButNotForRemoveOrFailedBuilds) {
   add_int(cache, cpu_scope(1), "b", 1);
   cache.clear();
   EXPECT_EQ(calls, 2);
-  EXPECT_EQ(cache.total_stats().entries, 0u);
+  EXPECT_EQ(cache.stats().entries, 0u);
 }
 
 TEST(EvictionCallback, UnsubscribingWaitsForARunningCallback) {

@@ -32,7 +32,7 @@ TEST(CacheStats, CountEveryOutcomePerScope) {
   EXPECT_EQ(sb.refused_oversize, 1u);
   EXPECT_EQ(sb.entries, 1u);
 
-  const cache_stats total = cache.total_stats();
+  const cache_stats total = cache.stats();
   EXPECT_EQ(total.misses, 4u);
   EXPECT_EQ(total.entries, 2u);
   EXPECT_EQ(total.bytes, 2 * kMb);

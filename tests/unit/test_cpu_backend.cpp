@@ -226,7 +226,7 @@ TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
   constexpr std::int64_t k = 67, n = 45;  // K and N multiples of no tile
   graph g = mlp_graph(k, n, /*constant_weight=*/true);
   auto wv = random_data({k, n}, 60), bv = random_data({n}, 61);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   const cache_stats constants_before = constant_tensor_cache().stats(eng.scope());
   for (std::int64_t m : {1, 7, 16, 33, 100, 1000, 63}) {
     compiled_partition cp = compile(g.partitions()[0], {{m, k}, {k, n}, {n}}, eng);
@@ -240,7 +240,7 @@ TEST_F(fixture, AdaptiveKernelsSpecializeHotClassesWithPackedWeights) {
       wait_for_specializations();
     }
   }
-  const specialization_stats after = specialization_statistics();
+  const specialization_stats after = specialization::stats();
   // Classes (rows of their primitive): 16, 32 (M = 33), 96 (100), 960 (1000),
   // 48 (63); M < 16 has none.
   EXPECT_EQ(after.ready - before.ready, 5u);
@@ -263,7 +263,7 @@ TEST_F(fixture, AdaptiveKernelsSpecializeAWeightGivenTransposed) {
   g.add_op(op_kind::matmul, {x, w}, {y}, /*transpose_a=*/false, /*transpose_b=*/true);
   g.finalize();
   auto wv = random_data({n, k}, 62);
-  const specialization_stats before = specialization_statistics();
+  const specialization_stats before = specialization::stats();
   // (The configuration's first shape gets a primitive of its own and no
   // class: M = 7, below the classes. Then the classes of 16 and 96 rows.)
   for (std::int64_t m : {7, 16, 100}) {
@@ -277,7 +277,7 @@ TEST_F(fixture, AdaptiveKernelsSpecializeAWeightGivenTransposed) {
       wait_for_specializations();
     }
   }
-  const specialization_stats after = specialization_statistics();
+  const specialization_stats after = specialization::stats();
   EXPECT_EQ(after.failed - before.failed, 0u) << "oneDNN took the transposed weight's description";
   EXPECT_EQ(after.ready - before.ready, 2u);
   EXPECT_GE(after.specialized_executions - before.specialized_executions, 2u);

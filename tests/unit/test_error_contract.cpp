@@ -146,13 +146,13 @@ TEST(ErrorContract, Caches) {
   {
     auto abandoned = std::make_unique<std::promise<cache_value>>();
     ASSERT_FALSE(cache.get_or_add({}, 2, "abandoned", 1, 1, abandoned->get_future().share()).valid());
-    const std::uint64_t waits = cache.total_stats().waits;
+    const std::uint64_t waits = cache.stats().waits;
     std::thread waiter([&] {
       expect_library_error("get_or_build(waiting on an abandoned promise)", [&] {
         cache.get_or_build<int>({}, 2, "abandoned", 1, [] { return std::make_shared<int>(1); });
       });
     });
-    while (cache.total_stats().waits == waits) std::this_thread::yield();  // the waiter waits
+    while (cache.stats().waits == waits) std::this_thread::yield();  // the waiter waits
     abandoned.reset();
     waiter.join();
   }

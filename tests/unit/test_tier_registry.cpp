@@ -106,10 +106,10 @@ TEST(TierRegistry, ATierRegisteredHereJoinsTheStoresChain) {
   EXPECT_EQ(other.get(kDevice, "kernel a"), binary) << "written to the local store on the remote hit";
   EXPECT_EQ(other.get(kDevice, "kernel b"), std::nullopt);
 
-  const remote_stats s = store.remote_statistics();
+  const remote_stats s = store.remote_tier_stats();
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.url, "memory://fleet");
-  EXPECT_EQ(other.remote_statistics().enabled, false) << "no remote tier now";
+  EXPECT_EQ(other.remote_tier_stats().enabled, false) << "no remote tier now";
 }
 
 TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
@@ -125,10 +125,10 @@ TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
   store.set_remote("memory://near   memory://far");
   make_memory_tier("memory://near", "");  // the same server the store's chain has
   const std::shared_ptr<memory_tier> near = last_made();
-  ASSERT_EQ(store.tier_statistics().size(), 2u);
-  EXPECT_EQ(store.tier_statistics()[0].url, "memory://near");
-  EXPECT_EQ(store.tier_statistics()[1].url, "memory://far");
-  EXPECT_EQ(store.remote_statistics().url, "memory://near memory://far");
+  ASSERT_EQ(store.tier_stats().size(), 2u);
+  EXPECT_EQ(store.tier_stats()[0].url, "memory://near");
+  EXPECT_EQ(store.tier_stats()[1].url, "memory://far");
+  EXPECT_EQ(store.remote_tier_stats().url, "memory://near memory://far");
 
   EXPECT_EQ(store.get(kDevice, "kernel far"), (byte_vector{7, 7})) << "the far tier answers";
   EXPECT_EQ(near->size(), 1u) << "its hit is written to the nearer tier";
@@ -138,7 +138,7 @@ TEST(TierRegistry, SeveralURLsMakeAChainAskedInOrder) {
 
   EXPECT_THROW(store.set_remote("memory://1 memory://2 memory://3 memory://4 memory://5"), invalid_argument);
   EXPECT_THROW(store.set_remote("memory://1 ftp://2"), invalid_argument) << "all or nothing";
-  EXPECT_EQ(store.tier_statistics().size(), 2u) << "a refused list changes nothing";
+  EXPECT_EQ(store.tier_stats().size(), 2u) << "a refused list changes nothing";
 }
 
 TEST(TierRegistry, UnknownSchemesAreRefusedNamingTheKnownOnes) {

@@ -276,7 +276,7 @@ buffer allocate(const engine& e, std::size_t bytes, const char* what) {
 
 backend_stats stats(owner_id owner) {
   const detail::counters& c = detail::counters_of(owner);
-  const kernel_path_stats k = kernel_stats(owner);
+  const kernel_path_stats k = kernel_path::stats(owner);
   backend_stats s;
   s.probe_builds = c.probe_builds.load();
   s.programs_from_source = k.from_source;
