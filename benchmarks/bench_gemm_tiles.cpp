@@ -42,7 +42,7 @@
 namespace {
 
 using namespace unicache;
-namespace k = unicache::kernels;
+namespace k = unicache::gpu::kernels;
 
 // A RESULT line's bias field, by layout::bias.
 constexpr const char* kBiasField[] = {"", " bias=rows", " bias=full"};

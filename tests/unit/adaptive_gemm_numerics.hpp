@@ -5,7 +5,7 @@
 // a stored choice is used: the class is specialized at its first use, and
 // the kernel that runs is the stored one.
 //
-//   check_every_candidate(device, plan_tiles, "opencl", kernels::dialect::opencl_c);
+//   check_every_candidate(device, plan_tiles, "opencl", gpu::kernels::dialect::opencl_c);
 //
 // `device` has `engine eng` and `run(graph&, shapes, data, version)` (the
 // numerics suite's Device). The store must be enabled.
@@ -25,19 +25,19 @@
 namespace unicache::testing {
 
 // The GEMM of mlp_graph(k, n) (a constant weight) at M = m, with `tiles`.
-inline kernels::gemm_problem mlp_gemm_problem(std::int64_t m, std::int64_t k, std::int64_t n,
-                                              const kernels::gemm_tiles& tiles) {
+inline gpu::kernels::gemm_problem mlp_gemm_problem(std::int64_t m, std::int64_t k, std::int64_t n,
+                                              const gpu::kernels::gemm_tiles& tiles) {
   graph g = mlp_graph(k, n, /*constant_weight=*/true);
   const partition& p = g.partitions()[0];
   std::vector<logical_tensor> in = p.inputs();
   in[0].shape = {m, k};
   std::vector<logical_tensor> out = p.outputs();
   out[0].shape = {m, n};
-  return kernels::gemm_problem(p, in, out, tiles, kernel_shapes::adaptive);
+  return gpu::kernels::gemm_problem(p, in, out, tiles, kernel_shapes::adaptive);
 }
 
 template <typename Device>
-void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, const std::string& backend_name) {
+void check_every_candidate(Device& device, const gpu::kernels::gemm_tiles& plan, const std::string& backend_name) {
   scoped_kernel_shapes mode(kernel_shapes::adaptive);
   scoped_eager_specialization eager;  // whatever the caller's fixture set
   ASSERT_TRUE(kernel_store::instance().enabled());
@@ -47,13 +47,13 @@ void check_every_candidate(Device& device, const kernels::gemm_tiles& plan, cons
   for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 67}, {7, 67}, {33, 67}, {1000, 67}, {20, 1100},
                              {100, 1100}}) {
     graph g = mlp_graph(k, n, /*constant_weight=*/true);
-    const kernels::gemm_problem problem = mlp_gemm_problem(m, k, n, plan);
-    const std::string tuning_key = kernels::gemm_tuning_key(backend_name, problem);
+    const gpu::kernels::gemm_problem problem = mlp_gemm_problem(m, k, n, plan);
+    const std::string tuning_key = gpu::kernels::gemm_tuning_key(backend_name, problem);
     auto x = random_data({m, k}, static_cast<unsigned>(m + k)), w = random_data({k, n}, 70), b = random_data({n}, 71);
     const auto want = mlp_reference(x, w, b, m, k, n);
-    for (const kernels::gemm_tiles& t : kernels::gemm_candidates(problem, plan)) {
-      const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " tiles " + kernels::to_string(t);
-      ASSERT_TRUE(kernel_store::instance().put(identity, tuning_key, kernels::encode_tiles(t))) << what;
+    for (const gpu::kernels::gemm_tiles& t : gpu::kernels::gemm_candidates(problem, plan)) {
+      const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " tiles " + gpu::kernels::to_string(t);
+      ASSERT_TRUE(kernel_store::instance().put(identity, tuning_key, gpu::kernels::encode_tiles(t))) << what;
       kernel_cache().clear();  // the class's variant of the previous candidate goes
       const specialization_stats before = specialization::stats();
       // The first run queues the class (a load: its choice is stored), the

@@ -321,7 +321,7 @@ TYPED_TEST_P(BackendNumerics, AttentionScoresWithABiasPerProductMatchTheReferenc
 
 // Attention's probabilities times V: a batch whose N (the head size) is half
 // the generic tiles' BN or less, which GPU backends run on those tiles turned
-// around (kernels::batch_tiles); M and K past one 128-row tile, neither a
+// around (gpu::kernels::batch_tiles); M and K past one 128-row tile, neither a
 // multiple of a tile.
 TYPED_TEST_P(BackendNumerics, AttentionValuesBatchedMatMulWithANarrowNMatchesTheReference) {
   const std::int64_t batch = 3, seq = 130, head = 64;

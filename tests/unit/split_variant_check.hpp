@@ -32,9 +32,9 @@ void check_split_variant_built_in_background(const engine& eng, gpu::backend_sta
   // One column of tiles and K = 768: a few rows fill too few tiles and
   // share K out; 2 x compute units + 1 tiles of rows do not.
   const std::int64_t k = 768, n = f.gemm.bn, few = 3, many = f.gemm.bm * (2 * f.compute_units + 1), more = many + 5;
-  ASSERT_EQ(kernels::gemm_splits(few, n, k, 1, f.gemm, f.compute_units), kernels::kGenericSplitK);
-  ASSERT_EQ(kernels::gemm_splits(many, n, k, 1, f.gemm, f.compute_units), 1);
-  ASSERT_EQ(kernels::gemm_splits(more, n, k, 1, f.gemm, f.compute_units), 1);
+  ASSERT_EQ(gpu::kernels::gemm_splits(few, n, k, 1, f.gemm, f.compute_units), gpu::kernels::kGenericSplitK);
+  ASSERT_EQ(gpu::kernels::gemm_splits(many, n, k, 1, f.gemm, f.compute_units), 1);
+  ASSERT_EQ(gpu::kernels::gemm_splits(more, n, k, 1, f.gemm, f.compute_units), 1);
   graph g = mlp_graph(k, n, /*constant_weight=*/true);
   const partition& p = g.partitions()[0];
   const auto w = random_data({k, n}, 70), b = random_data({n}, 71);

@@ -30,7 +30,7 @@ namespace unicache {
 namespace {
 
 using namespace unicache::testing;
-using kernels::dialect;
+using unicache::gpu::kernels::dialect;
 
 // Every test process gets a store of its own, set before first use (a child
 // process is given its parent's through the environment).
@@ -47,34 +47,34 @@ const bool store_configured = !store_dir().empty();
 
 // Every kernel the backend generates, in one dialect.
 std::vector<kernel_source> every_kernel(dialect d) {
-  const kernels::gemm_tiles gpu{128, 128, 8, 8, 8};
+  const unicache::gpu::kernels::gemm_tiles gpu{128, 128, 8, 8, 8};
   std::vector<kernel_source> out;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      kernels::gemm_config c;
+      unicache::gpu::kernels::gemm_config c;
       c.transpose_a = ta;
       c.transpose_b = tb;
       c.tiles = gpu;
-      out.push_back(kernels::gemm_source(d, c));
+      out.push_back(unicache::gpu::kernels::gemm_source(d, c));
     }
   }
-  kernels::gemm_config fused;
+  unicache::gpu::kernels::gemm_config fused;
   fused.packed_b = true;
   fused.tiles = gpu;
   fused.chain = {op_kind::add, op_kind::gelu_erf, op_kind::multiply, op_kind::relu, op_kind::sigmoid,
                  op_kind::tanh, op_kind::gelu_tanh};
-  out.push_back(kernels::gemm_source(d, fused));
+  out.push_back(unicache::gpu::kernels::gemm_source(d, fused));
   fused.fixed_mnk = std::array<long, 3>{1000, 129, 7};
-  out.push_back(kernels::gemm_source(d, fused));
-  out.push_back(kernels::gemm_reduce_source(d, fused, 256));
-  for (bool tb : {false, true}) out.push_back(kernels::pack_source(d, tb, 256));
-  out.push_back(kernels::softmax_source(d, 256));
-  out.push_back(kernels::layer_norm_source(d, 256));
-  out.push_back(kernels::transpose_source(d, 256));
+  out.push_back(unicache::gpu::kernels::gemm_source(d, fused));
+  out.push_back(unicache::gpu::kernels::gemm_reduce_source(d, fused, 256));
+  for (bool tb : {false, true}) out.push_back(unicache::gpu::kernels::pack_source(d, tb, 256));
+  out.push_back(unicache::gpu::kernels::softmax_source(d, 256));
+  out.push_back(unicache::gpu::kernels::layer_norm_source(d, 256));
+  out.push_back(unicache::gpu::kernels::transpose_source(d, 256));
   for (op_kind k : {op_kind::relu, op_kind::gelu_erf, op_kind::gelu_tanh, op_kind::sigmoid, op_kind::tanh}) {
-    out.push_back(kernels::eltwise_source(d, k, 256));
+    out.push_back(unicache::gpu::kernels::eltwise_source(d, k, 256));
   }
-  for (op_kind k : {op_kind::add, op_kind::multiply}) out.push_back(kernels::binary_source(d, k, 256));
+  for (op_kind k : {op_kind::add, op_kind::multiply}) out.push_back(unicache::gpu::kernels::binary_source(d, k, 256));
   return out;
 }
 
@@ -142,9 +142,9 @@ TEST(CudaCode, OneGeneratorWritesBothDialectsFromOneBody) {
 
 TEST(CudaCode, SplitKIsChosenWhereTheTilesCannotFillTheDevice) {
   // A BERT layer's Linear on an H100 (132 SMs) with the generic 64x128 tiles.
-  const kernels::gemm_tiles plan{64, 128, 16, 8, 8};
+  const unicache::gpu::kernels::gemm_tiles plan{64, 128, 16, 8, 8};
   auto splits = [&](std::int64_t m, std::int64_t k, std::int64_t n, int compute_units) {
-    return kernels::gemm_splits(mlp_gemm_problem(m, k, n, plan), compute_units);
+    return unicache::gpu::kernels::gemm_splits(mlp_gemm_problem(m, k, n, plan), compute_units);
   };
   EXPECT_EQ(splits(594, 768, 768, 132), 4) << "60 tiles on 132 SMs";
   EXPECT_EQ(splits(594, 768, 3072, 132), 1) << "240 tiles";
@@ -156,9 +156,9 @@ TEST(CudaCode, SplitKIsChosenWhereTheTilesCannotFillTheDevice) {
 }
 
 TEST(CudaCode, ANarrowBatchRunsOnTheGenericTilesTurnedAround) {
-  const kernels::gemm_tiles plan{64, 128, 16, 8, 8};
+  const unicache::gpu::kernels::gemm_tiles plan{64, 128, 16, 8, 8};
   auto tiles_for = [](std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
-                      const kernels::gemm_tiles& generic = {64, 128, 16, 8, 8}) {
+                      const unicache::gpu::kernels::gemm_tiles& generic = {64, 128, 16, 8, 8}) {
     graph g;
     auto a = g.tensor({-1, -1, -1}), b = g.tensor({-1, -1, -1}), c = g.tensor({-1, -1, -1});
     g.add_op(op_kind::matmul, {a, b}, {c});
@@ -168,27 +168,27 @@ TEST(CudaCode, ANarrowBatchRunsOnTheGenericTilesTurnedAround) {
     in[0].shape = {batch, m, k};
     in[1].shape = {batch, k, n};
     out[0].shape = {batch, m, n};
-    return kernels::batch_tiles(kernels::gemm_problem(p, in, out, generic, kernel_shapes::adaptive), generic);
+    return unicache::gpu::kernels::batch_tiles(unicache::gpu::kernels::gemm_problem(p, in, out, generic, kernel_shapes::adaptive), generic);
   };
-  const kernels::gemm_tiles turned{128, 64, 16, 8, 8};
+  const unicache::gpu::kernels::gemm_tiles turned{128, 64, 16, 8, 8};
   EXPECT_EQ(tiles_for(84, 469, 469, 64), turned) << "attention's P V: N = 64, half of BN";
   EXPECT_EQ(tiles_for(2, 5, 7, 1), turned);
   EXPECT_EQ(tiles_for(84, 469, 64, 469), plan) << "Q K^T: N is the sequence";
   EXPECT_EQ(tiles_for(84, 469, 469, 65), plan) << "more than half of BN";
   EXPECT_EQ(tiles_for(1, 469, 469, 64), plan) << "one product: its shape class is tuned";
-  EXPECT_EQ(kernels::batch_tiles(mlp_gemm_problem(594, 768, 64, plan), plan), plan);
-  const kernels::gemm_tiles square{64, 64, 16, 4, 4};
+  EXPECT_EQ(unicache::gpu::kernels::batch_tiles(mlp_gemm_problem(594, 768, 64, plan), plan), plan);
+  const unicache::gpu::kernels::gemm_tiles square{64, 64, 16, 4, 4};
   EXPECT_EQ(tiles_for(84, 469, 469, 16, square), square) << "square tiles: nothing to turn";
   // Turned tiles are tiles the generator takes.
-  kernels::gemm_config c;
+  unicache::gpu::kernels::gemm_config c;
   c.tiles = turned;
-  EXPECT_NO_THROW(kernels::gemm_source(dialect::cuda_c, c));
+  EXPECT_NO_THROW(unicache::gpu::kernels::gemm_source(dialect::cuda_c, c));
 }
 
 TEST(CudaCode, TilesTheGemmCannotUseAreACompileError) {
-  kernels::gemm_config c;
+  unicache::gpu::kernels::gemm_config c;
   c.tiles = {128, 128, 8, 6, 8};  // a register block that is not a multiple of 4
-  EXPECT_THROW(kernels::gemm_source(dialect::cuda_c, c), compile_error);
+  EXPECT_THROW(unicache::gpu::kernels::gemm_source(dialect::cuda_c, c), compile_error);
 }
 
 TEST(CudaBackend, WithoutADriverItSaysWhyAndEnginesFailWithThatReason) {
@@ -353,7 +353,7 @@ TEST_F(gpu, UnicacheCudaDeviceSelectsByOrdinalOrNameAndWarnsOnceOnNoMatch) {
 
 TEST_F(gpu, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   const cuda::detail::engine_state& es = eng.native<cuda::detail::engine_state>();
-  const kernel_source src = kernels::eltwise_source(dialect::cuda_c, op_kind::sigmoid, es.facts.vector_work_group);
+  const kernel_source src = unicache::gpu::kernels::eltwise_source(dialect::cuda_c, op_kind::sigmoid, es.facts.vector_work_group);
   kernel_store& store = kernel_store::instance();
   // A well-formed store entry whose binary looks like a cubin but is not one.
   byte_vector garbage(4096, 0x5a);
@@ -546,9 +546,9 @@ TEST_F(gpu, TheKernelCacheCountsEachCubinAtItsRealSize) {
   const engine own = cuda::make_engine(cuda::native_context(eng));  // a scope of its own
   std::uint64_t sum = 0;
   std::vector<std::shared_ptr<const kernel>> built;
-  for (const kernel_source& src : {kernels::softmax_source(dialect::cuda_c, 64),
-                                   kernels::eltwise_source(dialect::cuda_c, op_kind::relu, 64),
-                                   kernels::pack_source(dialect::cuda_c, /*transpose_b=*/false, 64)}) {
+  for (const kernel_source& src : {unicache::gpu::kernels::softmax_source(dialect::cuda_c, 64),
+                                   unicache::gpu::kernels::eltwise_source(dialect::cuda_c, op_kind::relu, 64),
+                                   unicache::gpu::kernels::pack_source(dialect::cuda_c, /*transpose_b=*/false, 64)}) {
     built.push_back(unicache::gpu::get_program(own, src, {}));
     const kernel& k = *built.back();
     const std::size_t cubin = k.binary().size();

@@ -118,7 +118,7 @@ class ReportedDriver : public ::testing::Test {
 };
 
 TEST_F(ReportedDriver, AStoredCubinIsLoadedAboveItsNeedAndRefusedWithALineNamingTheDriverBelowIt) {
-  const kernel_source src = kernels::eltwise_source(kernels::dialect::cuda_c, op_kind::tanh, 256);
+  const kernel_source src = gpu::kernels::eltwise_source(gpu::kernels::dialect::cuda_c, op_kind::tanh, 256);
   kernel_store& store = kernel_store::instance();
   const int nvrtc = cuda::detail::nvrtc_version();
   // Built, and stored as the path stores it after a first launch.

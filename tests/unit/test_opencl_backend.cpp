@@ -145,9 +145,9 @@ TEST_F(fixture, TheKernelCacheCountsEachProgramAtItsRealSize) {
   fresh_context ctx(eng);  // a scope of its own: only these kernels count in it
   std::uint64_t sum = 0;
   std::vector<std::shared_ptr<const kernel>> built;
-  for (const kernel_source& src : {kernels::softmax_source(kernels::dialect::opencl_c, 64),
-                                   kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::relu, 64),
-                                   kernels::pack_source(kernels::dialect::opencl_c, /*transpose_b=*/false, 64)}) {
+  for (const kernel_source& src : {gpu::kernels::softmax_source(gpu::kernels::dialect::opencl_c, 64),
+                                   gpu::kernels::eltwise_source(gpu::kernels::dialect::opencl_c, op_kind::relu, 64),
+                                   gpu::kernels::pack_source(gpu::kernels::dialect::opencl_c, /*transpose_b=*/false, 64)}) {
     built.push_back(unicache::gpu::get_program(ctx.eng, src, {}));
     const kernel& k = *built.back();
     const std::size_t binary = k.binary().size();
@@ -240,7 +240,7 @@ TEST_F(fixture, AStoredBinaryTheDriverRejectsIsRemovedAndRebuilt) {
   // under the key of the eltwise kernel this test then compiles.
   const opencl::detail::engine_state& es = eng.native<opencl::detail::engine_state>();
   const kernel_source src =
-      kernels::eltwise_source(kernels::dialect::opencl_c, op_kind::tanh, es.facts.vector_work_group);
+      gpu::kernels::eltwise_source(gpu::kernels::dialect::opencl_c, op_kind::tanh, es.facts.vector_work_group);
   const byte_vector garbage(4096, 0x5a);
   kernel_store& store = kernel_store::instance();
   store.remove(es.facts.identity, src.store_key());

@@ -26,10 +26,10 @@ const std::string& store_dir() {
 const bool store_configured = !store_dir().empty();
 
 kernel_source gemm_for(long m) {
-  kernels::gemm_config c;
+  gpu::kernels::gemm_config c;
   c.tiles = {32, 32, 8, 4, 4};
   c.fixed_mnk = std::array<long, 3>{m, 64, 96};
-  return kernels::gemm_source(kernels::dialect::opencl_c, c);
+  return gpu::kernels::gemm_source(gpu::kernels::dialect::opencl_c, c);
 }
 
 class ExplainedMisses : public ::testing::Test {

@@ -42,7 +42,7 @@ class cuda_event final : public gpu::event {
 
 class cuda_device final : public gpu::device {
  public:
-  cuda_device() : device("cuda", cache_owner_id, kernels::dialect::cuda_c) {}
+  cuda_device() : device("cuda", cache_owner_id, gpu::kernels::dialect::cuda_c) {}
   const gpu::engine_facts& facts(const engine& e) const override { return state_of(e).facts; }
   std::unique_ptr<device_program> build(const engine& e, const kernel_source& src) const override {
     return build_program(e, src);

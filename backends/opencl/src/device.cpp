@@ -65,7 +65,7 @@ bool out_of_memory(cl_int err) {
 
 class opencl_device final : public gpu::device {
  public:
-  opencl_device() : device("opencl", cache_owner_id, kernels::dialect::opencl_c) {}
+  opencl_device() : device("opencl", cache_owner_id, gpu::kernels::dialect::opencl_c) {}
 
   stream make_stream(const engine& e) const override {
     const engine_state& es = state_of(e);

@@ -34,7 +34,7 @@
 #include "unicache/op_geometry.hpp"
 #include "unicache/store.hpp"
 
-namespace unicache::kernels {
+namespace unicache::gpu::kernels {
 
 enum class dialect : std::uint8_t {
   opencl_c,  // OpenCL C 1.2 (kernel_source::language "opencl-c")
@@ -353,4 +353,4 @@ struct binary_problem {
   binary_problem(const std::vector<logical_tensor>& in, const std::vector<logical_tensor>& out);
 };
 
-}  // namespace unicache::kernels
+}  // namespace unicache::gpu::kernels

@@ -11,7 +11,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/kernel_generator.hpp"
 
-namespace unicache::kernels {
+namespace unicache::gpu::kernels {
 
 shape_class gemm_shape_class(const gemm_problem& g) {
   // A transposed A's leading dimension is M: a kernel of one M only.
@@ -68,4 +68,4 @@ bool gemm_specialization_ready(const partition& p, const std::vector<logical_ten
   return built || stored_tiles(e.get_backend()->name(), device, *g, candidates).has_value();
 }
 
-}  // namespace unicache::kernels
+}  // namespace unicache::gpu::kernels

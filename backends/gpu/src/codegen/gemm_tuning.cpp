@@ -9,7 +9,7 @@
 #include "unicache/kernel_generator.hpp"
 #include "unicache/store.hpp"
 
-namespace unicache::kernels {
+namespace unicache::gpu::kernels {
 
 std::string to_string(const gemm_tiles& t) {
   return std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + "/" + std::to_string(t.rm) +
@@ -107,4 +107,4 @@ std::optional<gemm_tiles> decode_tiles(byte_span stored, const std::vector<gemm_
   return std::nullopt;
 }
 
-}  // namespace unicache::kernels
+}  // namespace unicache::gpu::kernels

@@ -8,7 +8,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/kernel_generator.hpp"
 
-namespace unicache::kernels {
+namespace unicache::gpu::kernels {
 namespace {
 
 // OpenCL C 1.2; no fast-math in either dialect (multiply-adds are contracted
@@ -889,4 +889,4 @@ kernel_source binary_source(dialect d, op_kind kind, int work_group) {
               "binary");
 }
 
-}  // namespace unicache::kernels
+}  // namespace unicache::gpu::kernels

@@ -10,7 +10,7 @@
 #include "unicache/compiler.hpp"
 #include "unicache/kernel_generator.hpp"
 
-namespace unicache::kernels {
+namespace unicache::gpu::kernels {
 
 std::int64_t elements(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
@@ -158,4 +158,4 @@ binary_problem::binary_problem(const std::vector<logical_tensor>& in, const std:
   b_strides = broadcast_strides(to_rank(in[1].shape, 4));
 }
 
-}  // namespace unicache::kernels
+}  // namespace unicache::gpu::kernels
