@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   unicache::store_config local_config;
   local_config.directory = dir;
   unicache::kernel_store local(local_config);
-  const std::unique_ptr<unicache::detail::remote_tier> tier = unicache::detail::make_redis_tier(
+  const std::unique_ptr<unicache::detail::remote_tier> tier = unicache::redis::make_redis_tier(
       unicache::parse_redis_url(server.url()), secret ? "a benchmark's secret, long enough" : "");
   unicache::detail::remote_tier& remote = *tier;
   const unicache::device_identity device{"bench", "remote", "1", "1"};

@@ -6,7 +6,9 @@
 #include "store/entry_format.hpp"
 #include "util/stable_hash.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+using namespace unicache::detail;  // the core's store internals (entry format, tiers, utilities)
 namespace {
 
 constexpr std::size_t kMaxIdleConnections = 8;
@@ -180,4 +182,4 @@ remote_reply redis_backend::release_lease(const device_identity& device, std::st
   return to_reply(command(where, {"EVAL", kReleaseScript, "1", where, token}));
 }
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

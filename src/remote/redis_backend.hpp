@@ -25,7 +25,14 @@
 #include "util/mutex.hpp"
 #include "util/stable_hash.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+// What it uses of the core's internals.
+using detail::counter_delta;
+using detail::hash128;
+using detail::mutex;
+using detail::remote_backend;
+using detail::remote_reply;
 
 class redis_backend final : public remote_backend {
  public:
@@ -82,4 +89,4 @@ class redis_backend final : public remote_backend {
 // redis_status as a backend's reply.
 remote_reply to_reply(redis_result r);
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

@@ -21,7 +21,9 @@
 
 #include "util/env.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+using namespace unicache::detail;  // the core's store internals (entry format, tiers, utilities)
 namespace {
 
 // SIGPIPE is blocked in this thread while a command runs; one that the
@@ -363,4 +365,4 @@ redis_result redis_connection::command(const std::vector<std::string_view>& args
   return run(args, max_bytes, nullptr, &reply);
 }
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

@@ -20,7 +20,7 @@
 struct redisContext;
 struct redisReply;
 
-namespace unicache::detail {
+namespace unicache::redis {
 
 enum class redis_status : std::uint8_t {
   ok,       // stored, removed, or a command that answered
@@ -109,4 +109,4 @@ class redis_connection {
   std::string server_error_;
 };
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

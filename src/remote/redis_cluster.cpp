@@ -15,7 +15,9 @@
 #include "util/env.hpp"
 #include "util/parse.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+using namespace unicache::detail;  // the core's store internals (entry format, tiers, utilities)
 namespace {
 
 constexpr int kMaxRedirections = 5;
@@ -425,4 +427,4 @@ redis_result redis_cluster::command(std::string_view routing_key, const std::vec
   return routed(routing_key, [&](redis_connection& c) { return c.command(args); });
 }
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

@@ -35,7 +35,10 @@
 #include "unicache/remote.hpp"
 #include "util/mutex.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+// What it uses of the core's internals.
+using detail::mutex;
 
 inline constexpr std::size_t kClusterSlots = 16384;
 
@@ -192,4 +195,4 @@ class redis_cluster {
   std::thread loader_;  // last: started when the rest is ready
 };
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

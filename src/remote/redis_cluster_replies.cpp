@@ -10,7 +10,9 @@
 #include "util/env.hpp"
 #include "util/parse.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+using namespace unicache::detail;  // the core's store internals (entry format, tiers, utilities)
 namespace {
 
 // An announced host: empty, "?" (or nil) means the answering node's.
@@ -115,4 +117,4 @@ std::optional<cluster_slot_map> parse_cluster_slots(const redis_element& reply, 
   return map;
 }
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

@@ -103,7 +103,7 @@ redis_node parse_node(std::string_view text) {
       has_port = true;
     }
     node.host = std::string(text);
-    if (!detail::valid_redis_host(node.host) || node.host.find(':') != std::string::npos) {
+    if (!redis::valid_redis_host(node.host) || node.host.find(':') != std::string::npos) {
       bad("a missing or malformed host");
     }
   }

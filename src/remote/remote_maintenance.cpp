@@ -14,7 +14,9 @@
 #include "util/parse.hpp"
 #include "util/stable_hash.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+using namespace unicache::detail;  // the core's store internals (entry format, tiers, utilities)
 namespace {
 
 class redis_maintenance final : public tier_maintenance {
@@ -229,4 +231,4 @@ std::unique_ptr<tier_maintenance> make_redis_maintenance(std::string_view url, c
   return std::make_unique<redis_maintenance>(config, tier_secret(secret_file));
 }
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

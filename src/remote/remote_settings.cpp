@@ -6,7 +6,9 @@
 
 #include "util/env.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
+
+using namespace unicache::detail;  // the core's store internals (entry format, tiers, utilities)
 std::unique_ptr<remote_tier> make_redis_tier(redis_config config, std::string secret) {
   return std::make_unique<remote_tier>("redis", std::make_unique<redis_backend>(std::move(config)), std::move(secret));
 }
@@ -20,14 +22,14 @@ std::string tier_secret(const std::string& secret_file) {
   return secret_file.empty() ? std::string() : read_secret_file(secret_file, "the remote tier's secret file");
 }
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis
 
 namespace unicache {
 
 void register_redis_tiers() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_tier_scheme("redis", &detail::make_redis_tier_of_url, &detail::make_redis_maintenance);
+    register_tier_scheme("redis", &redis::make_redis_tier_of_url, &redis::make_redis_maintenance);
   });
 }
 

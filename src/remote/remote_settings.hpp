@@ -12,11 +12,11 @@
 #include "store/remote_tier.hpp"
 #include "unicache/storage_tier.hpp"
 
-namespace unicache::detail {
+namespace unicache::redis {
 
 // A remote tier on the Redis server (or cluster) of `config`, signed with
 // `secret` ("" for none).
-std::unique_ptr<remote_tier> make_redis_tier(redis_config config, std::string secret);
+std::unique_ptr<detail::remote_tier> make_redis_tier(redis_config config, std::string secret);
 
 // The tier_factory and maintenance_factory of redis://: `url` parsed, its
 // secret read from `secret_file` ("" for none). Throw invalid_argument
@@ -29,4 +29,4 @@ std::unique_ptr<tier_maintenance> make_redis_maintenance(std::string_view url, c
 // The secret in `secret_file` ("": none), as the factories read it.
 std::string tier_secret(const std::string& secret_file);
 
-}  // namespace unicache::detail
+}  // namespace unicache::redis

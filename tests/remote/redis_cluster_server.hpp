@@ -117,7 +117,7 @@ class redis_cluster_server {
     return rc == 0 ? pid : -1;
   }
 
-  static std::string text_of(const detail::redis_result& r) { return std::string(r.value.begin(), r.value.end()); }
+  static std::string text_of(const redis::redis_result& r) { return std::string(r.value.begin(), r.value.end()); }
 
   // Master i, on a free port (tried again on others while one was taken).
   void start_node(int i) {
@@ -145,14 +145,14 @@ class redis_cluster_server {
   // Whether master i answers PING within 10 s; false when it exited (its
   // port was taken meanwhile) or sets problem_ when it hangs.
   bool answers(int i) {
-    detail::redis_connection c(node_config(i));
+    redis::redis_connection c(node_config(i));
     for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
       int status = 0;
       if (::waitpid(pids_[i], &status, WNOHANG) == pids_[i]) {
         pids_[i] = -1;
         return false;
       }
-      if (c.command({"PING"}).status == detail::redis_status::ok) return true;
+      if (c.command({"PING"}).status == redis::redis_status::ok) return true;
       if (std::chrono::steady_clock::now() > deadline) {
         problem_ = "redis-server on port " + std::to_string(ports_[i]) + " did not answer";
         return false;
@@ -189,7 +189,7 @@ class redis_cluster_server {
   void wait_until_ok() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (int i = 0; i < kMasters; ++i) {
-      detail::redis_connection c(node_config(i));
+      redis::redis_connection c(node_config(i));
       while (text_of(c.command({"CLUSTER", "INFO"})).find("cluster_state:ok") == std::string::npos) {
         if (std::chrono::steady_clock::now() > deadline) {
           problem_ = "the cluster's state was not ok within 30 s";

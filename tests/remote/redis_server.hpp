@@ -131,7 +131,7 @@ class redis_server {
     c.host = "127.0.0.1";
     c.port = static_cast<std::uint16_t>(port_);
     c.password = password_;
-    detail::redis_connection conn(c);
+    redis::redis_connection conn(c);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
       int status = 0;
@@ -139,7 +139,7 @@ class redis_server {
         pid_ = -1;  // it exited: the port was taken meanwhile
         return false;
       }
-      if (conn.command({"PING"}).status == detail::redis_status::ok) return true;
+      if (conn.command({"PING"}).status == redis::redis_status::ok) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;

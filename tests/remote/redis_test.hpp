@@ -20,8 +20,8 @@ namespace unicache::testing {
 class redis_tier : public detail::remote_tier {
  public:
   redis_tier(redis_config config, std::string secret)
-      : remote_tier("redis", std::make_unique<detail::redis_backend>(std::move(config)), std::move(secret)) {}
-  const detail::redis_backend& redis() const { return static_cast<const detail::redis_backend&>(backend()); }
+      : remote_tier("redis", std::make_unique<redis::redis_backend>(std::move(config)), std::move(secret)) {}
+  const redis::redis_backend& redis() const { return static_cast<const redis::redis_backend&>(backend()); }
 };
 
 class redis_test : public ::testing::Test {

@@ -15,8 +15,8 @@
 namespace unicache {
 namespace {
 
-using detail::redis_connection;
-using detail::redis_status;
+using redis::redis_connection;
+using redis::redis_status;
 
 byte_vector bytes_of(const std::string& s) { return byte_vector(s.begin(), s.end()); }
 

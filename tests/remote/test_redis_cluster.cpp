@@ -19,51 +19,51 @@
 namespace unicache {
 namespace {
 
-using detail::cluster_slot_map;
-using detail::key_slot;
-using detail::redis_cluster;
-using detail::redis_connection;
-using detail::redis_element;
-using detail::redis_result;
-using detail::redis_status;
+using redis::cluster_slot_map;
+using redis::key_slot;
+using redis::redis_cluster;
+using redis::redis_connection;
+using redis::redis_element;
+using redis::redis_result;
+using redis::redis_status;
 
 byte_vector bytes_of(const std::string& s) { return byte_vector(s.begin(), s.end()); }
 std::string text_of(const redis_result& r) { return std::string(r.value.begin(), r.value.end()); }
 
 TEST(RedisClusterSlots, KeysHashAsRedisHashesThem) {
-  EXPECT_EQ(detail::crc16("123456789"), 0x31C3);
+  EXPECT_EQ(redis::crc16("123456789"), 0x31C3);
   EXPECT_EQ(key_slot("foo"), 12182);
   EXPECT_EQ(key_slot("{user1000}.following"), key_slot("{user1000}.followers"));
   EXPECT_EQ(key_slot("{user1000}.following"), key_slot("user1000"));
-  EXPECT_EQ(key_slot("foo{}{bar}"), detail::crc16("foo{}{bar}") % 16384) << "an empty tag: the whole key";
+  EXPECT_EQ(key_slot("foo{}{bar}"), redis::crc16("foo{}{bar}") % 16384) << "an empty tag: the whole key";
   EXPECT_EQ(key_slot("foo{{bar}}zap"), key_slot("{bar")) << "the tag ends at the first '}'";
-  EXPECT_EQ(key_slot("foo{{bar}}zap"), detail::crc16("{bar") % 16384);
+  EXPECT_EQ(key_slot("foo{{bar}}zap"), redis::crc16("{bar") % 16384);
   EXPECT_EQ(key_slot("foo{bar}{zap}"), key_slot("bar")) << "the first tag only";
-  EXPECT_EQ(key_slot("foo{bar"), detail::crc16("foo{bar") % 16384) << "no closing '}': the whole key";
+  EXPECT_EQ(key_slot("foo{bar"), redis::crc16("foo{bar") % 16384) << "no closing '}': the whole key";
   EXPECT_EQ(key_slot(""), 0);
 }
 
 TEST(RedisClusterReplies, RedirectionsAreReadAndAnythingElseIsNone) {
-  const auto moved = detail::parse_redirect("MOVED 3999 127.0.0.1:6381", "seed");
+  const auto moved = redis::parse_redirect("MOVED 3999 127.0.0.1:6381", "seed");
   ASSERT_TRUE(moved);
   EXPECT_FALSE(moved->ask);
   EXPECT_EQ(moved->slot, 3999);
   EXPECT_EQ(moved->target.host, "127.0.0.1");
   EXPECT_EQ(moved->target.port, 6381);
-  const auto ask = detail::parse_redirect("ASK 16383 ::1:7000", "seed");
+  const auto ask = redis::parse_redirect("ASK 16383 ::1:7000", "seed");
   ASSERT_TRUE(ask);
   EXPECT_TRUE(ask->ask);
   EXPECT_EQ(ask->target.host, "::1");
   EXPECT_EQ(ask->target.port, 7000);
   for (const char* unknown : {"MOVED 1 :6380", "MOVED 1 ?:6380"}) {
-    const auto r = detail::parse_redirect(unknown, "seed.internal");
+    const auto r = redis::parse_redirect(unknown, "seed.internal");
     ASSERT_TRUE(r) << unknown;
     EXPECT_EQ(r->target.host, "seed.internal") << "an unknown host is the answering node's";
   }
   for (const char* bad : {"MOVED 16384 h:1", "MOVED -1 h:1", "MOVED 1 h", "MOVED 1 h:0", "MOVED 1 h:65536",
                           "MOVED 1 h h:1", "MOVED 1", "MOVED  h:1", "ASK 1 \x1b[2J:1", "MOVED 1 h:1x",
                           "CLUSTERDOWN The cluster is down", "TRYAGAIN", "ERR MOVED 1 h:1", ""}) {
-    EXPECT_FALSE(detail::parse_redirect(bad, "seed")) << bad;
+    EXPECT_FALSE(redis::parse_redirect(bad, "seed")) << bad;
   }
 }
 
@@ -94,14 +94,14 @@ TEST(RedisClusterReplies, ASlotMapIsReadWithItsMastersOnce) {
                                      range(200, 199 + 0, text("10.0.0.1"), 7000)});
   std::string why;
   // The last range is reversed: refused. Without it, read.
-  EXPECT_FALSE(detail::parse_cluster_slots(reply, "seed", why));
+  EXPECT_FALSE(redis::parse_cluster_slots(reply, "seed", why));
   redis_element good = reply;
   good.elements.pop_back();
   good.elements.push_back(array({integer(50), integer(50), array({text("10.0.0.1"), integer(7000)})}));
-  EXPECT_FALSE(detail::parse_cluster_slots(good, "seed", why)) << "ranges that overlap";
+  EXPECT_FALSE(redis::parse_cluster_slots(good, "seed", why)) << "ranges that overlap";
   EXPECT_NE(why.find("overlap"), std::string::npos) << why;
   good.elements.pop_back();
-  const auto map = detail::parse_cluster_slots(good, "seed", why);
+  const auto map = redis::parse_cluster_slots(good, "seed", why);
   ASSERT_TRUE(map) << why;
   ASSERT_EQ(map->masters.size(), 2u);
   EXPECT_EQ(map->masters[1].host, "seed") << "an empty host is the answering node's";
@@ -130,14 +130,14 @@ TEST(RedisClusterReplies, ASlotMapOutOfShapeIsAnErrorNeverACrash) {
   };
   for (const redis_element& reply : cases) {
     std::string why;
-    EXPECT_FALSE(detail::parse_cluster_slots(reply, "seed", why));
+    EXPECT_FALSE(redis::parse_cluster_slots(reply, "seed", why));
     EXPECT_FALSE(why.empty());
   }
   // More masters than the bound.
   std::vector<redis_element> many;
   for (int i = 0; i <= 1024; ++i) many.push_back(range(i, i, text("h"), i + 1));
   std::string why;
-  EXPECT_FALSE(detail::parse_cluster_slots(array(std::move(many)), "seed", why));
+  EXPECT_FALSE(redis::parse_cluster_slots(array(std::move(many)), "seed", why));
   EXPECT_NE(why.find("1024"), std::string::npos) << why;
 }
 

@@ -62,11 +62,11 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
   EXPECT_NE(r.out.find("0 bad entries"), std::string::npos) << r.out;
 
   {
-    detail::redis_connection c(parse_redis_url(server_.url()));
+    redis::redis_connection c(parse_redis_url(server_.url()));
     const std::string junk_key = "unicache:1:" + std::string(32, '0') + ":" + std::string(32, '0');
-    ASSERT_EQ(c.set(junk_key, byte_vector{'j', 'u', 'n', 'k'}).status, detail::redis_status::ok);
+    ASSERT_EQ(c.set(junk_key, byte_vector{'j', 'u', 'n', 'k'}).status, redis::redis_status::ok);
     // Not an entry's name: never listed, verified or removed.
-    ASSERT_EQ(c.set("unicache:1:x", byte_vector{'o'}).status, detail::redis_status::ok);
+    ASSERT_EQ(c.set("unicache:1:x", byte_vector{'o'}).status, redis::redis_status::ok);
   }
   r = tool(remote + " verify");
   EXPECT_EQ(r.status, 1) << r.out;
@@ -83,8 +83,8 @@ TEST_F(RemoteTool, StatsListVerifyClear) {
   EXPECT_NE(r.out.find("3 remote entries removed"), std::string::npos) << r.out;
   r = tool(remote + " stats");
   EXPECT_NE(r.out.find("entries:          0"), std::string::npos) << r.out;
-  detail::redis_connection c(parse_redis_url(server_.url()));
-  EXPECT_EQ(c.get("unicache:1:x", 64).status, detail::redis_status::hit) << "another name under the prefix stays";
+  redis::redis_connection c(parse_redis_url(server_.url()));
+  EXPECT_EQ(c.get("unicache:1:x", 64).status, redis::redis_status::hit) << "another name under the prefix stays";
 }
 
 TEST_F(RemoteTool, EnvWithSeveralTiersWorksOnEachInTurn) {

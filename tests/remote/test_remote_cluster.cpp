@@ -24,15 +24,15 @@
 namespace unicache {
 namespace {
 
-using detail::redis_connection;
-using detail::redis_status;
+using redis::redis_connection;
+using redis::redis_status;
 using testing::redis_tier;
 
 constexpr int kMasters = testing::redis_cluster_server::kMasters;
 
 // The entries (not the counters' keys) that master `node` holds.
 std::uint64_t keys_on(const redis_config& node) {
-  const detail::redis_result r = redis_connection(node).command({"KEYS", "unicache:1:*"});
+  const redis::redis_result r = redis_connection(node).command({"KEYS", "unicache:1:*"});
   return std::stoull(std::string(r.value.begin(), r.value.end()));
 }
 
@@ -73,8 +73,8 @@ TEST_F(RemoteCluster, EntriesSpreadOverEveryMasterAndReadBackWithTheirCountersAn
   reader.flush();
   EXPECT_EQ(other.lease(device, "cuda new3").status, lease_status::hit) << "the holder's value";
   // The counters' script touches two keys of one slot.
-  detail::redis_cluster router(config());
-  const detail::redis_result hits = router.command(reader.redis().stats_key(), {"HGET", reader.redis().stats_key(), "hits"});
+  redis::redis_cluster router(config());
+  const redis::redis_result hits = router.command(reader.redis().stats_key(), {"HGET", reader.redis().stats_key(), "hits"});
   EXPECT_EQ(hits.value, (byte_vector{'6', '0'})) << hits.message;
   EXPECT_EQ(reader.counters().errors.load(), 0u);
 }

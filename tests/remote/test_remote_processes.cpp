@@ -93,7 +93,7 @@ TEST_F(RemoteProcesses, EightProcessesAndAVandalShareOneServerWithZeroCorruptRea
     if (child == 8) {
       // The vandal: junk, another key's valid entry, and truncated entries
       // under the others' Redis keys.
-      detail::redis_connection c(parse_redis_url(url));
+      redis::redis_connection c(parse_redis_url(url));
       testing::redis_tier shape(parse_redis_url(url + "?read_only=1"), "");
       for (int round = 0; round < kRounds * 2; ++round) {
         const std::string key = "opencl-c k" + std::to_string(pick(rng));

@@ -23,8 +23,8 @@ namespace unicache {
 namespace {
 
 using testing::redis_tier;
-using detail::redis_connection;
-using detail::redis_status;
+using redis::redis_connection;
+using redis::redis_status;
 
 const device_identity kDevice{"Portable Computing Language", "cpu-x86-64", "OpenCL 3.0 PoCL", "3.1"};
 const device_identity kOtherDevice{"NVIDIA CUDA", "NVIDIA H200", "OpenCL 3.0 CUDA", "560.35.03"};
