@@ -1,5 +1,8 @@
-// The inside of kernel_store, shared by its operations (kernel_store.cpp)
-// and its maintenance (store_maintenance.cpp).
+// The inside of kernel_store, shared by the files that hold its methods,
+// one concept each: its operations (kernel_store.cpp), its maintenance
+// (store_maintenance.cpp), bundles out and in (bundle_export.cpp,
+// bundle_import.cpp), and misses explained and recorded
+// (miss_explanation.cpp, miss_records.cpp).
 //
 // Settings can change at run time while other threads get and put: each
 // operation takes the current store_state once, at its start, and works
