@@ -2,7 +2,6 @@
 // from a partition and its shapes (gemm_problem and its split-K parts,
 // binary_problem); the ops' own geometry is op_geometry.hpp's.
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <string>
 
